@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""Builds tiny random Qwen3.5/3.6-MoE checkpoints in the exact MLX affine-4-bit layout and records
+Hugging Face transformers' logits for them (the goldens the Go engine is tested against).
+
+For each shape: random weights -> MLX tensors (4-bit affine, group 64; 8-bit router and shared-expert
+gate; norms stored as 1+w; conv1d as [C,K,1]) -> the dequantized values are loaded back into
+transformers' Qwen3_5MoeForCausalLM (float32, eager attention, eager experts, pure-torch gated delta
+rule) -> prefill logits at every position, then greedy decode through HF's cached path, recording the
+logits each token was chosen from.
+
+Usage: python3 gen.py OUTDIR   (needs torch, safetensors, transformers >= 5.2; runs on CPU)
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("USE_HUB_KERNELS", "0")
+
+import importlib.util
+
+import numpy as np
+import torch
+
+# The reference must be the pure-torch code: the optimized kernels change the order of operations.
+for mod in ("fla", "causal_conv1d", "kernels"):
+    if importlib.util.find_spec(mod) is not None:
+        sys.exit(f"{mod} is installed: transformers would dispatch to it instead of the torch reference")
+
+import transformers
+from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
+from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+torch.set_num_threads(max(1, os.cpu_count() or 1))
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+SHAPES = {
+    # Multimodal wrapper config, `language_model.` names, two shards, a vision tensor to ignore,
+    # A_log stored as float32.
+    "tiny-a": dict(
+        wrapper=True, shards=2, a_log_dtype="F32", seed=1234, prompt_len=80, decode_steps=24,
+        text=dict(
+            vocab_size=1024, hidden_size=128, num_hidden_layers=8,
+            layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+            full_attention_interval=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64,
+            linear_conv_kernel_dim=4, num_experts=16, num_experts_per_tok=4,
+            moe_intermediate_size=64, shared_expert_intermediate_size=64,
+            rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
+                                 mrope_section=[3, 3, 2], mrope_interleaved=True),
+        ),
+    ),
+    # Flat text config, `model.` names, one file, production head sizes (256 attention, 128 GDN),
+    # top-8 routing, A_log stored as bfloat16.
+    "tiny-b": dict(
+        wrapper=False, shards=1, a_log_dtype="BF16", seed=5678, prompt_len=100, decode_steps=24,
+        text=dict(
+            vocab_size=1024, hidden_size=256, num_hidden_layers=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            num_attention_heads=2, num_key_value_heads=1, head_dim=256,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128, linear_value_head_dim=128,
+            linear_conv_kernel_dim=4, num_experts=16, num_experts_per_tok=8,
+            moe_intermediate_size=64, shared_expert_intermediate_size=128,
+            rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
+                                 mrope_section=[11, 11, 10], mrope_interleaved=True),
+        ),
+    ),
+}
+
+COMMON_TEXT = dict(
+    model_type="qwen3_5_moe_text", hidden_act="silu", rms_norm_eps=1e-6, max_position_embeddings=4096,
+    tie_word_embeddings=False, attention_bias=False, attn_output_gate=True, norm_topk_prob=True,
+    eos_token_id=1, bos_token_id=1, dtype="float32",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# bfloat16 and MLX affine quantization, exactly as mlx/ops.cpp does it (model.md §4.4).
+
+def bf16_round(x):
+    """float32 -> nearest-even bfloat16, returned as float32 (and the raw uint16 bits)."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    back = (rounded.astype(np.uint32) << 16).view(np.float32)
+    return back, rounded
+
+
+def quantize(w, bits):
+    """w: float32 [..., K]. Returns (packed uint32 [..., K*bits/32], scales bf16 bits, biases bf16 bits,
+    dequantized float32)."""
+    w = np.asarray(w, dtype=np.float32)
+    *lead, K = w.shape
+    assert K % 64 == 0, w.shape
+    g = w.reshape(-1, K // 64, 64)
+    n_bins = (1 << bits) - 1
+    w_min = g.min(axis=-1)
+    w_max = g.max(axis=-1)
+    scale = np.maximum((w_max - w_min) / n_bins, np.float32(1e-7)).astype(np.float32)
+    side = np.abs(w_min) > np.abs(w_max)
+    scale = np.where(side, scale, -scale).astype(np.float32)
+    edge = np.where(side, w_min, w_max).astype(np.float32)
+    q0 = np.rint(edge / scale)
+    nz = q0 != 0
+    scale = np.where(nz, edge / np.where(nz, q0, 1), scale).astype(np.float32)
+    bias = np.where(nz, edge, 0).astype(np.float32)
+    scale_f, scale_u = bf16_round(scale)
+    bias_f, bias_u = bf16_round(bias)
+    q = np.clip(np.rint((g - bias_f[..., None]) / scale_f[..., None]), 0, n_bins).astype(np.uint32)
+    deq = (scale_f[..., None] * q.astype(np.float32) + bias_f[..., None]).astype(np.float32)
+    per = 32 // bits
+    q = q.reshape(-1, K // per, per)
+    packed = np.zeros(q.shape[:2], dtype=np.uint32)
+    for i in range(per):
+        packed |= q[:, :, i] << np.uint32(bits * i)
+    return (packed.reshape(*lead, K * bits // 32), scale_u.reshape(*lead, K // 64),
+            bias_u.reshape(*lead, K // 64), deq.reshape(*lead, K))
+
+
+# ---------------------------------------------------------------------------------------------------
+
+MIN_ROUTER_GAP = 2e-4   # router logits
+MIN_GREEDY_GAP = 3e-3   # final logits
+
+
+def build(name, spec, outdir):
+    """Retries seeds until no routing or greedy decision is a near-tie (those would make the comparison
+    depend on rounding rather than on correctness)."""
+    for attempt in range(40):
+        seed = spec["seed"] + attempt
+        if build_seed(name, spec, outdir, seed):
+            return
+    sys.exit(f"{name}: no seed without near-ties")
+
+
+def build_seed(name, spec, outdir, seed):
+    rng = np.random.default_rng(seed)
+    text = dict(COMMON_TEXT, **spec["text"])
+    H = text["hidden_size"]
+    cfg = Qwen3_5MoeTextConfig(**{k: v for k, v in text.items() if k not in ("model_type", "dtype")})
+    cfg._attn_implementation = "eager"
+    if hasattr(cfg, "_experts_implementation"):
+        cfg._experts_implementation = "eager"
+    model = Qwen3_5MoeForCausalLM(cfg)
+    try:
+        model.set_attn_implementation("eager")
+    except Exception:
+        pass
+    try:
+        model.set_experts_implementation("eager")
+    except Exception:
+        pass
+    model = model.float().eval()
+    print(name, "attn:", model.config._attn_implementation,
+          "experts:", getattr(model.config, "_experts_implementation", "?"), flush=True)
+
+    prefix = "language_model.model." if spec["wrapper"] else "model."
+    head = "language_model.lm_head" if spec["wrapper"] else "lm_head"
+    mlx = {}      # MLX tensor name -> numpy array (uint32 / uint16-as-bf16 / float32)
+    dtypes = {}   # names stored as bf16 (uint16 bits)
+    hf = {}       # HF parameter name -> float32 tensor to load
+    qoverride = {}
+
+    def put_q(mlx_name, w, bits):
+        packed, s, b, deq = quantize(w, bits)
+        mlx[mlx_name + ".weight"] = packed
+        mlx[mlx_name + ".scales"] = s
+        mlx[mlx_name + ".biases"] = b
+        dtypes[mlx_name + ".scales"] = dtypes[mlx_name + ".biases"] = "BF16"
+        if bits != 4:
+            qoverride[mlx_name.removesuffix(".weight")] = {"group_size": 64, "bits": bits}
+        return deq
+
+    def put_bf16(mlx_name, w):
+        f, u = bf16_round(w)
+        mlx[mlx_name] = u
+        dtypes[mlx_name] = "BF16"
+        return f
+
+    def lin(out_f, in_f, gain=1.0):
+        return (rng.standard_normal((out_f, in_f)) * gain / np.sqrt(in_f)).astype(np.float32)
+
+    def zc_norm(mlx_name, hf_name, dim):
+        # MLX stores 1+w for the zero-centred norms; HF adds the 1 itself.
+        stored = put_bf16(mlx_name, 1.0 + rng.standard_normal(dim).astype(np.float32) * 0.2)
+        hf[hf_name] = torch.from_numpy(stored) - 1.0
+
+    V = text["vocab_size"]
+    hf["model.embed_tokens.weight"] = torch.from_numpy(
+        put_q(prefix + "embed_tokens", rng.standard_normal((V, H)).astype(np.float32), 4))
+    hf["lm_head.weight"] = torch.from_numpy(put_q(head, lin(V, H, 2.0), 4))
+    zc_norm(prefix + "norm.weight", "model.norm.weight", H)
+
+    for i, lt in enumerate(text["layer_types"]):
+        p = f"{prefix}layers.{i}."
+        hp = f"model.layers.{i}."
+        zc_norm(p + "input_layernorm.weight", hp + "input_layernorm.weight", H)
+        zc_norm(p + "post_attention_layernorm.weight", hp + "post_attention_layernorm.weight", H)
+        if lt == "linear_attention":
+            nk, nv = text["linear_num_key_heads"], text["linear_num_value_heads"]
+            dk, dv = text["linear_key_head_dim"], text["linear_value_head_dim"]
+            conv_dim = 2 * nk * dk + nv * dv
+            K = text["linear_conv_kernel_dim"]
+            la, hl = p + "linear_attn.", hp + "linear_attn."
+            hf[hl + "in_proj_qkv.weight"] = torch.from_numpy(put_q(la + "in_proj_qkv", lin(conv_dim, H, 2.0), 4))
+            hf[hl + "in_proj_z.weight"] = torch.from_numpy(put_q(la + "in_proj_z", lin(nv * dv, H, 2.0), 4))
+            hf[hl + "in_proj_b.weight"] = torch.from_numpy(put_q(la + "in_proj_b", lin(nv, H, 2.0), 4))
+            hf[hl + "in_proj_a.weight"] = torch.from_numpy(put_q(la + "in_proj_a", lin(nv, H, 2.0), 4))
+            hf[hl + "out_proj.weight"] = torch.from_numpy(put_q(la + "out_proj", lin(H, nv * dv, 1.0), 4))
+            conv = (rng.standard_normal((conv_dim, 1, K)) * 0.5).astype(np.float32)
+            conv_f = put_bf16(la + "conv1d.weight", np.ascontiguousarray(np.moveaxis(conv, 2, 1)))  # [C,K,1]
+            hf[hl + "conv1d.weight"] = torch.from_numpy(np.ascontiguousarray(np.moveaxis(conv_f, 1, 2)))
+            hf[hl + "dt_bias"] = torch.from_numpy(put_bf16(la + "dt_bias", rng.standard_normal(nv).astype(np.float32)))
+            a_log = np.log(rng.uniform(0.5, 16, nv)).astype(np.float32)
+            if spec["a_log_dtype"] == "BF16":
+                a_log = put_bf16(la + "A_log", a_log)
+            else:
+                mlx[la + "A_log"] = a_log
+            hf[hl + "A_log"] = torch.from_numpy(a_log.copy())
+            hf[hl + "norm.weight"] = torch.from_numpy(
+                put_bf16(la + "norm.weight", 1.0 + rng.standard_normal(dv).astype(np.float32) * 0.2))
+        else:
+            nh, nkv, hd = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
+            sa, hs = p + "self_attn.", hp + "self_attn."
+            hf[hs + "q_proj.weight"] = torch.from_numpy(put_q(sa + "q_proj", lin(nh * hd * 2, H, 2.0), 4))
+            hf[hs + "k_proj.weight"] = torch.from_numpy(put_q(sa + "k_proj", lin(nkv * hd, H, 2.0), 4))
+            hf[hs + "v_proj.weight"] = torch.from_numpy(put_q(sa + "v_proj", lin(nkv * hd, H, 2.0), 4))
+            hf[hs + "o_proj.weight"] = torch.from_numpy(put_q(sa + "o_proj", lin(H, nh * hd, 1.0), 4))
+            zc_norm(sa + "q_norm.weight", hs + "q_norm.weight", hd)
+            zc_norm(sa + "k_norm.weight", hs + "k_norm.weight", hd)
+        E, I, S = text["num_experts"], text["moe_intermediate_size"], text["shared_expert_intermediate_size"]
+        m, hm = p + "mlp.", hp + "mlp."
+        # A strong router so that routing decisions matter and top-k boundaries are far from ties.
+        hf[hm + "gate.weight"] = torch.from_numpy(put_q(m + "gate", lin(E, H, 4.0), 8))
+        gate = put_q(m + "switch_mlp.gate_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
+        up = put_q(m + "switch_mlp.up_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
+        down = put_q(m + "switch_mlp.down_proj", np.stack([lin(H, I, 1.0) for _ in range(E)]), 4)
+        hf[hm + "experts.gate_up_proj"] = torch.from_numpy(np.concatenate([gate, up], axis=1))
+        hf[hm + "experts.down_proj"] = torch.from_numpy(down)
+        hf[hm + "shared_expert.gate_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.gate_proj", lin(S, H, 2.0), 4))
+        hf[hm + "shared_expert.up_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.up_proj", lin(S, H, 2.0), 4))
+        hf[hm + "shared_expert.down_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.down_proj", lin(H, S, 1.0), 4))
+        hf[hm + "shared_expert_gate.weight"] = torch.from_numpy(put_q(m + "shared_expert_gate", lin(1, H, 2.0), 8))
+
+    sd = model.state_dict()
+    missing = sorted(set(sd) - set(hf))
+    unexpected = sorted(set(hf) - set(sd))
+    if missing or unexpected:
+        sys.exit(f"{name}: HF state dict mismatch: missing {missing} unexpected {unexpected}")
+    for k, v in hf.items():
+        if tuple(sd[k].shape) != tuple(v.shape):
+            sys.exit(f"{name}: {k}: HF shape {tuple(sd[k].shape)} ours {tuple(v.shape)}")
+    model.load_state_dict({k: v.float() for k, v in hf.items()}, strict=True)
+
+    if spec["wrapper"]:
+        mlx["vision_tower.patch_embed.proj.weight"] = bf16_round(rng.standard_normal((8, 3, 2, 2)).astype(np.float32))[1]
+        dtypes["vision_tower.patch_embed.proj.weight"] = "BF16"
+
+    # ---- reference run: HF prefill (chunked GDN), then HF cached decode (recurrent GDN).
+    router_gaps = []
+
+    def router_hook(mod, inp, out):
+        # Softmax is monotonic: the gap between the k-th and (k+1)-th router logit says how safe the
+        # top-k choice is against last-bit differences.
+        top = torch.topk(out[0].float(), mod.top_k + 1, dim=-1).values
+        router_gaps.append(float((top[:, -2] - top[:, -1]).min()))
+
+    for layer in model.model.layers:
+        layer.mlp.gate.register_forward_hook(router_hook)
+
+    T = spec["prompt_len"]
+    prompt = rng.integers(0, V, size=T).tolist()
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True, output_hidden_states=True)
+        prefill_logits = out.logits[0].float().numpy()
+        hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
+        pkv = out.past_key_values
+        ids = [int(np.argmax(prefill_logits[-1]))]
+        decode_logits = []
+        for _ in range(spec["decode_steps"]):
+            o = model(input_ids=torch.tensor([[ids[-1]]]), past_key_values=pkv, use_cache=True)
+            pkv = o.past_key_values
+            row = o.logits[0, -1].float().numpy()
+            decode_logits.append(row)
+            ids.append(int(np.argmax(row)))
+    decode_logits = np.stack(decode_logits)
+
+    def top2_gap(rows):
+        s = np.sort(rows, axis=-1)
+        return float((s[:, -1] - s[:, -2]).min())
+
+    greedy_rows = np.concatenate([prefill_logits[-1:], decode_logits])
+    stats = dict(
+        min_router_topk_gap=min(router_gaps), min_greedy_top2_gap=top2_gap(greedy_rows),
+        logit_std=float(prefill_logits.std()), distinct_greedy_ids=len(set(ids)),
+    )
+    print(name, "seed", seed, json.dumps(stats), flush=True)
+    if stats["min_router_topk_gap"] < MIN_ROUTER_GAP or stats["min_greedy_top2_gap"] < MIN_GREEDY_GAP:
+        return False
+
+    # ---- write the checkpoint (MLX layout) and the goldens.
+    d = os.path.join(outdir, name)
+    os.makedirs(d, exist_ok=True)
+    quant = {"group_size": 64, "bits": 4, "mode": "affine"}
+    quant.update(qoverride)
+    text_cfg = {k: v for k, v in text.items()}
+    if spec["wrapper"]:
+        config = {
+            "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+            "text_config": text_cfg,
+            "vision_config": {"model_type": "qwen3_5_moe_vision", "depth": 1, "hidden_size": 8},
+            "image_token_id": 1000, "video_token_id": 1001, "tie_word_embeddings": False,
+            "quantization": quant, "quantization_config": quant,
+        }
+    else:
+        config = dict(text_cfg, architectures=["Qwen3_5MoeForCausalLM"], quantization=quant, quantization_config=quant)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+    names = sorted(mlx)
+    shards = [names[i::spec["shards"]] for i in range(spec["shards"])]
+    weight_map = {}
+    for si, shard in enumerate(shards):
+        fname = "model.safetensors" if spec["shards"] == 1 else f"model-{si + 1:05d}-of-{spec['shards']:05d}.safetensors"
+        save_safetensors(os.path.join(d, fname), {n: (dtypes.get(n) or NP_DTYPES[mlx[n].dtype], mlx[n]) for n in shard})
+        for n in shard:
+            weight_map[n] = fname
+    if spec["shards"] > 1:
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"format": "mlx"}, "weight_map": weight_map}, f, indent=2)
+
+    prefill_logits.astype("<f4").tofile(os.path.join(d, "prefill_logits.f32"))
+    decode_logits.astype("<f4").tofile(os.path.join(d, "decode_logits.f32"))
+    hidden.astype("<f4").tofile(os.path.join(d, "prefill_hidden.f32"))
+    golden = dict(
+        prompt_ids=prompt, greedy_ids=ids, vocab_size=V, prompt_len=T, decode_steps=spec["decode_steps"],
+        hidden_size=H, hidden_states=list(hidden.shape), stats=stats,
+        seed=seed,
+        generator=dict(torch=torch.__version__, transformers=transformers.__version__, device="cpu", dtype="float32",
+                       attn_implementation="eager", experts_implementation="eager", gdn="torch chunked prefill, torch recurrent decode"),
+    )
+    with open(os.path.join(d, "golden.json"), "w") as f:
+        json.dump(golden, f, indent=1)
+    return True
+
+
+NP_DTYPES = {np.dtype(np.uint32): "U32", np.dtype(np.float32): "F32", np.dtype(np.uint16): "U16"}
+
+
+def save_safetensors(path, tensors):
+    """Writes {name: (dtype tag, array)} as safetensors (numpy has no bfloat16: BF16 arrays are uint16 bits)."""
+    header, blobs, off = {"__metadata__": {"format": "mlx"}}, [], 0
+    for n in sorted(tensors):
+        tag, a = tensors[n]
+        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        header[n] = {"dtype": tag, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+if __name__ == "__main__":
+    outdir = sys.argv[1] if len(sys.argv) > 1 else "out"
+    print("torch", torch.__version__, "transformers", transformers.__version__, flush=True)
+    only = sys.argv[2:] or list(SHAPES)
+    for name in only:
+        build(name, SHAPES[name], outdir)
