@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lilyformac/lily/engine/generate"
+)
+
+type benchOptions struct {
+	model, backend, output string
+	ctx, steps             int
+	warmup                 bool
+}
+
+// benchOutput follows the anchor engine's measurement contract (lily-anchor.md §8.2).
+type benchOutput struct {
+	SchemaVersion int        `json:"schema_version"`
+	Backend       string     `json:"backend"`
+	Context       int        `json:"context"`
+	Prefill       benchPhase `json:"prefill"`
+	Decode        benchPhase `json:"decode"`
+	TokenIDs      []int      `json:"token_ids"`
+	Digest        string     `json:"digest_fnv1a64"`
+}
+
+type benchPhase struct {
+	Tokens  int     `json:"tokens"`
+	Seconds float64 `json:"seconds"`
+	TokS    float64 `json:"tok_s"`
+}
+
+func newBenchCmd() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench --model DIR [--ctx N]",
+		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.model, "model", "", "checkpoint directory")
+	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
+	f.IntVar(&o.ctx, "ctx", 128, "prompt length (context at the start of decode)")
+	f.IntVar(&o.steps, "decode-steps", 64, "measured greedy decode steps")
+	f.BoolVar(&o.warmup, "warmup", true, "run an exact-shape prefill and one decode step first")
+	f.StringVar(&o.output, "output", "text", "text or json")
+	return cmd
+}
+
+// benchPrompt is the anchor's synthetic prompt: token i = ((i·2654435761) mod 2^32) mod vocab.
+func benchPrompt(n, vocab int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = int(uint64(uint32(uint64(i)*2654435761)) % uint64(vocab))
+	}
+	return ids
+}
+
+func runBench(cmd *cobra.Command, o benchOptions) error {
+	if o.ctx < 1 || o.steps < 1 {
+		return fmt.Errorf("--ctx and --decode-steps must be at least 1 (got %d, %d)", o.ctx, o.steps)
+	}
+	if o.output != "json" && o.output != "text" {
+		return fmt.Errorf("--output %q: expected json or text", o.output)
+	}
+	newSession, w, err := openBackend(o.backend, o.model)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if w.Config.MaxPositions > 0 && o.ctx+o.steps > w.Config.MaxPositions {
+		return fmt.Errorf("--ctx %d + %d steps exceed the model's context of %d", o.ctx, o.steps, w.Config.MaxPositions)
+	}
+	prompt := benchPrompt(o.ctx, w.Config.VocabSize)
+	ctx := context.Background()
+	if o.warmup {
+		if _, err := generate.Greedy(ctx, newSession(), prompt, 2, nil, nil); err != nil {
+			return err
+		}
+	}
+	// One prefill (until the first token is chosen), then exactly `steps` measured decode steps.
+	res, err := generate.Greedy(ctx, newSession(), prompt, o.steps+1, nil, nil)
+	if err != nil {
+		return err
+	}
+	h := fnv.New64a()
+	for _, id := range res.Tokens[1:] {
+		h.Write([]byte(strconv.Itoa(id) + ","))
+	}
+	out := benchOutput{
+		SchemaVersion: 1, Backend: o.backend, Context: o.ctx,
+		Prefill:  benchPhase{Tokens: o.ctx, Seconds: res.Prefill.Seconds(), TokS: rate(o.ctx, res.Prefill.Seconds())},
+		Decode:   benchPhase{Tokens: o.steps, Seconds: res.Decode.Seconds(), TokS: rate(o.steps, res.Decode.Seconds())},
+		TokenIDs: res.Tokens[1:],
+		Digest:   fmt.Sprintf("%016x", h.Sum64()),
+	}
+	if o.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backend %s  context %d\nprefill %d tokens  %.3f s  %.2f tok/s\ndecode  %d steps   %.3f s  %.2f tok/s\n",
+		out.Backend, out.Context, out.Prefill.Tokens, out.Prefill.Seconds, out.Prefill.TokS, out.Decode.Tokens, out.Decode.Seconds, out.Decode.TokS)
+	return err
+}

@@ -1,0 +1,27 @@
+// Command lily is Lily's engine binary: it runs Qwen3.6-35B-A3B checkpoints from the command line.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "lily:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "lily",
+		Short:         "Run Qwen3.6-35B-A3B (MLX 4-bit) locally",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCmd(), newBenchCmd())
+	return root
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lilyformac/lily/engine/generate"
+)
+
+type runOptions struct {
+	model, backend, promptIDs, output, logitsOut string
+	maxTokens                                    int
+	temperature                                  float64
+	ignoreEOS                                    bool
+}
+
+// runOutput is the stable JSON contract of `lily run --output json`.
+type runOutput struct {
+	TokenIDs          []int   `json:"token_ids"`
+	PromptTokens      int     `json:"prompt_tokens"`
+	CompletionTokens  int     `json:"completion_tokens"`
+	FinishReason      string  `json:"finish_reason"`
+	Backend           string  `json:"backend"`
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS  float64 `json:"decode_tokens_per_s"`
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run --model DIR --prompt-ids 1,2,3 --max-tokens N",
+		Short: "Generate token ids from prompt token ids (greedy)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runRun(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors)")
+	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
+	f.StringVar(&o.promptIDs, "prompt-ids", "", "comma-separated prompt token ids")
+	f.IntVar(&o.maxTokens, "max-tokens", 16, "tokens to generate")
+	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0 = greedy, the only mode of run)")
+	f.StringVar(&o.output, "output", "json", "json or text")
+	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
+	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, o runOptions) error {
+	if o.temperature != 0 {
+		return fmt.Errorf("--temperature %g: run is greedy only (use 0); sampling is served by `lily serve`", o.temperature)
+	}
+	if o.output != "json" && o.output != "text" {
+		return fmt.Errorf("--output %q: expected json or text", o.output)
+	}
+	if o.maxTokens < 1 {
+		return fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
+	}
+	prompt, err := parseIDs(o.promptIDs)
+	if err != nil {
+		return err
+	}
+	newSession, w, err := openBackend(o.backend, o.model)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for _, id := range prompt {
+		if id >= w.Config.VocabSize {
+			return fmt.Errorf("--prompt-ids: token id %d outside the vocabulary [0, %d)", id, w.Config.VocabSize)
+		}
+	}
+	var stop []int
+	if !o.ignoreEOS {
+		stop = w.Config.EOSTokenIDs
+	}
+	var logits *logitsWriter
+	var onLogits func(int, []float32) error
+	if o.logitsOut != "" {
+		if logits, err = newLogitsWriter(o.logitsOut); err != nil {
+			return err
+		}
+		defer logits.abort()
+		onLogits = func(_ int, row []float32) error { return logits.write(row) }
+	}
+	res, err := generate.Greedy(cmd.Context(), newSession(), prompt, o.maxTokens, stop, onLogits)
+	if err != nil {
+		return err
+	}
+	if logits != nil {
+		if err := logits.commit(); err != nil {
+			return err
+		}
+	}
+	out := runOutput{
+		TokenIDs: res.Tokens, PromptTokens: len(prompt), CompletionTokens: len(res.Tokens),
+		FinishReason: res.FinishReason, Backend: o.backend,
+		PrefillTokensPerS: rate(len(prompt), res.Prefill.Seconds()),
+		DecodeTokensPerS:  rate(len(res.Tokens)-1, res.Decode.Seconds()),
+	}
+	if o.output == "text" {
+		ids := make([]string, len(out.TokenIDs))
+		for i, id := range out.TokenIDs {
+			ids[i] = strconv.Itoa(id)
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, " "))
+		return err
+	}
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+}
+
+func rate(n int, seconds float64) float64 {
+	if n <= 0 || seconds <= 0 {
+		return 0
+	}
+	return math.Round(float64(n)/seconds*100) / 100
+}
+
+func parseIDs(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, fmt.Errorf("--prompt-ids is required (comma-separated token ids)")
+	}
+	var ids []int
+	for i, part := range strings.Split(s, ",") {
+		id, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || id < 0 {
+			return nil, fmt.Errorf("--prompt-ids: item %d (%q) is not a token id", i+1, part)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// logitsWriter streams rows to a temp file and renames it into place only when generation succeeded.
+type logitsWriter struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	buf  []byte
+}
+
+func newLogitsWriter(path string) (*logitsWriter, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return nil, fmt.Errorf("--logits-out: %w", err)
+	}
+	return &logitsWriter{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (l *logitsWriter) write(row []float32) error {
+	l.buf = l.buf[:0]
+	for _, v := range row {
+		l.buf = binary.LittleEndian.AppendUint32(l.buf, math.Float32bits(v))
+	}
+	_, err := l.w.Write(l.buf)
+	return err
+}
+
+func (l *logitsWriter) commit() error {
+	err := l.w.Flush()
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(l.f.Name(), l.path)
+	}
+	if err != nil {
+		os.Remove(l.f.Name())
+		return fmt.Errorf("--logits-out: %w", err)
+	}
+	l.f = nil
+	return nil
+}
+
+// abort removes the temp file unless commit succeeded.
+func (l *logitsWriter) abort() {
+	if l.f != nil {
+		l.f.Close()
+		os.Remove(l.f.Name())
+	}
+}

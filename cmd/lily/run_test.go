@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func readFloats(t *testing.T, path string) []float32 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(raw)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
+}
+
+// TestRunContractAgainstHF drives `lily run` exactly as other tools will and compares its ids and
+// --logits-out rows with the Hugging Face goldens.
+func TestRunContractAgainstHF(t *testing.T) {
+	dir := "../../testdata/golden/tiny-a"
+	var g struct {
+		PromptIDs []int `json:"prompt_ids"`
+		GreedyIDs []int `json:"greedy_ids"`
+		VocabSize int   `json:"vocab_size"`
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(g.PromptIDs))
+	for i, id := range g.PromptIDs {
+		ids[i] = strconv.Itoa(id)
+	}
+	n := 10
+	logitsPath := filepath.Join(t.TempDir(), "logits.f32")
+	out, err := execute(t, "run", "--model", dir, "--prompt-ids", strings.Join(ids, ","), "--max-tokens", strconv.Itoa(n),
+		"--temperature", "0", "--output", "json", "--logits-out", logitsPath, "--ignore-eos")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	var res runOutput
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+	}
+	if len(res.TokenIDs) != n || res.FinishReason != "length" || res.PromptTokens != len(g.PromptIDs) {
+		t.Fatalf("unexpected result %+v", res)
+	}
+	for i, id := range res.TokenIDs {
+		if id != g.GreedyIDs[i] {
+			t.Fatalf("token %d: got %d, HF %d", i, id, g.GreedyIDs[i])
+		}
+	}
+	rows := readFloats(t, logitsPath)
+	if len(rows) != n*g.VocabSize {
+		t.Fatalf("logits file has %d floats, want %d rows of %d", len(rows), n, g.VocabSize)
+	}
+	prefill := readFloats(t, filepath.Join(dir, "prefill_logits.f32"))
+	decode := readFloats(t, filepath.Join(dir, "decode_logits.f32"))
+	V := g.VocabSize
+	want := append(append([]float32{}, prefill[len(prefill)-V:]...), decode[:(n-1)*V]...)
+	for i := range rows {
+		if d := math.Abs(float64(rows[i] - want[i])); d > 2e-3 {
+			t.Fatalf("logits row %d col %d: %g vs HF %g", i/V, i%V, rows[i], want[i])
+		}
+	}
+}
+
+// TestRunStopsAtEOS makes the 4th greedy token of a run the model's eos id (by editing a copy of
+// the config) and checks that generation stops right after it with finish_reason "stop".
+func TestRunStopsAtEOS(t *testing.T) {
+	src := "../../testdata/golden/tiny-b"
+	args := []string{"run", "--prompt-ids", "5,6,7", "--max-tokens", "12"}
+	out, err := execute(t, append(args, "--model", src, "--ignore-eos")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free runOutput
+	json.Unmarshal([]byte(out), &free)
+	eos := free.TokenIDs[3]
+	if slices.Contains(free.TokenIDs[:3], eos) {
+		t.Fatalf("token %d repeats early in %v: the test needs another prompt", eos, free.TokenIDs)
+	}
+	dir := t.TempDir()
+	var cfg map[string]any
+	raw, _ := os.ReadFile(filepath.Join(src, "config.json"))
+	json.Unmarshal(raw, &cfg)
+	cfg["eos_token_id"] = eos
+	raw, _ = json.Marshal(cfg)
+	os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644)
+	abs, _ := filepath.Abs(filepath.Join(src, "model.safetensors"))
+	if err := os.Symlink(abs, filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = execute(t, append(args, "--model", dir)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped runOutput
+	json.Unmarshal([]byte(out), &stopped)
+	if stopped.FinishReason != "stop" || !slices.Equal(stopped.TokenIDs, free.TokenIDs[:4]) {
+		t.Fatalf("with eos %d: got %v (%s), want %v (stop)", eos, stopped.TokenIDs, stopped.FinishReason, free.TokenIDs[:4])
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := "../../testdata/golden/tiny-b"
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "metal"}, `unknown backend "metal"`},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--temperature", "0.7"}, "greedy only"},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,x"}, `item 2 ("x")`},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,99999"}, "outside the vocabulary"},
+		{[]string{"run", "--model", dir}, "--prompt-ids is required"},
+		{[]string{"run", "--prompt-ids", "1"}, "--model DIR is required"},
+		{[]string{"run", "--model", t.TempDir(), "--prompt-ids", "1"}, "config.json"},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1", "--max-tokens", "0"}, "at least 1"},
+		{[]string{"bench", "--model", dir, "--ctx", "0"}, "at least 1"},
+	}
+	for _, c := range cases {
+		out, err := execute(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v (%s), want an error containing %q", c.args, err, out, c.want)
+		}
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	out, err := execute(t, "bench", "--model", "../../testdata/golden/tiny-b", "--ctx", "70", "--decode-steps", "8", "--output", "json", "--warmup=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b benchOutput
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Context != 70 || b.Decode.Tokens != 8 || len(b.TokenIDs) != 8 || b.Prefill.TokS <= 0 || b.Decode.TokS <= 0 {
+		t.Fatalf("unexpected bench output %+v", b)
+	}
+	if got := benchPrompt(3, 1000); got[0] != 0 || got[1] != 2654435761%(1<<32)%1000 || got[2] != (2*2654435761)%(1<<32)%1000 {
+		t.Fatalf("bench prompt formula: %v", got)
+	}
+}

@@ -1,0 +1,497 @@
+// Package cpu is the pure-Go reference backend: the Qwen3.5/3.6-MoE forward pass in float32 over
+// quantized weights, dequantized on the fly, matching Hugging Face transformers' eager fp32 path.
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/quant"
+)
+
+// Model runs the forward pass of loaded weights. It is safe for concurrent use with separate States.
+type Model struct {
+	W       *model.Weights
+	cfg     *config.Config
+	invFreq []float32 // RoPE inverse frequencies, rotaryDim/2 of them
+
+	// OnLayer, when set, sees the residual stream after each layer (for tests and debugging).
+	OnLayer func(layer int, hidden [][]float32)
+}
+
+// New prepares a model for weights w.
+func New(w *model.Weights) *Model {
+	c := w.Config
+	m := &Model{W: w, cfg: c}
+	// Same float32 steps as HF: base ** (float32(2i)/dim), then 1/x.
+	for i := 0; i < c.RotaryDim; i += 2 {
+		e := float32(i) / float32(c.RotaryDim)
+		m.invFreq = append(m.invFreq, 1/float32(math.Pow(c.RopeTheta, float64(e))))
+	}
+	return m
+}
+
+// State is one sequence's cache: KV for full-attention layers, the conv window and the recurrent
+// state for Gated DeltaNet layers.
+type State struct {
+	Pos  int
+	conv [][]float32 // per GDN layer: the last kernel-1 pre-conv inputs, oldest first, [kernel-1][channels]
+	ssm  [][]float32 // per GDN layer: [valueHeads][keyDim][valueDim]
+	k, v [][]float32 // per attention layer: [pos][kvHeads·headDim], grown as tokens arrive
+}
+
+// NewState returns an empty sequence state.
+func (m *Model) NewState() *State {
+	c := m.cfg
+	s := &State{
+		conv: make([][]float32, c.NumLayers), ssm: make([][]float32, c.NumLayers),
+		k: make([][]float32, c.NumLayers), v: make([][]float32, c.NumLayers),
+	}
+	channels := 2*c.LinearKeyHeads*c.LinearKeyDim + c.LinearValueHeads*c.LinearValueDim
+	for i, kind := range c.Layers {
+		if kind == config.LinearAttention {
+			s.conv[i] = make([]float32, (c.ConvKernel-1)*channels)
+			s.ssm[i] = make([]float32, c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
+		}
+	}
+	return s
+}
+
+// Forward runs tokens at positions s.Pos, s.Pos+1, … and advances s. It returns a row of logits
+// for every token when all is set, else only for the last one.
+func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
+	c := m.cfg
+	T, H := len(tokens), c.HiddenSize
+	if T == 0 {
+		return nil, fmt.Errorf("forward: no tokens")
+	}
+	for _, id := range tokens {
+		if id < 0 || id >= c.VocabSize {
+			return nil, fmt.Errorf("forward: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
+		}
+	}
+	if c.MaxPositions > 0 && s.Pos+T > c.MaxPositions {
+		return nil, fmt.Errorf("forward: %d positions exceed the model's context of %d", s.Pos+T, c.MaxPositions)
+	}
+	x := rows(T, H)
+	for t, id := range tokens {
+		m.W.Embed.DequantRow(id, x[t])
+	}
+	h := rows(T, H)
+	in := inputs(T, H)
+	for li := range m.W.Layers {
+		L := &m.W.Layers[li]
+		normInto(h, in, x, L.InputNorm, c.RMSNormEps)
+		var mixed [][]float32
+		if L.GDN != nil {
+			mixed = m.gdn(s, li, L.GDN, in)
+		} else {
+			mixed = m.attention(s, li, L.Attn, in)
+		}
+		addRows(x, mixed)
+		normInto(h, in, x, L.PostNorm, c.RMSNormEps)
+		addRows(x, m.moe(&L.MoE, in))
+		if m.OnLayer != nil {
+			m.OnLayer(li, x)
+		}
+	}
+	s.Pos += T
+	if !all {
+		x, h, in = x[T-1:], h[T-1:], in[T-1:]
+	}
+	normInto(h, in, x, m.W.FinalNorm, c.RMSNormEps)
+	logits := rows(len(x), c.VocabSize)
+	quant.MatMul(m.W.LMHead, logits, in)
+	return logits, nil
+}
+
+// gdn is the Gated DeltaNet mixer: projections, causal conv, the delta-rule recurrence per value
+// head (HF's recurrent order: decay, read, delta, write, output), gated RMSNorm, out projection.
+func (m *Model) gdn(s *State, li int, g *model.GDN, in []*quant.Input) [][]float32 {
+	c := m.cfg
+	T := len(in)
+	hk, hv, dk, dv, K := c.LinearKeyHeads, c.LinearValueHeads, c.LinearKeyDim, c.LinearValueDim, c.ConvKernel
+	C := 2*hk*dk + hv*dv
+	qkv, z := rows(T, C), rows(T, hv*dv)
+	bs, as := rows(T, hv), rows(T, hv)
+	quant.MatMul(g.InProjQKV, qkv, in)
+	quant.MatMul(g.InProjZ, z, in)
+	quant.MatMul(g.InProjB, bs, in)
+	quant.MatMul(g.InProjA, as, in)
+
+	window, S := s.conv[li], s.ssm[li]
+	y := rows(T, hv*dv)
+	u := make([]float32, C)
+	qScale := float32(1 / math.Sqrt(float64(dk)))
+	for t := range T {
+		p := qkv[t]
+		for ch := range C {
+			taps := g.Conv[ch*K : (ch+1)*K]
+			var acc float32
+			for j := 0; j < K-1; j++ {
+				acc += taps[j] * window[j*C+ch]
+			}
+			acc += taps[K-1] * p[ch]
+			u[ch] = silu(acc)
+		}
+		copy(window, window[C:])
+		copy(window[(K-2)*C:], p)
+
+		q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
+		for head := range hk {
+			l2norm(q[head*dk:(head+1)*dk], qScale)
+			l2norm(k[head*dk:(head+1)*dk], 1)
+		}
+		parallelFor(hv, func(head int) {
+			kh := head / (hv / hk)
+			qh, kvec := q[kh*dk:(kh+1)*dk], k[kh*dk:(kh+1)*dk]
+			beta := sigmoid(bs[t][head])
+			decay := float32(math.Exp(float64(-float32(math.Exp(float64(g.ALog[head]))) * softplus(as[t][head]+g.DtBias[head]))))
+			st := S[head*dk*dv : (head+1)*dk*dv]
+			read := make([]float32, dv)
+			for kk := range dk {
+				row := st[kk*dv : (kk+1)*dv]
+				kv := kvec[kk]
+				for j := range row {
+					row[j] *= decay
+					read[j] += row[j] * kv
+				}
+			}
+			delta := read // reuse: delta = β(v − read)
+			vh := v[head*dv : (head+1)*dv]
+			for j := range delta {
+				delta[j] = (vh[j] - read[j]) * beta
+			}
+			o := y[t][head*dv : (head+1)*dv]
+			for kk := range dk {
+				row := st[kk*dv : (kk+1)*dv]
+				kv, qv := kvec[kk], qh[kk]
+				for j := range row {
+					row[j] += kv * delta[j]
+					o[j] += row[j] * qv
+				}
+			}
+			gatedNorm(o, z[t][head*dv:(head+1)*dv], g.Norm, c.RMSNormEps)
+		})
+	}
+	out := rows(T, c.HiddenSize)
+	quant.MatMul(g.OutProj, out, prepared(y))
+	return out
+}
+
+// attention is the gated full-attention mixer with q/k RMSNorm, partial RoPE and a KV cache.
+func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Input) [][]float32 {
+	c := m.cfg
+	T := len(in)
+	nh, nkv, hd := c.NumHeads, c.NumKVHeads, c.HeadDim
+	qg, k, v := rows(T, nh*2*hd), rows(T, nkv*hd), rows(T, nkv*hd)
+	quant.MatMul(a.Q, qg, in)
+	quant.MatMul(a.K, k, in)
+	quant.MatMul(a.V, v, in)
+	pos0 := s.Pos
+	for t := range T {
+		for j := range nkv {
+			kh := k[t][j*hd : (j+1)*hd]
+			rmsNorm(kh, kh, a.KNorm, c.RMSNormEps)
+			m.rope(kh, pos0+t)
+		}
+		s.k[li] = append(s.k[li], k[t]...)
+		s.v[li] = append(s.v[li], v[t]...)
+	}
+	keys, vals := s.k[li], s.v[li]
+	o := rows(T, nh*hd)
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	stride := nkv * hd
+	for t := range T {
+		n := pos0 + t + 1 // causal: positions 0..pos
+		parallelFor(nh, func(head int) {
+			q := append([]float32(nil), qg[t][head*2*hd:head*2*hd+hd]...)
+			gate := qg[t][head*2*hd+hd : (head+1)*2*hd]
+			rmsNorm(q, q, a.QNorm, c.RMSNormEps)
+			m.rope(q, pos0+t)
+			off := (head / (nh / nkv)) * hd
+			scores := make([]float32, n)
+			maxScore := float32(math.Inf(-1))
+			for j := range n {
+				scores[j] = dot(q, keys[j*stride+off:j*stride+off+hd]) * scale
+				maxScore = max(maxScore, scores[j])
+			}
+			var sum float32
+			for j := range scores {
+				scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+				sum += scores[j]
+			}
+			out := o[t][head*hd : (head+1)*hd]
+			for j, p := range scores {
+				p /= sum
+				vj := vals[j*stride+off : j*stride+off+hd]
+				for d := range out {
+					out[d] += p * vj[d]
+				}
+			}
+			for d := range out {
+				out[d] *= sigmoid(gate[d])
+			}
+		})
+	}
+	res := rows(T, c.HiddenSize)
+	quant.MatMul(a.O, res, prepared(o))
+	return res
+}
+
+// rope rotates the first RotaryDim dims of x (NeoX pairing: i with i+RotaryDim/2) for position pos.
+func (m *Model) rope(x []float32, pos int) {
+	half := len(m.invFreq)
+	for i, f := range m.invFreq {
+		theta := float64(float32(pos) * f)
+		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
+		a, b := x[i], x[i+half]
+		x[i] = a*cos - b*sin
+		x[i+half] = b*cos + a*sin
+	}
+}
+
+// moe is the sparse MoE block: softmax router over all experts, top-k renormalised, experts in
+// ascending id order (as HF accumulates), then the sigmoid-gated shared expert added last.
+func (m *Model) moe(mo *model.MoE, in []*quant.Input) [][]float32 {
+	c := m.cfg
+	T, H, E, I := len(in), c.HiddenSize, c.NumExperts, c.MoEIntermediate
+	logits := rows(T, E)
+	quant.MatMul(mo.Router, logits, in)
+	type use struct {
+		token  int
+		weight float32
+	}
+	byExpert := make([][]use, E)
+	for t := range T {
+		probs := softmax(logits[t])
+		top := topK(probs, c.TopK)
+		var sum float32
+		for _, e := range top {
+			sum += probs[e]
+		}
+		for _, e := range top {
+			byExpert[e] = append(byExpert[e], use{t, probs[e] / sum})
+		}
+	}
+	y := rows(T, H)
+	for e, uses := range byExpert {
+		if len(uses) == 0 {
+			continue
+		}
+		sub := make([]*quant.Input, len(uses))
+		for j, u := range uses {
+			sub[j] = in[u.token]
+		}
+		act := swiglu(mo.Gate.RowRange(e*I, I), mo.Up.RowRange(e*I, I), sub)
+		down := rows(len(uses), H)
+		quant.MatMul(mo.Down.RowRange(e*H, H), down, prepared(act))
+		for j, u := range uses {
+			for d, val := range down[j] {
+				y[u.token][d] += val * u.weight
+			}
+		}
+	}
+	shared := rows(T, H)
+	quant.MatMul(mo.SharedDown, shared, prepared(swiglu(mo.SharedGate, mo.SharedUp, in)))
+	gate := rows(T, 1)
+	quant.MatMul(mo.SharedExpertGate, gate, in)
+	for t := range T {
+		sg := sigmoid(gate[t][0])
+		for d, val := range shared[t] {
+			y[t][d] += sg * val
+		}
+	}
+	return y
+}
+
+// swiglu returns silu(gate·x) ⊙ (up·x) for each input.
+func swiglu(gate, up *quant.Matrix, in []*quant.Input) [][]float32 {
+	g, u := rows(len(in), gate.Rows), rows(len(in), up.Rows)
+	quant.MatMul(gate, g, in)
+	quant.MatMul(up, u, in)
+	for t := range g {
+		for i := range g[t] {
+			g[t][i] = silu(g[t][i]) * u[t][i]
+		}
+	}
+	return g
+}
+
+// --- small float32 helpers -------------------------------------------------------------------
+
+func rows(n, width int) [][]float32 {
+	flat := make([]float32, n*width)
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = flat[i*width : (i+1)*width : (i+1)*width]
+	}
+	return out
+}
+
+func inputs(n, cols int) []*quant.Input {
+	out := make([]*quant.Input, n)
+	for i := range out {
+		out[i] = quant.NewInput(cols)
+	}
+	return out
+}
+
+func prepared(xs [][]float32) []*quant.Input {
+	in := inputs(len(xs), len(xs[0]))
+	for i, x := range xs {
+		in[i].Set(x)
+	}
+	return in
+}
+
+// normInto sets h = RMSNorm(x)·w row by row and prepares the matvec inputs from h.
+func normInto(h [][]float32, in []*quant.Input, x [][]float32, w []float32, eps float32) {
+	for t := range x {
+		rmsNorm(h[t], x[t], w, eps)
+		in[t].Set(h[t])
+	}
+}
+
+func addRows(x, d [][]float32) {
+	for t := range x {
+		for i, v := range d[t] {
+			x[t][i] += v
+		}
+	}
+}
+
+// rmsNorm: dst = x · rsqrt(mean(x²) + eps) · w (w is the stored gain; MLX keeps 1+w).
+func rmsNorm(dst, x, w []float32, eps float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	r := rsqrt(ss/float32(len(x)) + eps)
+	for i, v := range x {
+		dst[i] = v * r * w[i]
+	}
+}
+
+// gatedNorm: o = w ⊙ (o · rsqrt(mean(o²) + eps)) ⊙ silu(z), the GDN output norm (plain gain).
+func gatedNorm(o, z, w []float32, eps float32) {
+	var ss float32
+	for _, v := range o {
+		ss += v * v
+	}
+	r := rsqrt(ss/float32(len(o)) + eps)
+	for i, v := range o {
+		o[i] = w[i] * (v * r) * silu(z[i])
+	}
+}
+
+// l2norm scales x to unit length (eps inside the sum, as HF/fla) times scale.
+func l2norm(x []float32, scale float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	r := rsqrt(ss+1e-6) * scale
+	for i := range x {
+		x[i] *= r
+	}
+}
+
+func softmax(x []float32) []float32 {
+	out := make([]float32, len(x))
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var sum float32
+	for i, v := range x {
+		out[i] = float32(math.Exp(float64(v - m)))
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// topK returns the indices of the k largest values, largest first; ties go to the lower index.
+func topK(p []float32, k int) []int {
+	idx := make([]int, 0, k)
+	taken := make([]bool, len(p))
+	for range k {
+		best := -1
+		for i, v := range p {
+			if !taken[i] && (best < 0 || v > p[best]) {
+				best = i
+			}
+		}
+		taken[best] = true
+		idx = append(idx, best)
+	}
+	return idx
+}
+
+func dot(a, b []float32) float32 {
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}
+
+func rsqrt(x float32) float32 { return float32(1 / math.Sqrt(float64(x))) }
+
+func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func silu(x float32) float32 { return x * sigmoid(x) }
+
+// softplus as torch computes it: log1p(exp(x)), linear above 20.
+func softplus(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return float32(math.Log1p(math.Exp(float64(x))))
+}
+
+// parallelFor runs f(0..n-1) across the available cores.
+func parallelFor(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				f(i)
+			}
+		}(w*n/workers, (w+1)*n/workers)
+	}
+	wg.Wait()
+}
+
+// Session is one sequence on the CPU backend.
+type Session struct {
+	m  *Model
+	st *State
+}
+
+// NewSession starts an empty sequence.
+func (m *Model) NewSession() *Session { return &Session{m: m, st: m.NewState()} }
+
+// Forward feeds tokens at the session's next positions; see Model.Forward.
+func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
+	return s.m.Forward(s.st, tokens, all)
+}
+
+// Pos is the number of tokens the session has consumed.
+func (s *Session) Pos() int { return s.st.Pos }

@@ -1,0 +1,138 @@
+// Package quant implements MLX affine quantization (4- and 8-bit, group 64): packing, dequantization and fast matrix-vector products.
+//
+// A matrix W[Rows, Cols] is stored row-major as uint32 words, Cols*Bits/32
+// words per row; element (n, k) sits in word k/(32/Bits) at bit offset
+// Bits*(k%(32/Bits)), least significant first. Each group of 64 consecutive
+// elements of a row has a bfloat16 scale and bias: w = scale*q + bias.
+package quant
+
+import (
+	"fmt"
+	"math"
+)
+
+// GroupSize is the number of consecutive elements of a row sharing one scale and bias.
+const GroupSize = 64
+
+// BF16ToF32 widens bfloat16 bits to float32 (exact).
+func BF16ToF32(u uint16) float32 { return math.Float32frombits(uint32(u) << 16) }
+
+// F32ToBF16 rounds f to bfloat16 bits, to nearest even; NaN stays NaN.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if f != f {
+		return uint16(b>>16) | 0x40 // keep sign, force a quiet NaN so the mantissa stays non-zero
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// Matrix is an MLX affine-quantized matrix. Rows are output features, Cols
+// input features (a multiple of GroupSize).
+type Matrix struct {
+	Rows, Cols int      // logical shape: Cols = input features (K)
+	Bits       int      // 4 or 8
+	Words      []uint32 // packed q, len Rows*Cols*Bits/32
+	Scales     []uint16 // bf16 bits, len Rows*Cols/GroupSize
+	Biases     []uint16 // bf16 bits, len Rows*Cols/GroupSize
+}
+
+// Validate reports whether the shape, bit width and slice lengths agree.
+func (m *Matrix) Validate() error {
+	switch {
+	case m.Bits != 4 && m.Bits != 8:
+		return fmt.Errorf("quant: bits = %d, want 4 or 8", m.Bits)
+	case m.Rows < 0:
+		return fmt.Errorf("quant: rows = %d, want >= 0", m.Rows)
+	case m.Cols <= 0 || m.Cols%GroupSize != 0:
+		return fmt.Errorf("quant: cols = %d, want a positive multiple of %d", m.Cols, GroupSize)
+	}
+	if n := m.Rows * m.wordsPerRow(); len(m.Words) != n {
+		return fmt.Errorf("quant: %dx%d %d-bit matrix has %d words, want %d", m.Rows, m.Cols, m.Bits, len(m.Words), n)
+	}
+	n := m.Rows * m.groups()
+	if len(m.Scales) != n {
+		return fmt.Errorf("quant: %dx%d matrix has %d scales, want %d", m.Rows, m.Cols, len(m.Scales), n)
+	}
+	if len(m.Biases) != n {
+		return fmt.Errorf("quant: %dx%d matrix has %d biases, want %d", m.Rows, m.Cols, len(m.Biases), n)
+	}
+	return nil
+}
+
+func (m *Matrix) wordsPerRow() int { return m.Cols * m.Bits / 32 }
+func (m *Matrix) groups() int      { return m.Cols / GroupSize }
+
+// RowRange returns a view of rows [start, start+n) sharing m's storage, e.g.
+// one expert of a stacked [E*N, K] expert tensor.
+func (m *Matrix) RowRange(start, n int) *Matrix {
+	if start < 0 || n < 0 || start+n > m.Rows {
+		panic(fmt.Sprintf("quant: RowRange(%d, %d) out of range for %d rows", start, n, m.Rows))
+	}
+	w, g := m.wordsPerRow(), m.groups()
+	return &Matrix{
+		Rows: n, Cols: m.Cols, Bits: m.Bits,
+		Words:  m.Words[start*w : (start+n)*w : (start+n)*w],
+		Scales: m.Scales[start*g : (start+n)*g : (start+n)*g],
+		Biases: m.Biases[start*g : (start+n)*g : (start+n)*g],
+	}
+}
+
+// DequantRow writes the Cols float32 values of row r into dst.
+func (m *Matrix) DequantRow(r int, dst []float32) {
+	w, g := m.wordsPerRow(), m.groups()
+	words := m.Words[r*w : (r+1)*w]
+	scales, biases := m.Scales[r*g:(r+1)*g], m.Biases[r*g:(r+1)*g]
+	dst = dst[:m.Cols]
+	per := 32 / m.Bits
+	mask := uint32(1)<<m.Bits - 1
+	for k := range dst {
+		q := words[k/per] >> (m.Bits * (k % per)) & mask
+		dst[k] = BF16ToF32(scales[k/GroupSize])*float32(q) + BF16ToF32(biases[k/GroupSize])
+	}
+}
+
+// Quantize packs the row-major rows×cols float32 matrix w with MLX's affine
+// quantizer, bit for bit (scales and biases rounded to bf16 as MLX does for
+// bf16 weights).
+func Quantize(w []float32, rows, cols, bits int) *Matrix {
+	m := &Matrix{Rows: rows, Cols: cols, Bits: bits}
+	if bits != 4 && bits != 8 || rows < 0 || cols <= 0 || cols%GroupSize != 0 || len(w) != rows*cols {
+		panic(fmt.Sprintf("quant: Quantize(len %d, %d, %d, %d): bad shape or bits", len(w), rows, cols, bits))
+	}
+	ng := rows * cols / GroupSize
+	m.Words = make([]uint32, rows*m.wordsPerRow())
+	m.Scales = make([]uint16, ng)
+	m.Biases = make([]uint16, ng)
+	nBins := float32(int(1)<<bits - 1)
+	per := 32 / bits
+	for g := 0; g < ng; g++ {
+		x := w[g*GroupSize : (g+1)*GroupSize]
+		lo, hi := x[0], x[0]
+		for _, v := range x {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		scale := max((hi-lo)/nBins, 1e-7)
+		edge := lo
+		if !(abs32(lo) > abs32(hi)) {
+			// The max dominates: MLX negates the scale so q = 0 maps to the max exactly.
+			scale, edge = -scale, hi
+		}
+		q0 := roundEven(edge / scale)
+		var bias float32
+		if q0 != 0 {
+			scale, bias = edge/q0, edge
+		}
+		m.Scales[g], m.Biases[g] = F32ToBF16(scale), F32ToBF16(bias)
+		s, b := BF16ToF32(m.Scales[g]), BF16ToF32(m.Biases[g])
+		for i, v := range x {
+			q := min(max(roundEven((v-b)/s), 0), nBins)
+			k := g*GroupSize + i // flat index; rows are whole groups, so words are contiguous too
+			m.Words[k/per] |= uint32(q) << (bits * (k % per))
+		}
+	}
+	return m
+}
+
+func abs32(f float32) float32       { return math.Float32frombits(math.Float32bits(f) &^ (1 << 31)) }
+func roundEven(f float32) float32 { return float32(math.RoundToEven(float64(f))) }
