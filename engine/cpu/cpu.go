@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
@@ -486,7 +487,13 @@ type Session struct {
 }
 
 // NewSession starts an empty sequence.
-func (m *Model) NewSession() *Session { return &Session{m: m, st: m.NewState()} }
+func (m *Model) NewSession() backend.Session { return &Session{m: m, st: m.NewState()} }
+
+// Name identifies the backend.
+func (m *Model) Name() string { return "cpu" }
+
+// Config is the model's configuration.
+func (m *Model) Config() *config.Config { return m.cfg }
 
 // Forward feeds tokens at the session's next positions; see Model.Forward.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
@@ -495,3 +502,31 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 
 // Pos is the number of tokens the session has consumed.
 func (s *Session) Pos() int { return s.st.Pos }
+
+// Clone returns an independent copy of the session (its caches included), used as a prefix-cache
+// snapshot: the hybrid model's recurrent state cannot be truncated, so reuse needs exact copies.
+func (s *Session) Clone() backend.Session {
+	st := &State{Pos: s.st.Pos}
+	cp := func(src [][]float32) [][]float32 {
+		out := make([][]float32, len(src))
+		for i, v := range src {
+			if v != nil {
+				out[i] = append(make([]float32, 0, len(v)), v...)
+			}
+		}
+		return out
+	}
+	st.conv, st.ssm, st.k, st.v = cp(s.st.conv), cp(s.st.ssm), cp(s.st.k), cp(s.st.v)
+	return &Session{m: s.m, st: st}
+}
+
+// Bytes is the memory the session's caches hold.
+func (s *Session) Bytes() int64 {
+	var n int
+	for _, group := range [][][]float32{s.st.conv, s.st.ssm, s.st.k, s.st.v} {
+		for _, v := range group {
+			n += len(v)
+		}
+	}
+	return int64(n) * 4
+}

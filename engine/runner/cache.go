@@ -1,0 +1,99 @@
+package runner
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lilyformac/lily/engine/backend"
+)
+
+// Cache keeps session snapshots keyed by the exact token sequence they consumed, under a memory
+// budget with least-recently-used eviction. A snapshot is reusable for any prompt it prefixes:
+// the KV cache could be cut anywhere, but DeltaNet's recurrent state only exists at the snapshot's
+// own boundary, so reuse happens at entry boundaries (ends of prompts and of generations).
+type Cache struct {
+	mu      sync.Mutex
+	budget  int64
+	used    int64
+	clock   uint64
+	entries []*entry
+
+	hits, misses, hitTokens atomic.Int64
+}
+
+type entry struct {
+	tokens  []int
+	sess    backend.Session
+	logits  []float32 // the row predicting the token after tokens
+	bytes   int64
+	lastUse uint64
+}
+
+// NewCache returns a cache holding at most budget bytes (0 disables it).
+func NewCache(budget int64) *Cache { return &Cache{budget: budget} }
+
+// Lookup returns the entry with the longest token sequence that prefixes prompt, or nil.
+func (c *Cache) Lookup(prompt []int) *entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best *entry
+	for _, e := range c.entries {
+		if len(e.tokens) <= len(prompt) && (best == nil || len(e.tokens) > len(best.tokens)) && slices.Equal(e.tokens, prompt[:len(e.tokens)]) {
+			best = e
+		}
+	}
+	if best == nil {
+		c.misses.Add(1)
+		return nil
+	}
+	c.clock++
+	best.lastUse = c.clock
+	c.hits.Add(1)
+	c.hitTokens.Add(int64(len(best.tokens)))
+	return best
+}
+
+// Store records sess (which the cache then owns) as the state after tokens.
+func (c *Cache) Store(tokens []int, sess backend.Session, logits []float32) {
+	size := sess.Bytes() + int64(len(logits)*4+len(tokens)*8)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if size > c.budget {
+		return
+	}
+	c.clock++
+	for i, e := range c.entries {
+		if slices.Equal(e.tokens, tokens) { // same state: keep one copy
+			c.used -= e.bytes
+			c.entries = slices.Delete(c.entries, i, i+1)
+			break
+		}
+	}
+	c.entries = append(c.entries, &entry{tokens: slices.Clone(tokens), sess: sess, logits: slices.Clone(logits), bytes: size, lastUse: c.clock})
+	c.used += size
+	for c.used > c.budget {
+		oldest := 0
+		for i, e := range c.entries {
+			if e.lastUse < c.entries[oldest].lastUse {
+				oldest = i
+			}
+		}
+		c.used -= c.entries[oldest].bytes
+		c.entries = slices.Delete(c.entries, oldest, oldest+1)
+	}
+}
+
+// Stats reports entries, bytes used, hits, misses and prompt tokens served from the cache.
+type Stats struct {
+	Entries                 int
+	Bytes, Budget           int64
+	Hits, Misses, HitTokens int64
+}
+
+// Stats returns a snapshot of the cache's counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Entries: len(c.entries), Bytes: c.used, Budget: c.budget, Hits: c.hits.Load(), Misses: c.misses.Load(), HitTokens: c.hitTokens.Load()}
+}

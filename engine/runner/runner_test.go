@@ -1,0 +1,149 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/cpu"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/sample"
+)
+
+func tinyBackend(t *testing.T) *cpu.Model {
+	t.Helper()
+	w, err := model.Load("../../testdata/golden/tiny-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return cpu.New(w)
+}
+
+func prompt(n, salt int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = (i*37 + salt*11 + 5) % 1000
+	}
+	return p
+}
+
+func collect(t *testing.T, r *Runner, req Request) ([]int, Result) {
+	t.Helper()
+	var ids []int
+	res, err := r.Generate(context.Background(), req, func(tok Token) (bool, error) {
+		ids = append(ids, tok.ID)
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, res.Tokens) {
+		t.Fatalf("emitted %v, result %v", ids, res.Tokens)
+	}
+	return ids, res
+}
+
+// TestCachedEqualsUncached: reusing snapshots gives exactly the output of a fresh run, for greedy
+// and for seeded sampling, for a repeated prompt and for a prompt extending an earlier conversation.
+func TestCachedEqualsUncached(t *testing.T) {
+	m := tinyBackend(t)
+	seed := uint64(11)
+	for _, params := range []sample.Params{{}, {Temperature: 0.9, TopP: 0.95, TopK: 20, Seed: &seed}} {
+		cold := New(m, Options{}) // no cache
+		warm := New(m, Options{CacheBytes: 1 << 30, PrefillChunk: 7})
+		p := prompt(70, 1)
+		req := Request{Prompt: p, MaxTokens: 12, Sampling: params}
+		want, _ := collect(t, cold, req)
+		got, res := collect(t, warm, req)
+		if !slices.Equal(got, want) || res.CachedTokens != 0 {
+			t.Fatalf("first run: %v (cached %d), want %v", got, res.CachedTokens, want)
+		}
+		got, res = collect(t, warm, req)
+		if !slices.Equal(got, want) || res.CachedTokens != len(p) {
+			t.Fatalf("repeat: %v (cached %d), want %v (cached %d)", got, res.CachedTokens, want, len(p))
+		}
+		// A follow-up turn: the conversation so far plus new user tokens.
+		next := append(append(slices.Clone(p), want[:len(want)-1]...), prompt(9, 2)...)
+		req2 := Request{Prompt: next, MaxTokens: 10, Sampling: params}
+		want2, _ := collect(t, cold, req2)
+		got2, res2 := collect(t, warm, req2)
+		if !slices.Equal(got2, want2) {
+			t.Fatalf("follow-up: %v, want %v", got2, want2)
+		}
+		if res2.CachedTokens != len(p)+len(want)-1 {
+			t.Fatalf("follow-up reused %d tokens, want %d (prompt + generation)", res2.CachedTokens, len(p)+len(want)-1)
+		}
+	}
+}
+
+func TestCacheBudgetEvictsLRU(t *testing.T) {
+	m := tinyBackend(t)
+	probe := New(m, Options{CacheBytes: 1 << 30})
+	collect(t, probe, Request{Prompt: prompt(20, 9), MaxTokens: 1})
+	one := probe.Cache().Stats().Bytes
+	r := New(m, Options{CacheBytes: one*2 + one/2}) // room for two prompt snapshots
+	for salt := range 3 {
+		collect(t, r, Request{Prompt: prompt(20, salt), MaxTokens: 1})
+	}
+	st := r.Cache().Stats()
+	if st.Entries != 2 || st.Bytes > st.Budget {
+		t.Fatalf("stats %+v: want 2 entries within budget", st)
+	}
+	_, res := collect(t, r, Request{Prompt: prompt(20, 0), MaxTokens: 1})
+	if res.CachedTokens != 0 {
+		t.Fatal("the least recently used entry was not evicted")
+	}
+	_, res = collect(t, r, Request{Prompt: prompt(20, 2), MaxTokens: 1})
+	if res.CachedTokens != 20 {
+		t.Fatalf("recent entry missing: cached %d", res.CachedTokens)
+	}
+}
+
+func TestCancelStopsWithinOneToken(t *testing.T) {
+	m := tinyBackend(t)
+	r := New(m, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	_, err := r.Generate(ctx, Request{Prompt: prompt(10, 3), MaxTokens: 50}, func(Token) (bool, error) {
+		n++
+		if n == 3 {
+			cancel()
+		}
+		return false, nil
+	})
+	if !errors.Is(err, context.Canceled) || n != 3 {
+		t.Fatalf("err %v after %d tokens, want context.Canceled after 3", err, n)
+	}
+	// The runner is free again.
+	collect(t, r, Request{Prompt: prompt(10, 3), MaxTokens: 2})
+}
+
+func TestStopsAndLimits(t *testing.T) {
+	m := tinyBackend(t)
+	r := New(m, Options{Context: 64})
+	free, _ := collect(t, r, Request{Prompt: prompt(10, 4), MaxTokens: 8})
+	ids, res := collect(t, r, Request{Prompt: prompt(10, 4), MaxTokens: 8, StopIDs: []int{free[2]}})
+	if res.FinishReason != "stop" || len(ids) != slices.Index(free, free[2])+1 {
+		t.Fatalf("stop id: %v %q (free run %v)", ids, res.FinishReason, free)
+	}
+	ids, res = collect(t, r, Request{Prompt: prompt(10, 4), MaxTokens: 5})
+	if res.FinishReason != "length" || len(ids) != 5 {
+		t.Fatalf("length: %v %q", ids, res.FinishReason)
+	}
+	emitted := 0
+	res, err := r.Generate(context.Background(), Request{Prompt: prompt(10, 4), MaxTokens: 8}, func(Token) (bool, error) {
+		emitted++
+		return emitted == 2, nil
+	})
+	if err != nil || res.FinishReason != "stop" || len(res.Tokens) != 2 {
+		t.Fatalf("caller stop: %v %+v", err, res)
+	}
+	if _, err := r.Generate(context.Background(), Request{Prompt: prompt(60, 4), MaxTokens: 8}, nil); err == nil {
+		t.Fatal("prompt + max tokens beyond the context accepted")
+	}
+	if _, err := r.Generate(context.Background(), Request{Prompt: prompt(5, 4), MaxTokens: 2, Sampling: sample.Params{TopP: 2}}, nil); err == nil {
+		t.Fatal("invalid sampling parameters accepted")
+	}
+}

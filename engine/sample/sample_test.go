@@ -1,0 +1,193 @@
+package sample
+
+import (
+	"math"
+	"testing"
+)
+
+func seed(v uint64) *uint64 { return &v }
+
+func logits(vals ...float32) []float32 { return vals }
+
+func TestGreedyAndVocabLimit(t *testing.T) {
+	x := logits(0.1, 3, 2, 9) // id 3 is a padding row
+	s := New(Params{VocabLimit: 3}, nil)
+	for range 5 {
+		if c := s.Next(x); c.ID != 1 {
+			t.Fatalf("greedy chose %d, want 1 (id 3 is past the vocabulary limit)", c.ID)
+		}
+	}
+	s = New(Params{Temperature: 1, Seed: seed(1), VocabLimit: 3}, nil)
+	for range 200 {
+		if c := s.Next(x); c.ID == 3 {
+			t.Fatal("sampled a padding id")
+		}
+	}
+}
+
+func TestSeededDeterminism(t *testing.T) {
+	x := make([]float32, 50)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i))) * 2
+	}
+	run := func(sd uint64) []int {
+		s := New(Params{Temperature: 1, TopP: 0.95, TopK: 20, Seed: seed(sd)}, nil)
+		var ids []int
+		for range 64 {
+			ids = append(ids, s.Next(x).ID)
+		}
+		return ids
+	}
+	a, b, c := run(7), run(7), run(8)
+	same := true
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("same seed diverged at step %d", i)
+		}
+		same = same && a[i] == c[i]
+	}
+	if same {
+		t.Fatal("different seeds gave identical sequences")
+	}
+}
+
+// TestDistribution draws many tokens at T=1 and compares frequencies with softmax.
+func TestDistribution(t *testing.T) {
+	x := logits(0, 1, 2, -1, 0.5)
+	var z float64
+	for _, v := range x {
+		z += math.Exp(float64(v))
+	}
+	s := New(Params{Temperature: 1, Seed: seed(42)}, nil)
+	const n = 40000
+	counts := make([]int, len(x))
+	for range n {
+		counts[s.Next(x).ID]++
+	}
+	for i, v := range x {
+		p := math.Exp(float64(v)) / z
+		got := float64(counts[i]) / n
+		if sd := math.Sqrt(p * (1 - p) / n); math.Abs(got-p) > 5*sd {
+			t.Errorf("token %d: frequency %.4f, softmax %.4f (±%.4f)", i, got, p, sd)
+		}
+	}
+}
+
+func TestTemperatureSharpens(t *testing.T) {
+	x := logits(0, 1, 2)
+	count := func(temp float32) int {
+		s := New(Params{Temperature: temp, Seed: seed(3)}, nil)
+		best := 0
+		for range 4000 {
+			if s.Next(x).ID == 2 {
+				best++
+			}
+		}
+		return best
+	}
+	if lo, hi := count(0.3), count(1.5); lo <= hi {
+		t.Fatalf("low temperature picked the best token %d times, high %d", lo, hi)
+	}
+}
+
+func TestTruncations(t *testing.T) {
+	x := logits(1, 2, 3, 2.9, 0)
+	cases := []struct {
+		name  string
+		p     Params
+		allow map[int]bool
+	}{
+		{"top_k 1", Params{Temperature: 1, TopK: 1}, map[int]bool{2: true}},
+		{"top_k 2", Params{Temperature: 1, TopK: 2}, map[int]bool{2: true, 3: true}},
+		{"top_p tiny", Params{Temperature: 1, TopP: 0.01}, map[int]bool{2: true}},
+		{"min_p 0.9", Params{Temperature: 1, MinP: 0.9}, map[int]bool{2: true, 3: true}},
+		{"min_p 1", Params{Temperature: 1, MinP: 1}, map[int]bool{2: true}},
+	}
+	for _, c := range cases {
+		c.p.Seed = seed(9)
+		s := New(c.p, nil)
+		seen := map[int]bool{}
+		for range 500 {
+			id := s.Next(x).ID
+			if !c.allow[id] {
+				t.Fatalf("%s: sampled %d", c.name, id)
+			}
+			seen[id] = true
+		}
+		if len(seen) != len(c.allow) {
+			t.Errorf("%s: saw %v, want all of %v", c.name, seen, c.allow)
+		}
+	}
+}
+
+func TestPenaltiesAndBias(t *testing.T) {
+	x := logits(1, 1.5, 0.2)
+	// Frequency penalty: after generating 1 twice its logit drops by 2·1.0 → 0 wins next.
+	s := New(Params{FrequencyPenalty: 1}, nil)
+	if s.Next(x).ID != 1 || s.Next(x).ID != 0 {
+		t.Fatal("frequency penalty did not move greedy choice away from the repeated token")
+	}
+	// Presence penalty is flat per seen token.
+	s = New(Params{PresencePenalty: 0.6}, nil)
+	if a, b := s.Next(x).ID, s.Next(x).ID; a != 1 || b != 0 {
+		t.Fatalf("presence penalty: got %d then %d", a, b)
+	}
+	// Repetition penalty applies to prompt tokens too: 1.5/2 < 1 → 0 wins.
+	s = New(Params{RepetitionPenalty: 2}, []int{1})
+	if id := s.Next(x).ID; id != 0 {
+		t.Fatalf("repetition penalty: got %d", id)
+	}
+	// A negative logit is multiplied, pushing it further down.
+	s = New(Params{RepetitionPenalty: 2}, []int{0})
+	if c := s.Next(logits(-1, -1.5)); c.ID != 1 {
+		t.Fatalf("repetition penalty on negative logits: got %d", c.ID)
+	}
+	// Logit bias forces or bans.
+	s = New(Params{LogitBias: map[int]float32{2: 100}}, nil)
+	if s.Next(x).ID != 2 {
+		t.Fatal("logit bias +100 did not force the token")
+	}
+	s = New(Params{Temperature: 1, Seed: seed(5), LogitBias: map[int]float32{1: -100}}, nil)
+	for range 300 {
+		if s.Next(x).ID == 1 {
+			t.Fatal("logit bias -100 did not ban the token")
+		}
+	}
+}
+
+func TestLogprobs(t *testing.T) {
+	x := logits(0, 2, 1, -3)
+	s := New(Params{TopLogprobs: 3}, nil)
+	c := s.Next(x)
+	var z float64
+	for _, v := range x {
+		z += math.Exp(float64(v))
+	}
+	want := 2 - math.Log(z)
+	if math.Abs(float64(c.Logprob)-want) > 1e-5 {
+		t.Fatalf("chosen logprob %g, want %g", c.Logprob, want)
+	}
+	if len(c.Top) != 3 || c.Top[0].ID != 1 || c.Top[1].ID != 2 || c.Top[2].ID != 0 {
+		t.Fatalf("top candidates %+v", c.Top)
+	}
+	if c.Top[0].Logprob != c.Logprob {
+		t.Fatalf("top[0] %g != chosen %g", c.Top[0].Logprob, c.Logprob)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := []Params{
+		{Temperature: -1}, {Temperature: 3}, {TopK: -2}, {TopP: 1.5}, {MinP: -0.1},
+		{PresencePenalty: 3}, {FrequencyPenalty: -2.5}, {RepetitionPenalty: -1}, {TopLogprobs: 21},
+		{LogitBias: map[int]float32{5: 101}}, {VocabLimit: 10, LogitBias: map[int]float32{10: 1}},
+		{Temperature: float32(math.NaN())},
+	}
+	for _, p := range bad {
+		if p.Validate() == nil {
+			t.Errorf("%+v accepted", p)
+		}
+	}
+	if err := (Params{Temperature: 0.7, TopP: 0.8, TopK: 20, PresencePenalty: 1.5, RepetitionPenalty: 1}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
