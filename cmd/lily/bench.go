@@ -69,7 +69,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.output != "json" && o.output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
 	}
-	newSession, w, err := openBackend(o.backend, o.model)
+	b, w, err := openBackend(o.backend, o.model)
 	if err != nil {
 		return err
 	}
@@ -80,12 +80,12 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	prompt := benchPrompt(o.ctx, w.Config.VocabSize)
 	ctx := context.Background()
 	if o.warmup {
-		if _, err := generate.Greedy(ctx, newSession(), prompt, 2, nil, nil); err != nil {
+		if _, err := generate.Greedy(ctx, b.NewSession(), prompt, 2, nil, nil); err != nil {
 			return err
 		}
 	}
 	// One prefill (until the first token is chosen), then exactly `steps` measured decode steps.
-	res, err := generate.Greedy(ctx, newSession(), prompt, o.steps+1, nil, nil)
+	res, err := generate.Greedy(ctx, b.NewSession(), prompt, o.steps+1, nil, nil)
 	if err != nil {
 		return err
 	}

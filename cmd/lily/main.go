@@ -22,6 +22,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newBenchCmd())
+	root.AddCommand(newRunCmd(), newBenchCmd(), newServeCmd(), newTokenizeCmd(), newDetokenizeCmd(), newRenderCmd(), newPullCmd(), newDoctorCmd())
 	return root
 }

@@ -68,7 +68,7 @@ func runRun(cmd *cobra.Command, o runOptions) error {
 	if err != nil {
 		return err
 	}
-	newSession, w, err := openBackend(o.backend, o.model)
+	b, w, err := openBackend(o.backend, o.model)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func runRun(cmd *cobra.Command, o runOptions) error {
 		defer logits.abort()
 		onLogits = func(_ int, row []float32) error { return logits.write(row) }
 	}
-	res, err := generate.Greedy(cmd.Context(), newSession(), prompt, o.maxTokens, stop, onLogits)
+	res, err := generate.Greedy(cmd.Context(), b.NewSession(), prompt, o.maxTokens, stop, onLogits)
 	if err != nil {
 		return err
 	}

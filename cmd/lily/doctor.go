@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+)
+
+// doctorOutput is the stable JSON contract of `lily doctor --output json`.
+type doctorOutput struct {
+	OK     bool             `json:"ok"` // no check failed
+	Checks []syscheck.Check `json:"checks"`
+}
+
+func newDoctorCmd() *cobra.Command {
+	var output, model string
+	cmd := &cobra.Command{
+		Use:   "doctor [--output json] [--model DIR]",
+		Short: "Check that this machine can run Lily, and how to fix what it cannot",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runDoctor(cmd, output, model) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&output, "output", "text", "text or json")
+	f.StringVar(&model, "model", "", "checkpoint directory to check (default: the pulled one)")
+	return cmd
+}
+
+func runDoctor(cmd *cobra.Command, output, model string) error {
+	if output != "json" && output != "text" {
+		return fmt.Errorf("--output %q: expected json or text", output)
+	}
+	cfg := syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: model}
+	if model == "" {
+		cfg.ModelDir, cfg.Repo, cfg.Revision = lifecycle.ModelDir(lifecycle.DefaultRepo), lifecycle.DefaultRepo, lifecycle.DefaultRevision
+	}
+	checks := syscheck.Run(cmd.Context(), cfg)
+	failed := syscheck.Failed(checks)
+	out := cmd.OutOrStdout()
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doctorOutput{OK: failed == 0, Checks: checks}); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range checks {
+			fmt.Fprintf(out, "%-4s  %-10s  %s\n", c.Status, c.Name, c.Detail)
+			if c.Fix != "" {
+				fmt.Fprintf(out, "%s  fix: %s\n", strings.Repeat(" ", 16), c.Fix)
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("doctor: %d of %d checks failed", failed, len(checks))
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/adrg/xdg"
+
+	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/engine/lifecycle/hub"
+	"github.com/lilyformac/lily/engine/lifecycle/hub/hubtest"
+)
+
+// isolate points HF_* at a fake hub and the data dir at a temporary one.
+func isolate(t *testing.T, files map[string][]byte) *hubtest.Hub {
+	fh := hubtest.New(t, "org/tiny", "v1", files)
+	t.Setenv("HF_ENDPOINT", fh.URL())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	xdg.Reload()
+	t.Cleanup(xdg.Reload)
+	return fh
+}
+
+func TestPullCommand(t *testing.T) {
+	fh := isolate(t, map[string][]byte{"config.json": []byte("{}"), "model.safetensors": make([]byte, 5000)})
+	out, err := execute(t, "pull", "--repo", "org/tiny", "--revision", "v1")
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	dir := lifecycle.ModelDir("org/tiny")
+	for _, want := range []string{"pull: 5.0 kB of 5.0 kB (100%), 2/2 files", "org/tiny@v1 is complete in " + dir + " (2 files, 5.0 kB, verified)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	fh.ResetServed()
+	if out, err := execute(t, "pull", "--repo", "org/tiny", "--revision", "v1", "--dir", dir); err != nil || !strings.Contains(out, "is complete") || fh.Served() != 0 {
+		t.Fatalf("rerun: %v, served %d:\n%s", err, fh.Served(), out)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--repo org/missing --revision v1", "repo org/missing not found (HTTP 404): check --repo"},
+		{"--repo org/tiny --revision v2", "revision v2 not found in org/tiny"},
+		{"--repo ../etc", `--repo: repo "../etc": expected a Hugging Face id like owner/name`},
+	} {
+		if _, err := execute(t, append([]string{"pull"}, strings.Fields(tc.args)...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("pull %s: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestPullProgressDisplay(t *testing.T) {
+	p := hub.Progress{Done: 5e9, Total: 19.4e9, Start: 1e9, File: "model-00002-of-00004.safetensors", FilesDone: 3, Files: 12}
+	want := "pull: 5.0 GB of 19.4 GB (26%), 3/12 files, 40.0 MB/s, ETA 6m0s, model-00002-of-00004.safetensors"
+	if got := plainLine(p, 100*time.Second); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+
+	// On a terminal the bar counts this run's bytes, after a note about the resume point.
+	var buf bytes.Buffer
+	u := &pullUI{w: &buf, tty: true}
+	u.update(hub.Progress{Done: 1e6, Total: 4e6, Start: 1e6, Files: 2})
+	u.update(hub.Progress{Done: 4e6, Total: 4e6, Start: 1e6, FilesDone: 2, Files: 2})
+	u.finish()
+	if out := buf.String(); !strings.Contains(out, "resuming: 1.0 MB of 4.0 MB already on disk") || !strings.Contains(out, "100%") || !strings.Contains(out, "2/2 files") {
+		t.Fatalf("bar output %q", out)
+	}
+}

@@ -1,0 +1,314 @@
+// Package syscheck answers "can this machine run Lily?" for `lily doctor` and the serve
+// "checks" phase. OS facts are gathered per platform (facts_*.go); judging them is plain code
+// that tests drive with made-up machines.
+package syscheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/engine/lifecycle/hub"
+	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+)
+
+// Status is a check's verdict.
+type Status string
+
+const (
+	Pass Status = "pass"
+	Warn Status = "warn"
+	Fail Status = "fail" // Lily cannot run until it is fixed
+	Skip Status = "skip" // does not apply here
+)
+
+// Check is one line of the doctor's report.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"` // one line: what the user can do
+}
+
+// GPUInfo is what the Metal host reports about the default GPU.
+type GPUInfo struct {
+	Name                     string
+	Family                   string // e.g. "Apple9"
+	RecommendedMaxWorkingSet uint64 // bytes: MTLDevice.recommendedMaxWorkingSetSize
+	Available                bool
+	Reason                   string // why not, when !Available
+}
+
+// ProbeGPU is set (in an init function) by the darwin Metal package once it exists; while it
+// is nil the GPU checks on macOS warn that the probe is not built yet.
+var ProbeGPU func() GPUInfo
+
+// Config says what to check.
+type Config struct {
+	DataDir        string // where checkpoints are stored: free space is measured here
+	ModelDir       string // the checkpoint to check
+	Repo, Revision string // what ModelDir should hold; "" accepts any completed pull
+	ModelBytes     int64  // weights, if no pull has recorded the exact size (0: lifecycle.ModelBytes)
+	RuntimeBytes   int64  // memory beyond the weights (0: lifecycle.RuntimeBytes)
+}
+
+// facts are what the OS reports; a zero field means unknown.
+type facts struct {
+	OS           string // runtime.GOOS
+	OSVersion    string // kern.osproductversion, darwin only
+	MemBytes     uint64
+	MemSource    string // where MemBytes came from
+	Chip         string // machdep.cpu.brand_string, darwin only
+	WiredLimitMB uint64 // iogpu.wired_limit_mb, darwin only; 0 = macOS default
+}
+
+// Seams for tests.
+var (
+	probe     = probeSystem
+	freeSpace = fsutil.FreeSpace
+)
+
+const (
+	minMacOS  = 15
+	minMemory = 24 << 30 // Apple's "24 GB" is 24 GiB in hw.memsize
+)
+
+// Run performs every check, in a stable order.
+func Run(ctx context.Context, cfg Config) []Check {
+	f := probe()
+	model, m := checkModel(ctx, cfg)
+	weights := orDefault(cfg.ModelBytes, lifecycle.ModelBytes)
+	if m != nil {
+		weights = m.Size()
+	}
+	need := weights + orDefault(cfg.RuntimeBytes, lifecycle.RuntimeBytes)
+	var gpu *GPUInfo
+	if f.OS == "darwin" && ProbeGPU != nil {
+		g := ProbeGPU()
+		gpu = &g
+	}
+	return []Check{
+		checkMacOS(f),
+		checkMemory(f),
+		checkChip(f),
+		checkDisk(cfg.DataDir, m != nil, weights),
+		model,
+		checkGPU(f, gpu),
+		checkGPUMemory(f, gpu, weights, need),
+	}
+}
+
+// Failed counts the failed checks.
+func Failed(checks []Check) int {
+	n := 0
+	for _, c := range checks {
+		if c.Status == Fail {
+			n++
+		}
+	}
+	return n
+}
+
+// Step is the serve "checks" phase: it fails with the first failed check's detail and fix.
+func Step(cfg Config) lifecycle.Step {
+	return lifecycle.Step{Phase: lifecycle.PhaseChecks, Run: func(ctx context.Context, s *lifecycle.State) error {
+		checks := Run(ctx, cfg)
+		var warns []string
+		for _, c := range checks {
+			switch c.Status {
+			case Fail:
+				return fmt.Errorf("%s: %s; fix: %s", c.Name, c.Detail, c.Fix)
+			case Warn:
+				warns = append(warns, c.Name)
+			}
+		}
+		detail := "all passed"
+		if len(warns) > 0 {
+			detail = "warnings: " + strings.Join(warns, ", ") + " (see lily doctor)"
+		}
+		s.SetProgress(1, detail)
+		return nil
+	}}
+}
+
+func orDefault(v, def int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+var notMacOS = "not macOS"
+
+func checkMacOS(f facts) Check {
+	c := Check{Name: "macos"}
+	if f.OS != "darwin" {
+		c.Status, c.Detail = Skip, notMacOS
+		return c
+	}
+	major, err := strconv.Atoi(strings.SplitN(f.OSVersion, ".", 2)[0])
+	switch {
+	case err != nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("cannot read the macOS version (kern.osproductversion = %q)", f.OSVersion)
+	case major < minMacOS:
+		c.Status, c.Detail = Fail, fmt.Sprintf("macOS %s; Lily needs macOS %d or later", f.OSVersion, minMacOS)
+		c.Fix = "update macOS in System Settings > General > Software Update"
+	default:
+		c.Status, c.Detail = Pass, "macOS "+f.OSVersion
+	}
+	return c
+}
+
+// gib renders memory sizes as Apple sells them: binary units, "GB".
+func gib(n uint64) string { return fmt.Sprintf("%.1f GB", float64(n)/(1<<30)) }
+
+func checkMemory(f facts) Check {
+	c := Check{Name: "memory"}
+	switch {
+	case f.MemBytes == 0:
+		c.Status, c.Detail = Skip, "not measured on "+f.OS
+	// 5% slack: Linux reports memory minus what the kernel reserved; hw.memsize is exact.
+	case f.MemBytes < minMemory*95/100:
+		c.Status, c.Detail = Fail, fmt.Sprintf("%s (%s); the model needs at least %s", gib(f.MemBytes), f.MemSource, gib(minMemory))
+		c.Fix = "use a Mac with 24 GB or more of memory"
+	default:
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s (%s)", gib(f.MemBytes), f.MemSource)
+	}
+	return c
+}
+
+func checkChip(f facts) Check {
+	c := Check{Name: "chip"}
+	switch {
+	case f.OS != "darwin":
+		c.Status, c.Detail = Skip, notMacOS
+	case strings.HasPrefix(f.Chip, "Apple"):
+		c.Status, c.Detail = Pass, f.Chip
+	default:
+		c.Status, c.Detail = Warn, fmt.Sprintf("%q is not an Apple silicon chip", f.Chip)
+		c.Fix = "Lily's Metal backend needs Apple silicon (M1 or later)"
+	}
+	return c
+}
+
+// checkDisk wants room for the whole checkpoint unless it is already complete.
+func checkDisk(dataDir string, complete bool, weights int64) Check {
+	c := Check{Name: "disk"}
+	free, err := freeSpace(dataDir)
+	switch {
+	case err != nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("cannot measure free space at %s: %v", dataDir, err)
+	case complete:
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s free at %s", hub.FormatBytes(int64(free)), dataDir)
+	case free < uint64(weights):
+		c.Status = Fail
+		c.Detail = fmt.Sprintf("%s free at %s; the model needs %s", hub.FormatBytes(int64(free)), dataDir, hub.FormatBytes(weights))
+		c.Fix = fmt.Sprintf("free up %s, or pull to another disk with `lily pull --dir DIR`", hub.FormatBytes(weights-int64(free)))
+	default:
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s free at %s (the model needs %s)", hub.FormatBytes(int64(free)), dataDir, hub.FormatBytes(weights))
+	}
+	return c
+}
+
+// checkModel checks the pull's marker and file sizes (cheap: a stat per file); it returns the
+// marker when the checkpoint is complete.
+func checkModel(ctx context.Context, cfg Config) (Check, *hub.Marker) {
+	c := Check{Name: "model"}
+	m, err := hub.Verify(ctx, cfg.ModelDir, hub.VerifyFast, nil)
+	switch {
+	case err == nil && (cfg.Repo == "" || m.Repo == cfg.Repo && m.Revision == cfg.Revision):
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s@%.12s, %d files, %s at %s", m.Repo, m.Revision, len(m.Files), hub.FormatBytes(m.Size()), cfg.ModelDir)
+		return c, m
+	case err == nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("%s holds %s@%.12s, not the pinned %s@%.12s", cfg.ModelDir, m.Repo, m.Revision, cfg.Repo, cfg.Revision)
+		c.Fix = "run `lily pull` to update it"
+		return c, m
+	case errors.Is(err, hub.ErrMismatch):
+		c.Status, c.Detail = Fail, fmt.Sprintf("damaged: %v", err)
+		c.Fix = "run `lily pull`: it re-checks every file and downloads only the damaged ones"
+	case !errors.Is(err, hub.ErrNotPulled):
+		c.Status, c.Detail = Warn, err.Error()
+	default:
+		_, errDir := os.Stat(cfg.ModelDir)
+		_, errLock := os.Stat(filepath.Join(cfg.ModelDir, hub.LockName))
+		switch {
+		case errDir != nil:
+			c.Status, c.Detail, c.Fix = Warn, "not downloaded to "+cfg.ModelDir, "run `lily pull` to download it"
+		case errLock == nil:
+			c.Status, c.Detail, c.Fix = Warn, "download into "+cfg.ModelDir+" has not finished", "run `lily pull` to resume it"
+		default:
+			c.Status, c.Detail = Warn, cfg.ModelDir+" was not pulled by lily (no "+hub.MarkerName+"): its files cannot be verified"
+			c.Fix = "use `lily pull` for a verified copy, or keep using this one at your own risk"
+		}
+	}
+	return c, nil
+}
+
+func checkGPU(f facts, gpu *GPUInfo) Check {
+	c := Check{Name: "gpu"}
+	switch {
+	case f.OS != "darwin":
+		c.Status, c.Detail = Skip, notMacOS
+	case gpu == nil:
+		c.Status, c.Detail = Warn, "Metal probe not built yet"
+	case !gpu.Available:
+		c.Status, c.Detail = Fail, "no usable Metal GPU: "+gpu.Reason
+		c.Fix = "run Lily on an Apple silicon Mac, outside a VM or sandbox that hides the GPU"
+	default:
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s (GPU family %s)", gpu.Name, gpu.Family)
+	}
+	return c
+}
+
+// checkGPUMemory compares the GPU's working-set budget with what the model needs. macOS caps
+// the memory the GPU may wire at about two thirds of RAM on smaller Macs (~16 GB of 24 GB),
+// which is below this model's need; an administrator can raise the cap until the next reboot.
+func checkGPUMemory(f facts, gpu *GPUInfo, weights, need int64) Check {
+	c := Check{Name: "gpu-memory"}
+	if f.OS != "darwin" {
+		c.Status, c.Detail = Skip, notMacOS
+		return c
+	}
+	needs := fmt.Sprintf("%s needed (model %s + runtime %s)", hub.FormatBytes(need), hub.FormatBytes(weights), hub.FormatBytes(need-weights))
+	// Suggest a limit of the need rounded up to whole GiB, if that still leaves macOS 3 GiB.
+	limitMB := (uint64(need) + 1<<30 - 1) >> 30 << 10
+	raise := ""
+	if f.MemBytes > 0 && limitMB<<20+3<<30 <= f.MemBytes {
+		raise = fmt.Sprintf("sudo sysctl iogpu.wired_limit_mb=%d (lasts until reboot; quit other large apps while Lily runs)", limitMB)
+	}
+	if gpu != nil && !gpu.Available {
+		c.Status, c.Detail = Skip, "no Metal GPU"
+		return c
+	}
+	var budget uint64
+	var source string
+	switch {
+	case gpu != nil:
+		budget, source = gpu.RecommendedMaxWorkingSet, "Metal recommendedMaxWorkingSetSize"
+	case f.WiredLimitMB > 0:
+		budget, source = f.WiredLimitMB<<20, "iogpu.wired_limit_mb"
+	}
+	switch {
+	case budget >= uint64(need):
+		c.Status, c.Detail = Pass, fmt.Sprintf("GPU working set %s (%s) ≥ %s", hub.FormatBytes(int64(budget)), source, needs)
+	case budget > 0:
+		c.Status = Fail
+		c.Detail = fmt.Sprintf("GPU working set %s (%s) < %s; macOS limits how much memory the GPU may wire", hub.FormatBytes(int64(budget)), source, needs)
+		c.Fix = raise
+		if raise == "" {
+			c.Fix = "this Mac has too little memory for the model; use one with more"
+		}
+	case f.MemBytes > 0 && f.MemBytes < 32<<30:
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("not measured (Metal probe not built yet); on a %s Mac macOS lets the GPU wire about two thirds of memory by default, less than the %s", gib(f.MemBytes), needs)
+		c.Fix = raise
+	default:
+		c.Status, c.Detail = Warn, "not measured (Metal probe not built yet); "+needs
+	}
+	return c
+}

@@ -1,0 +1,373 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lilyformac/lily/engine/parse"
+	"github.com/lilyformac/lily/engine/sample"
+)
+
+// chatRequest is the subset of OpenAI's chat completion request Lily reads; unknown fields are ignored.
+type chatRequest struct {
+	samplingFields
+	Model               string                     `json:"model"`
+	Messages            json.RawMessage            `json:"messages"`
+	MaxTokens           *int                       `json:"max_tokens"`
+	MaxCompletionTokens *int                       `json:"max_completion_tokens"`
+	Logprobs            *bool                      `json:"logprobs"`
+	TopLogprobs         *int                       `json:"top_logprobs"`
+	Stream              bool                       `json:"stream"`
+	StreamOptions       *streamOptions             `json:"stream_options"`
+	Tools               json.RawMessage            `json:"tools"`
+	ToolChoice          json.RawMessage            `json:"tool_choice"`
+	ParallelToolCalls   *bool                      `json:"parallel_tool_calls"`
+	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
+	ReasoningEffort     *string                    `json:"reasoning_effort"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// samplingFields are shared by chat and text completions.
+type samplingFields struct {
+	Temperature       *float32           `json:"temperature"`
+	TopP              *float32           `json:"top_p"`
+	TopK              *int               `json:"top_k"`
+	MinP              *float32           `json:"min_p"`
+	PresencePenalty   *float32           `json:"presence_penalty"`
+	FrequencyPenalty  *float32           `json:"frequency_penalty"`
+	RepetitionPenalty *float32           `json:"repetition_penalty"`
+	Seed              *int64             `json:"seed"`
+	Stop              json.RawMessage    `json:"stop"`
+	LogitBias         map[string]float32 `json:"logit_bias"`
+	N                 *int               `json:"n"`
+}
+
+// qwenDefaults are Qwen's recommended sampling settings for Qwen3.6.
+func qwenDefaults(thinking bool) sample.Params {
+	if thinking {
+		return sample.Params{Temperature: 1.0, TopP: 0.95, TopK: 20}
+	}
+	return sample.Params{Temperature: 0.7, TopP: 0.8, TopK: 20, PresencePenalty: 1.5}
+}
+
+// params applies the request's explicit values over defaults and validates them.
+func (f samplingFields) params(def sample.Params, vocab int) (sample.Params, []string, error) {
+	p := def
+	p.VocabLimit = vocab
+	if f.N != nil && *f.N != 1 {
+		return p, nil, badRequest("n must be 1: Lily generates one choice per request", "n")
+	}
+	if f.Temperature != nil {
+		p.Temperature = *f.Temperature
+	}
+	if f.TopP != nil {
+		p.TopP = *f.TopP
+	}
+	if f.TopK != nil {
+		p.TopK = max(*f.TopK, 0) // -1 (vLLM's "off") and 0 both disable top-k
+	}
+	if f.MinP != nil {
+		p.MinP = *f.MinP
+	}
+	if f.PresencePenalty != nil {
+		p.PresencePenalty = *f.PresencePenalty
+	}
+	if f.FrequencyPenalty != nil {
+		p.FrequencyPenalty = *f.FrequencyPenalty
+	}
+	if f.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *f.RepetitionPenalty
+	}
+	if f.Seed != nil {
+		seed := uint64(*f.Seed)
+		p.Seed = &seed
+	}
+	if len(f.LogitBias) > 0 {
+		p.LogitBias = map[int]float32{}
+		for k, v := range f.LogitBias {
+			id, err := strconv.Atoi(k)
+			if err != nil {
+				return p, nil, badRequest(fmt.Sprintf("logit_bias: key %q is not a token id", k), "logit_bias")
+			}
+			p.LogitBias[id] = v
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, nil, badRequest(err.Error(), "")
+	}
+	stops, err := stopStrings(f.Stop)
+	return p, stops, err
+}
+
+// stopStrings reads `stop`: a string, a list of up to 16 strings, or null.
+func stopStrings(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, badRequest("stop must be a string or a list of strings", "stop")
+	}
+	if len(list) > 16 {
+		return nil, badRequest("stop: at most 16 sequences", "stop")
+	}
+	out := list[:0]
+	for _, s := range list {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// checkMessages rejects what Lily cannot feed the model, with a clear 400.
+func checkMessages(raw json.RawMessage) error {
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
+		return badRequest("messages must be a non-empty array of {role, content} objects", "messages")
+	}
+	for i, m := range msgs {
+		if m.Role == "" {
+			return badRequest(fmt.Sprintf("messages[%d].role is missing", i), "messages")
+		}
+		c := bytes.TrimSpace(m.Content)
+		if len(c) == 0 || c[0] != '[' {
+			continue
+		}
+		var parts []struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return badRequest(fmt.Sprintf("messages[%d].content must be a string or an array of content parts", i), "messages")
+		}
+		for _, p := range parts {
+			if p.Type != "text" {
+				return badRequest(fmt.Sprintf("messages[%d]: content part type %q is not supported: Lily serves a text-only model", i, p.Type), "messages")
+			}
+		}
+	}
+	return nil
+}
+
+// toolPlan is what tool_choice means for rendering, forcing and parsing.
+type toolPlan struct {
+	tools  json.RawMessage // passed to the template (nil: none)
+	parsed []parse.Tool
+	force  string // text appended to the prompt to force a call ("" = model decides)
+}
+
+func planTools(req *chatRequest) (toolPlan, error) {
+	var plan toolPlan
+	hasTools := len(bytes.TrimSpace(req.Tools)) > 0 && string(bytes.TrimSpace(req.Tools)) != "null"
+	if hasTools {
+		tools, err := parse.ToolsFromOpenAI(req.Tools)
+		if err != nil {
+			return plan, badRequest("tools: "+err.Error(), "tools")
+		}
+		plan.tools, plan.parsed = req.Tools, tools
+	}
+	choice := bytes.TrimSpace(req.ToolChoice)
+	if len(choice) == 0 || string(choice) == "null" {
+		return plan, nil
+	}
+	var mode string
+	if json.Unmarshal(choice, &mode) == nil {
+		switch mode {
+		case "auto":
+		case "none":
+			plan.tools, plan.parsed = nil, nil
+		case "required":
+			if !hasTools {
+				return plan, badRequest(`tool_choice "required" needs tools`, "tool_choice")
+			}
+			plan.force = "<tool_call>\n<function="
+		default:
+			return plan, badRequest(fmt.Sprintf("tool_choice %q: expected auto, none, required or a named function", mode), "tool_choice")
+		}
+		return plan, nil
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(choice, &named); err != nil || named.Function.Name == "" {
+		return plan, badRequest(`tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`, "tool_choice")
+	}
+	found := false
+	for _, t := range plan.parsed {
+		found = found || t.Name == named.Function.Name
+	}
+	if !found {
+		return plan, badRequest(fmt.Sprintf("tool_choice names %q, which is not in tools", named.Function.Name), "tool_choice")
+	}
+	plan.force = "<tool_call>\n<function=" + named.Function.Name + ">\n"
+	return plan, nil
+}
+
+// thinkingEnabled decides whether the model thinks: chat_template_kwargs.enable_thinking wins,
+// then reasoning_effort ("none" turns thinking off), then the template default (on).
+func thinkingEnabled(req *chatRequest) (bool, error) {
+	if raw, ok := req.ChatTemplateKwargs["enable_thinking"]; ok {
+		var on bool
+		if err := json.Unmarshal(raw, &on); err != nil {
+			return false, badRequest("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs")
+		}
+		return on, nil
+	}
+	if req.ReasoningEffort != nil {
+		switch *req.ReasoningEffort {
+		case "none":
+			return false, nil
+		case "minimal", "low", "medium", "high", "xhigh":
+			return true, nil
+		default:
+			return false, badRequest(fmt.Sprintf("reasoning_effort %q: expected none, minimal, low, medium or high", *req.ReasoningEffort), "reasoning_effort")
+		}
+	}
+	return true, nil
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *Server) chatCompletions(c *gin.Context) {
+	m := s.ready(c)
+	if m == nil {
+		return
+	}
+	var req chatRequest
+	if err := decodeBody(c, &req); err != nil {
+		abortWith(c, err)
+		return
+	}
+	if err := checkMessages(req.Messages); err != nil {
+		abortWith(c, err)
+		return
+	}
+	if req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" {
+		abortWith(c, badRequest("response_format json_schema is not supported yet (no constrained decoding); use json_object or describe the schema in the prompt", "response_format"))
+		return
+	}
+	plan, err := planTools(&req)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	thinking, err := thinkingEnabled(&req)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	if plan.force != "" {
+		thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
+	}
+	kwargs := map[string]json.RawMessage{}
+	for k, v := range req.ChatTemplateKwargs {
+		kwargs[k] = v
+	}
+	kwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(thinking))
+	text, err := m.Template.Render(req.Messages, plan.tools, true, kwargs)
+	if err != nil {
+		var te *TemplateError
+		if errors.As(err, &te) {
+			abortWith(c, badRequest("chat template: "+te.Msg, "messages"))
+		} else {
+			abortWith(c, fmt.Errorf("chat template: %w", err))
+		}
+		return
+	}
+	text += plan.force
+	params, stops, err := req.params(qwenDefaults(thinking), m.Tokenizer.VocabSize())
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	prompt := m.Tokenizer.Encode(text)
+	maxTokens, err := s.budget(m, len(prompt), req.MaxCompletionTokens, req.MaxTokens)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	logprobs := req.Logprobs != nil && *req.Logprobs
+	top := 0
+	if req.TopLogprobs != nil {
+		if !logprobs {
+			abortWith(c, badRequest("top_logprobs requires logprobs: true", "top_logprobs"))
+			return
+		}
+		top = *req.TopLogprobs
+	}
+	params.TopLogprobs = top
+	if err := params.Validate(); err != nil {
+		abortWith(c, badRequest(err.Error(), "top_logprobs"))
+		return
+	}
+	t, err := s.sched.enqueue()
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	defer t.release()
+	ctx, cancel := contextWithTimeout(c, s.cfg.RequestTimeout)
+	defer cancel()
+
+	parser := parse.NewStream(parse.Options{PromptEndsInThink: thinking && strings.HasSuffix(text, "<think>\n"), Tools: plan.parsed})
+	g := genRequest{prompt: prompt, maxTokens: maxTokens, params: params, stops: stops, logprobs: logprobs, topLogprobs: top, ticket: t}
+	cc := &chatCall{s: s, m: m, id: newID("chatcmpl-"), created: time.Now().Unix(), parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, logprobs: logprobs}
+	if plan.force != "" {
+		cc.pending = parser.Feed(plan.force) // the forced opening is part of the answer
+	}
+	if req.Stream {
+		cc.stream(c, ctx, g, parser, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+	} else {
+		cc.once(c, ctx, g, parser)
+	}
+}
+
+// budget resolves the completion-token limit against the context window.
+func (s *Server) budget(m *Model, promptLen int, limits ...*int) (int, error) {
+	room := m.Context - promptLen
+	if room < 1 {
+		return 0, contextExceeded(fmt.Sprintf("the prompt is %d tokens; this model's context is %d tokens", promptLen, m.Context))
+	}
+	for _, l := range limits {
+		if l != nil {
+			if *l < 1 {
+				return 0, badRequest("max_tokens must be at least 1", "max_tokens")
+			}
+			return min(*l, room), nil
+		}
+	}
+	return room, nil
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/runner"
+	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/resources"
+)
+
+var (
+	tokOnce sync.Once
+	qwenTok *tokenizer.Tokenizer
+)
+
+// testTokenizer is the real Qwen3 tokenizer the demo model ships with.
+func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	tokOnce.Do(func() {
+		raw, err := resources.DemoTokenizerJSON()
+		if err != nil {
+			panic(err)
+		}
+		if qwenTok, err = tokenizer.LoadJSON(raw); err != nil {
+			panic(err)
+		}
+	})
+	return qwenTok
+}
+
+// scripted is a backend whose model "says" a fixed token script after any prompt: each forward
+// puts nearly all probability on the next scripted token (then repeats its last token).
+type scripted struct {
+	cfg      *config.Config
+	script   []int
+	forwards atomic.Int64
+	delay    time.Duration // per forward call, to make generations slow
+	gate     chan struct{} // when set, every forward waits for a value
+}
+
+func (b *scripted) Name() string                { return "scripted" }
+func (b *scripted) Config() *config.Config      { return b.cfg }
+func (b *scripted) NewSession() backend.Session { return &scriptSession{b: b} }
+
+type scriptSession struct {
+	b      *scripted
+	pos    int
+	prompt int // tokens fed before the first generated one: set at the first single-token call
+	out    int // scripted tokens already consumed
+}
+
+func (s *scriptSession) Forward(tokens []int, all bool) ([][]float32, error) {
+	s.b.forwards.Add(1)
+	if s.b.delay > 0 {
+		time.Sleep(s.b.delay)
+	}
+	if s.b.gate != nil {
+		<-s.b.gate
+	}
+	if len(tokens) == 1 && s.pos > 0 && s.prompt > 0 {
+		s.out++
+	}
+	s.pos += len(tokens)
+	if s.prompt == 0 {
+		s.prompt = s.pos
+	}
+	next := s.b.script[min(s.out, len(s.b.script)-1)]
+	row := make([]float32, s.b.cfg.VocabSize)
+	row[next] = 60
+	return [][]float32{row}, nil
+}
+
+func (s *scriptSession) Pos() int { return s.pos }
+func (s *scriptSession) Clone() backend.Session {
+	c := *s
+	return &c
+}
+func (s *scriptSession) Bytes() int64 { return 64 }
+
+// newScripted builds a backend that answers with text followed by <|im_end|>.
+func newScripted(t testing.TB, text string) *scripted {
+	tok := testTokenizer(t)
+	end, _ := tok.TokenID("<|im_end|>")
+	script := append(tok.Encode(text), end)
+	return &scripted{cfg: &config.Config{VocabSize: tok.VocabSize() + 31, MaxPositions: 4096}, script: script}
+}
+
+// testServer serves b with the real tokenizer and the built-in Qwen3.6 template.
+func testServer(t testing.TB, b *scripted, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
+	tok := testTokenizer(t)
+	end, _ := tok.TokenID("<|im_end|>")
+	eot, _ := tok.TokenID("<|endoftext|>")
+	s := New(cfg)
+	s.SetModel(&Model{
+		ID:        "test-model",
+		Runner:    runner.New(b, runner.Options{CacheBytes: 64 << 20, Context: b.cfg.MaxPositions}),
+		Tokenizer: TokenizerOf(tok),
+		Template:  TemplateOf(chat.Builtin()),
+		StopIDs:   []int{end, eot},
+		Context:   b.cfg.MaxPositions,
+	})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, ts
+}

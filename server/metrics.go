@@ -1,0 +1,33 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Prometheus series /metrics exposes.
+type metrics struct {
+	reg             *prometheus.Registry
+	requests        *prometheus.CounterVec
+	promptTokens    prometheus.Counter
+	cachedTokens    prometheus.Counter
+	generatedTokens prometheus.Counter
+	ttft            prometheus.Histogram
+	decodeRate      prometheus.Gauge
+	lastDecodeTokS  float64
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lily_requests_total", Help: "HTTP requests by endpoint and status."}, []string{"endpoint", "status"})
+	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "lily_prompt_tokens_total", Help: "Prompt tokens processed or served from the prefix cache."})
+	m.cachedTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "lily_prompt_tokens_cached_total", Help: "Prompt tokens served from the prefix cache."})
+	m.generatedTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "lily_generated_tokens_total", Help: "Tokens generated."})
+	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lily_time_to_first_token_seconds", Help: "Time from admission to the first generated token.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)})
+	m.decodeRate = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lily_decode_tokens_per_second", Help: "Decode speed of the last finished generation."})
+	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_queue_depth", Help: "Requests waiting or running."}, func() float64 { return float64(s.sched.depth()) })
+	cacheHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_hits_total", Help: "Prefix-cache lookups that reused a snapshot."}, func() float64 { return float64(s.cacheStats().Hits) })
+	cacheMisses := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_misses_total", Help: "Prefix-cache lookups that found nothing."}, func() float64 { return float64(s.cacheStats().Misses) })
+	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_bytes", Help: "Memory held by prefix-cache snapshots."}, func() float64 { return float64(s.cacheStats().Bytes) })
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes)
+	return m
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// sseWriter writes server-sent events; a keep-alive goroutine may write comments concurrently.
+type sseWriter struct {
+	mu   sync.Mutex
+	w    gin.ResponseWriter
+	last time.Time
+	stop chan struct{}
+}
+
+func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
+	h := c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	c.Writer.WriteHeader(http.StatusOK)
+	c.Writer.Flush()
+	w := &sseWriter{w: c.Writer, last: time.Now(), stop: make(chan struct{})}
+	go w.keepAlive(keepAlive)
+	return w
+}
+
+// keepAlive sends `: keep-alive` comments when nothing was written for a while (queueing, long
+// prompt processing), so proxies and clients do not time out.
+func (w *sseWriter) keepAlive(every time.Duration) {
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			w.mu.Lock()
+			if time.Since(w.last) >= every {
+				w.writeLocked([]byte(": keep-alive\n\n"))
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+func (w *sseWriter) writeLocked(b []byte) error {
+	w.last = time.Now()
+	if _, err := w.w.Write(b); err != nil {
+		return err
+	}
+	w.w.Flush()
+	return nil
+}
+
+// data sends one `data: <json>` event.
+func (w *sseWriter) data(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writeLocked(append(append([]byte("data: "), b...), '\n', '\n'))
+}
+
+// close ends the stream with `data: [DONE]`.
+func (w *sseWriter) close() {
+	close(w.stop)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeLocked([]byte("data: [DONE]\n\n"))
+}
+
+// fail reports an error inside an already started stream, then ends it.
+func (w *sseWriter) fail(err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
+	}
+	w.data(gin.H{"error": ae})
+	w.close()
+}
