@@ -328,7 +328,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		}
 		top = *req.TopLogprobs
 	}
-	params.TopLogprobs = top
+	params.Logprobs, params.TopLogprobs = logprobs, top
 	if err := params.Validate(); err != nil {
 		abortWith(c, badRequest(err.Error(), "top_logprobs"))
 		return

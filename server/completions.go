@@ -90,7 +90,7 @@ func (s *Server) completions(c *gin.Context) {
 			abortWith(c, badRequest("logprobs must be between 0 and 5", "logprobs"))
 			return
 		}
-		params.TopLogprobs = *req.Logprobs
+		params.Logprobs, params.TopLogprobs = true, *req.Logprobs
 	}
 	t, err := s.sched.enqueue()
 	if err != nil {

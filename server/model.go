@@ -22,13 +22,14 @@ type tmpl struct{ *chat.Template }
 
 func (t tmpl) Render(messages, tools json.RawMessage, addGen bool, kwargs map[string]json.RawMessage) (string, error) {
 	out, err := t.Template.Render(chat.Request{Messages: messages, Tools: tools, AddGenerationPrompt: addGen, Kwargs: kwargs})
-	var te *chat.TemplateError
-	var ie *chat.InputError
-	switch {
-	case errors.As(err, &te):
-		return "", &TemplateError{Msg: te.Msg}
-	case errors.As(err, &ie):
-		return "", &TemplateError{Msg: ie.Error()}
+	if err == nil {
+		return out, nil
 	}
-	return out, err
+	// The template is the checkpoint's own: when it fails (raise_exception, unreadable input, or
+	// a message shape it cannot handle, like a tool_calls string) the request is what is wrong.
+	var te *chat.TemplateError
+	if errors.As(err, &te) {
+		return "", &TemplateError{Msg: te.Msg}
+	}
+	return "", &TemplateError{Msg: err.Error()}
 }

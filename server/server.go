@@ -62,6 +62,7 @@ type Config struct {
 	RequestTimeout time.Duration
 	KeepAlive      time.Duration // SSE comment interval while a request waits for its first token
 	Status         func() any    // the lifecycle status (phase, progress, error); nil: derived from the model
+	Retry          func() error  // restarts a failed startup (POST /status/retry); nil: not offered
 }
 
 // Server serves one model.
@@ -96,6 +97,7 @@ func New(cfg Config) *Server {
 	r.GET("/health", s.health)
 	api := r.Group("/", s.auth, s.limitBody)
 	api.GET("/status", s.status)
+	api.POST("/status/retry", s.retry)
 	api.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
 	api.GET("/v1/models", s.listModels)
 	api.GET("/v1/models/*id", s.getModel)
@@ -200,6 +202,19 @@ func (s *Server) status(c *gin.Context) {
 		phase = "loading"
 	}
 	c.JSON(http.StatusOK, gin.H{"phase": phase, "decode_tokens_per_s": s.metrics.lastDecodeTokS, "queue_depth": s.sched.depth()})
+}
+
+// retry restarts a failed startup; the client follows progress on /status.
+func (s *Server) retry(c *gin.Context) {
+	if s.cfg.Retry == nil {
+		abortWith(c, badRequest("this server has no startup to retry", ""))
+		return
+	}
+	if err := s.cfg.Retry(); err != nil {
+		abortWith(c, &apiError{Status: http.StatusConflict, Message: err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"status": "retrying"})
 }
 
 type modelCard struct {

@@ -18,7 +18,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/demo"
+	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/engine/lifecycle/hub"
+	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
 	"github.com/lilyformac/lily/resources"
@@ -73,22 +77,48 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if o.port < 0 || o.port > 65535 {
 		return fmt.Errorf("--port %d: expected 0..65535", o.port)
 	}
-	m, closeModel, err := loadServedModel(o)
-	if err != nil {
-		return err
+	if o.demo && o.model != "" {
+		return errors.New("--demo and --model are exclusive")
 	}
-	defer closeModel()
 	var origins []string
 	for _, s := range strings.Split(o.cors, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			origins = append(origins, s)
 		}
 	}
+	state := lifecycle.NewState(cmd.ErrOrStderr())
+	startup := &lifecycle.Runner{State: state}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	srv := server.New(server.Config{
 		APIKey: o.apiKey, CORSOrigins: origins, MaxBodyBytes: int64(o.maxBodyMB) << 20,
 		QueueLimit: o.queue, RequestTimeout: o.timeout,
+		Status: func() any { return state.Status() },
+		Retry: func() error {
+			if st := state.Status(); st.Phase != lifecycle.PhaseError {
+				return fmt.Errorf("nothing to retry: startup is in phase %s", st.Phase)
+			}
+			go startup.Retry(ctx)
+			return nil
+		},
 	})
-	srv.SetModel(m)
+	var closeModel func()
+	defer func() {
+		if closeModel != nil {
+			closeModel()
+		}
+	}()
+	// publish serves m; a new closeFn means freshly loaded weights replace (and free) older ones.
+	publish := func(m *server.Model, closeFn func()) {
+		srv.SetModel(m)
+		if closeFn != nil {
+			if closeModel != nil {
+				closeModel()
+			}
+			closeModel = closeFn
+		}
+	}
+	startup.Steps = startupSteps(o, publish)
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {
 		var se *os.SyscallError
@@ -98,11 +128,14 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return err
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(cmd.ErrOrStderr(), "lily: serving %s (context %d) at http://%s/v1\n", m.ID, m.Context, ln.Addr())
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	fmt.Fprintf(cmd.ErrOrStderr(), "lily: listening at http://%s/v1 (status at /status)\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if err := startup.Run(ctx); err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "lily: ready at http://%s/v1\n", ln.Addr())
+		}
+	}()
 	select {
 	case err := <-errc:
 		return err
@@ -113,12 +146,68 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 }
 
+// startupSteps are serve's phases: pull-if-missing → verify → checks → load → warm (→ ready).
+// A user-given --model skips the pull; the demo model needs only load and warm.
+func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecycle.Step {
+	dir := o.model
+	var steps []lifecycle.Step
+	switch {
+	case o.demo:
+	case dir == "":
+		dir = lifecycle.ModelDir(lifecycle.DefaultRepo)
+		steps = append(steps, lifecycle.PullIfMissing(hub.New(), lifecycle.DefaultRepo, lifecycle.DefaultRevision, dir))
+		fallthrough
+	default:
+		steps = append(steps, lifecycle.VerifyStep(dir, hub.VerifyFast), checksStep(dir))
+	}
+	var loaded *server.Model
+	steps = append(steps,
+		lifecycle.Step{Phase: lifecycle.PhaseLoad, Run: func(ctx context.Context, s *lifecycle.State) error {
+			opts := o
+			opts.model = dir
+			m, closeFn, err := loadServedModel(opts)
+			if err != nil {
+				return err
+			}
+			loaded = m
+			publish(nil, closeFn)
+			s.SetProgress(1, m.ID)
+			return nil
+		}},
+		lifecycle.Step{Phase: lifecycle.PhaseWarm, Run: func(ctx context.Context, s *lifecycle.State) error {
+			// One short generation outside the prefix cache pays the first-use costs.
+			_, err := loaded.Runner.Generate(ctx, runner.Request{Prompt: []int{0}, MaxTokens: 1, NoCache: true},
+				func(runner.Token) (bool, error) { return true, nil })
+			if err != nil {
+				return err
+			}
+			publish(loaded, nil)
+			return nil
+		}})
+	return steps
+}
+
+// checksStep runs the doctor's blocking checks for the production model; the small test-family
+// checkpoints need none of its memory and GPU limits.
+func checksStep(dir string) lifecycle.Step {
+	real := syscheck.Step(syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: dir})
+	return lifecycle.Step{Phase: lifecycle.PhaseChecks, Run: func(ctx context.Context, s *lifecycle.State) error {
+		cfg, err := config.Load(dir)
+		if err != nil {
+			return err
+		}
+		if cfg.Profile != config.ProfileProduction {
+			s.SetProgress(1, "test-family model: system checks skipped")
+			return nil
+		}
+		return real.Run(ctx, s)
+	}}
+}
+
 // loadServedModel opens the checkpoint (or builds the demo one) with its tokenizer and template.
 func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	dir, id := o.model, ""
 	switch {
-	case o.demo && o.model != "":
-		return nil, nil, errors.New("--demo and --model are exclusive")
 	case o.demo:
 		var err error
 		if dir, err = demoDir(); err != nil {

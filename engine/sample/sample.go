@@ -28,8 +28,9 @@ type Params struct {
 	RepetitionPenalty float32
 	LogitBias         map[int]float32
 	Seed              *uint64
-	VocabLimit        int // ids ≥ VocabLimit are padding rows and are never chosen (0 = no limit)
-	TopLogprobs       int // alternatives to report per step (0..20)
+	VocabLimit        int  // ids ≥ VocabLimit are padding rows and are never chosen (0 = no limit)
+	Logprobs          bool // report the chosen token's logprob
+	TopLogprobs       int  // alternatives to report per step (0..20); implies Logprobs
 }
 
 // Validate reports parameter values no sampler accepts.
@@ -74,7 +75,7 @@ type Candidate struct {
 // Choice is one sampling step's outcome.
 type Choice struct {
 	ID      int
-	Logprob float32     // log-probability of ID under the penalised distribution (step 4)
+	Logprob float32     // log-probability of ID under the penalised distribution (step 4), when asked
 	Top     []Candidate // the TopLogprobs most likely tokens, most likely first
 }
 
@@ -87,6 +88,7 @@ type Sampler struct {
 	seen   map[int]bool // prompt and generated tokens, for the repetition penalty
 	work   []float32
 	order  []int
+	cands  []candidate
 }
 
 // New returns a sampler for a sequence whose prompt is prompt.
@@ -116,40 +118,46 @@ func (s *Sampler) Next(logits []float32) Choice {
 	if s.p.VocabLimit > 0 {
 		n = min(n, s.p.VocabLimit)
 	}
-	x := append(s.work[:0], logits[:n]...)
-	s.work = x
-	for id, b := range s.p.LogitBias {
-		if id < n {
-			x[id] += b
-		}
-	}
-	if rp := s.p.RepetitionPenalty; rp != 0 && rp != 1 {
-		for id := range s.seen {
+	x := logits[:n]
+	rp := s.p.RepetitionPenalty
+	if len(s.p.LogitBias) > 0 || (rp != 0 && rp != 1) || len(s.counts) > 0 {
+		x = append(s.work[:0], x...) // adjusted copy; the caller's logits stay intact
+		s.work = x
+		for id, b := range s.p.LogitBias {
 			if id < n {
-				if x[id] > 0 {
-					x[id] /= rp
-				} else {
-					x[id] *= rp
+				x[id] += b
+			}
+		}
+		if rp != 0 && rp != 1 {
+			for id := range s.seen {
+				if id < n {
+					if x[id] > 0 {
+						x[id] /= rp
+					} else {
+						x[id] *= rp
+					}
 				}
 			}
 		}
-	}
-	for id, c := range s.counts {
-		if id < n {
-			x[id] -= s.p.FrequencyPenalty*float32(c) + s.p.PresencePenalty
+		for id, c := range s.counts {
+			if id < n {
+				x[id] -= s.p.FrequencyPenalty*float32(c) + s.p.PresencePenalty
+			}
 		}
 	}
-	logZ := logSumExp(x)
 	choice := Choice{}
-	if s.p.TopLogprobs > 0 {
-		choice.Top = topCandidates(x, s.p.TopLogprobs, logZ)
-	}
 	if s.Greedy() {
 		choice.ID = argmax(x)
 	} else {
 		choice.ID = s.draw(x)
 	}
-	choice.Logprob = x[choice.ID] - logZ
+	if s.p.Logprobs || s.p.TopLogprobs > 0 {
+		logZ := logSumExp(x)
+		choice.Logprob = x[choice.ID] - logZ
+		if s.p.TopLogprobs > 0 {
+			choice.Top = topCandidates(x, s.p.TopLogprobs, logZ)
+		}
+	}
 	s.accept(choice.ID)
 	return choice
 }
@@ -164,70 +172,114 @@ func (s *Sampler) accept(id int) {
 	}
 }
 
-// draw applies temperature and the truncations, then an inverse-CDF draw.
+// draw applies temperature and the truncations, then an inverse-CDF draw. x is read only.
 func (s *Sampler) draw(x []float32) int {
 	t := s.p.Temperature
-	m := x[argmax(x)]
-	// Probabilities relative to the best token: p_i ∝ exp((x_i − m)/T).
+	// Top-k first, by logit (exp is monotonic): with the usual k = 20 this keeps the work per
+	// step linear in the vocabulary instead of sorting all of it.
 	order := s.order[:0]
-	for i := range x {
-		if !math.IsInf(float64(x[i]), -1) {
-			order = append(order, i)
+	if k := s.p.TopK; k > 0 && k < len(x) {
+		order = topIndices(x, k, order)
+	} else {
+		for i := range x {
+			if !math.IsInf(float64(x[i]), -1) {
+				order = append(order, i)
+			}
 		}
 	}
-	probs := x // reuse: x is not needed past this point
+	s.order = order
+	m := float32(math.Inf(-1))
 	for _, i := range order {
-		probs[i] = float32(math.Exp(float64((x[i] - m) / t)))
+		m = max(m, x[i])
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		if probs[a] != probs[b] {
-			if probs[a] > probs[b] {
+	cands := s.cands[:0]
+	for _, i := range order {
+		cands = append(cands, candidate{i, float32(math.Exp(float64((x[i] - m) / t)))}) // relative to the best
+	}
+	s.cands = cands
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if a.p != b.p {
+			if a.p > b.p {
 				return -1
 			}
 			return 1
 		}
-		return a - b
+		return a.id - b.id
 	})
-	if k := s.p.TopK; k > 0 && k < len(order) {
-		order = order[:k]
-	}
 	var total float64
-	for _, i := range order {
-		total += float64(probs[i])
+	for _, c := range cands {
+		total += float64(c.p)
 	}
 	if p := s.p.TopP; p > 0 && p < 1 {
 		var cum float64
-		for j, i := range order {
-			cum += float64(probs[i])
+		for j, c := range cands {
+			cum += float64(c.p)
 			if cum >= float64(p)*total {
-				order = order[:j+1]
+				cands = cands[:j+1]
 				break
 			}
 		}
 	}
 	if mp := s.p.MinP; mp > 0 {
-		// probs[order[0]] is the largest; keep tokens with p ≥ min_p · p_max.
-		limit := mp * probs[order[0]]
-		j := len(order)
-		for j > 1 && probs[order[j-1]] < limit {
+		limit := mp * cands[0].p // cands[0] is the most likely: keep p ≥ min_p · p_max
+		j := len(cands)
+		for j > 1 && cands[j-1].p < limit {
 			j--
 		}
-		order = order[:j]
+		cands = cands[:j]
 	}
 	total = 0
-	for _, i := range order {
-		total += float64(probs[i])
+	for _, c := range cands {
+		total += float64(c.p)
 	}
-	s.order = order
 	u := s.uniform() * total
 	var cum float64
-	for _, i := range order {
-		cum += float64(probs[i])
+	for _, c := range cands {
+		cum += float64(c.p)
 		if u < cum {
-			return i
+			return c.id
 		}
 	}
-	return order[len(order)-1]
+	return cands[len(cands)-1].id
+}
+
+type candidate struct {
+	id int
+	p  float32
+}
+
+// topIndices returns the indices of the k largest values of x (ties: lower index), unordered,
+// using a size-k min-heap whose root is the weakest kept candidate.
+func topIndices(x []float32, k int, heap []int) []int {
+	weaker := func(a, b int) bool { return x[a] < x[b] || (x[a] == x[b] && a > b) }
+	down := func(i int) {
+		for {
+			l, small := 2*i+1, i
+			if l < len(heap) && weaker(heap[l], heap[small]) {
+				small = l
+			}
+			if r := l + 1; r < len(heap) && weaker(heap[r], heap[small]) {
+				small = r
+			}
+			if small == i {
+				return
+			}
+			heap[i], heap[small] = heap[small], heap[i]
+			i = small
+		}
+	}
+	for i := range x {
+		if len(heap) < k {
+			heap = append(heap, i)
+			for j := len(heap) - 1; j > 0 && weaker(heap[j], heap[(j-1)/2]); j = (j - 1) / 2 {
+				heap[j], heap[(j-1)/2] = heap[(j-1)/2], heap[j]
+			}
+		} else if weaker(heap[0], i) {
+			heap[0] = i
+			down(0)
+		}
+	}
+	return heap
 }
 
 // uniform is the step's random number in [0, 1), a pure function of (seed, step).

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -189,5 +190,53 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (Params{Temperature: 0.7, TopP: 0.8, TopK: 20, PresencePenalty: 1.5, RepetitionPenalty: 1}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestTopIndicesMatchesSort(t *testing.T) {
+	x := make([]float32, 5000)
+	for i := range x {
+		x[i] = float32((i*7919)%1013) / 7 // many ties
+	}
+	for _, k := range []int{1, 2, 20, 999} {
+		got := topIndices(x, k, nil)
+		slices.SortFunc(got, func(a, b int) int {
+			if x[a] != x[b] {
+				if x[a] > x[b] {
+					return -1
+				}
+				return 1
+			}
+			return a - b
+		})
+		all := make([]int, len(x))
+		for i := range all {
+			all[i] = i
+		}
+		slices.SortStableFunc(all, func(a, b int) int {
+			if x[a] > x[b] {
+				return -1
+			} else if x[a] < x[b] {
+				return 1
+			}
+			return 0
+		})
+		if !slices.Equal(got, all[:k]) {
+			t.Fatalf("k=%d: got %v, want %v", k, got[:min(k, 10)], all[:min(k, 10)])
+		}
+	}
+}
+
+// BenchmarkSampleQwenDefaults: one sampling step over Qwen3.6's 248,320 logits with the
+// recommended thinking-mode settings.
+func BenchmarkSampleQwenDefaults(b *testing.B) {
+	x := make([]float32, 248320)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i)*0.37)) * 8
+	}
+	s := New(Params{Temperature: 1, TopP: 0.95, TopK: 20, Seed: seed(1), VocabLimit: 248077}, nil)
+	b.ResetTimer()
+	for range b.N {
+		s.Next(x)
 	}
 }

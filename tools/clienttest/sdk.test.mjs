@@ -1,0 +1,176 @@
+// Real-client tests: the official `openai` npm SDK and curl against `lily serve --demo`, started
+// here. The demo model has random weights, so tests check protocol behaviour, not answers.
+// Run: LILY_BIN=/path/to/lily node --test tools/clienttest/   (tools/test.sh does this).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFile } from "node:child_process";
+import { promisify } from "node:util";
+import OpenAI from "openai";
+
+const run = promisify(execFile);
+const bin = process.env.LILY_BIN;
+if (!bin) throw new Error("set LILY_BIN to a built lily binary");
+
+// startServer launches `lily serve --demo` on a free port and waits until /status says ready.
+async function startServer(extraArgs = [], env = {}) {
+  const proc = spawn(bin, ["serve", "--demo", "--port", "0", ...extraArgs], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let log = "";
+  const base = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60000);
+    proc.stderr.on("data", (d) => {
+      log += d;
+      const m = log.match(/listening at (http:\/\/[^\s]+)\/v1/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`server exited ${code}:\n${log}`)));
+  });
+  for (let i = 0; i < 600; i++) {
+    const st = await (await fetch(base + "/status", { headers: env.LILY_API_KEY ? { authorization: "Bearer " + env.LILY_API_KEY } : {} })).json();
+    if (st.phase === "ready") return { proc, base, log: () => log };
+    if (st.phase === "error") throw new Error("startup failed: " + st.error);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("server never became ready");
+}
+
+let srv, client;
+before(async () => {
+  srv = await startServer();
+  client = new OpenAI({ baseURL: srv.base + "/v1", apiKey: "unused", maxRetries: 0 });
+});
+after(() => srv?.proc.kill());
+
+const hello = [{ role: "user", content: "Say hello." }];
+const weather = [{
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Weather for a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+}];
+
+test("models list reports the context length", async () => {
+  const models = await client.models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].id, "lily-demo");
+  assert.ok(models.data[0].context_length > 0);
+});
+
+test("non-streaming chat completion", async () => {
+  const r = await client.chat.completions.create({ model: "whatever", messages: hello, max_tokens: 8, seed: 1 });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.model, "lily-demo");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.ok(["length", "stop"].includes(r.choices[0].finish_reason));
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 8);
+});
+
+test("same seed, same output", async () => {
+  const req = { model: "m", messages: hello, max_tokens: 12, seed: 42, chat_template_kwargs: { enable_thinking: false } };
+  const a = await client.chat.completions.create(req);
+  const b = await client.chat.completions.create(req);
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+});
+
+test("streaming chat completion with usage", async () => {
+  const stream = await client.chat.completions.create({
+    model: "m", messages: hello, max_tokens: 10, stream: true, stream_options: { include_usage: true },
+    chat_template_kwargs: { enable_thinking: false },
+  });
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  assert.equal(chunks[0].choices[0].delta.role, "assistant");
+  const usage = chunks.at(-1);
+  assert.deepEqual(usage.choices, []);
+  assert.ok(usage.usage.completion_tokens > 0);
+  const final = chunks.at(-2);
+  assert.ok(["length", "stop"].includes(final.choices[0].finish_reason));
+  const text = chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("");
+  assert.equal(typeof text, "string");
+});
+
+test("stream helper accumulates a forced tool call", async () => {
+  const runner = client.chat.completions.stream({
+    model: "m", messages: [{ role: "user", content: "Weather in Paris?" }], tools: weather,
+    tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 24,
+  });
+  const done = await runner.finalChatCompletion();
+  const calls = done.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].type, "function");
+  assert.equal(calls[0].function.name, "get_weather");
+  assert.match(calls[0].id, /^call_/);
+  assert.equal(typeof JSON.parse(calls[0].function.arguments), "object");
+});
+
+test("errors are OpenAI errors", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: hello, n: 2 }), (e) => e.status === 400 && /n must be 1/.test(e.message));
+  await assert.rejects(
+    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }),
+    (e) => e.status === 400 && e.type === "invalid_request_error",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x ".repeat(40000) }] }),
+    (e) => e.status === 400 && e.code === "context_length_exceeded",
+  );
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "system", content: "only a system turn" }] }), (e) => e.status === 400);
+});
+
+test("abort mid-stream frees the server", async () => {
+  const ac = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model: "m", messages: hello, max_tokens: 4000, stream: true }, { signal: ac.signal });
+  let n = 0;
+  try {
+    for await (const _ of stream) if (++n === 3) ac.abort();
+  } catch (e) {
+    assert.equal(e.name, "APIUserAbortError"); // the SDK may end the loop quietly or with this
+  }
+  assert.ok(n >= 3 && n < 50, `read ${n} chunks after aborting at 3`);
+  // The next request is served at once (the aborted generation stopped and released the slot).
+  const started = Date.now();
+  const r = await client.chat.completions.create({ model: "m", messages: hello, max_tokens: 2 });
+  assert.ok(r.choices.length === 1);
+  assert.ok(Date.now() - started < 5000);
+  let metrics = "";
+  for (let i = 0; i < 50 && !/lily_queue_depth 0/.test(metrics); i++) {
+    metrics = await (await fetch(srv.base + "/metrics")).text();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.match(metrics, /lily_queue_depth 0/);
+});
+
+test("curl: plain and streaming requests", async () => {
+  const body = JSON.stringify({ model: "m", messages: hello, max_tokens: 3 });
+  const { stdout } = await run("curl", ["-sS", "-H", "Content-Type: application/json", "-d", body, srv.base + "/v1/chat/completions"]);
+  assert.equal(JSON.parse(stdout).object, "chat.completion");
+  const streamBody = JSON.stringify({ model: "m", messages: hello, max_tokens: 3, stream: true });
+  const { stdout: sse } = await run("curl", ["-sSN", "-H", "Content-Type: application/json", "-d", streamBody, srv.base + "/v1/chat/completions"]);
+  const events = sse.split("\n\n").filter((e) => e.startsWith("data: "));
+  assert.equal(events.at(-1), "data: [DONE]");
+  for (const e of events.slice(0, -1)) assert.equal(JSON.parse(e.slice(6)).object, "chat.completion.chunk");
+});
+
+test("API key is enforced", async () => {
+  const keyed = await startServer([], { LILY_API_KEY: "s3cret" });
+  try {
+    const bad = new OpenAI({ baseURL: keyed.base + "/v1", apiKey: "wrong", maxRetries: 0 });
+    await assert.rejects(bad.models.list(), (e) => e.status === 401);
+    const good = new OpenAI({ baseURL: keyed.base + "/v1", apiKey: "s3cret", maxRetries: 0 });
+    assert.equal((await good.models.list()).data.length, 1);
+  } finally {
+    keyed.proc.kill();
+  }
+});
+
+test("a non-loopback bind without a key is refused", async () => {
+  await assert.rejects(run(bin, ["serve", "--demo", "--host", "0.0.0.0", "--port", "0"]), (e) => /api-key/.test(e.stderr));
+});
