@@ -110,3 +110,9 @@ func testServer(t testing.TB, b *scripted, cfg Config) (*Server, *httptest.Serve
 	t.Cleanup(ts.Close)
 	return s, ts
 }
+
+func newHTTPTest(t testing.TB, s *Server) string {
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}

@@ -73,6 +73,7 @@ type Server struct {
 	metrics *metrics
 	started time.Time
 	handler http.Handler
+	observe func(genRequest) // tests: sees each generation as admitted
 }
 
 // New builds a server; SetModel makes it ready.

@@ -44,6 +44,9 @@ type genOutcome struct {
 // never emitted, not even partly: text that might begin a stop string is held back until it
 // cannot.
 func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(textPiece) error) (genOutcome, error) {
+	if s.observe != nil {
+		s.observe(g)
+	}
 	if err := g.ticket.wait(ctx); err != nil {
 		return genOutcome{}, err
 	}

@@ -8,19 +8,23 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/generate"
+	"github.com/lilyformac/lily/engine/tokenizer"
 )
 
 type runOptions struct {
-	model, backend, promptIDs, output, logitsOut string
-	maxTokens                                    int
-	temperature                                  float64
-	ignoreEOS                                    bool
+	model, backend, promptIDs, prompt, output, logitsOut string
+	chat                                                 bool
+	maxTokens                                            int
+	temperature                                          float64
+	ignoreEOS                                            bool
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -30,6 +34,7 @@ type runOutput struct {
 	CompletionTokens  int     `json:"completion_tokens"`
 	FinishReason      string  `json:"finish_reason"`
 	Backend           string  `json:"backend"`
+	Text              *string `json:"text,omitempty"` // with --prompt: the generated text
 	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
 	DecodeTokensPerS  float64 `json:"decode_tokens_per_s"`
 }
@@ -46,6 +51,8 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors)")
 	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
 	f.StringVar(&o.promptIDs, "prompt-ids", "", "comma-separated prompt token ids")
+	f.StringVar(&o.prompt, "prompt", "", "prompt text, tokenized with the checkpoint's tokenizer.json")
+	f.BoolVar(&o.chat, "chat", false, "with --prompt: send it as a user message through the chat template")
 	f.IntVar(&o.maxTokens, "max-tokens", 16, "tokens to generate")
 	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0 = greedy, the only mode of run)")
 	f.StringVar(&o.output, "output", "json", "json or text")
@@ -64,15 +71,30 @@ func runRun(cmd *cobra.Command, o runOptions) error {
 	if o.maxTokens < 1 {
 		return fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
 	}
-	prompt, err := parseIDs(o.promptIDs)
-	if err != nil {
-		return err
+	if (o.prompt == "") == (o.promptIDs == "") {
+		return fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
+	}
+	if o.chat && o.prompt == "" {
+		return fmt.Errorf("--chat needs --prompt")
+	}
+	var prompt []int
+	var tok *tokenizer.Tokenizer
+	if o.promptIDs != "" {
+		var err error
+		if prompt, err = parseIDs(o.promptIDs); err != nil {
+			return err
+		}
 	}
 	b, w, err := openBackend(o.backend, o.model)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	if o.prompt != "" {
+		if tok, prompt, err = textPrompt(o.model, o.prompt, o.chat); err != nil {
+			return err
+		}
+	}
 	for _, id := range prompt {
 		if id >= w.Config.VocabSize {
 			return fmt.Errorf("--prompt-ids: token id %d outside the vocabulary [0, %d)", id, w.Config.VocabSize)
@@ -106,7 +128,15 @@ func runRun(cmd *cobra.Command, o runOptions) error {
 		PrefillTokensPerS: rate(len(prompt), res.Prefill.Seconds()),
 		DecodeTokensPerS:  rate(len(res.Tokens)-1, res.Decode.Seconds()),
 	}
+	if tok != nil {
+		text := tok.Decode(slices.DeleteFunc(slices.Clone(res.Tokens), func(id int) bool { return slices.Contains(stop, id) }))
+		out.Text = &text
+	}
 	if o.output == "text" {
+		if out.Text != nil {
+			_, err = fmt.Fprint(cmd.OutOrStdout(), *out.Text)
+			return err
+		}
 		ids := make([]string, len(out.TokenIDs))
 		for i, id := range out.TokenIDs {
 			ids[i] = strconv.Itoa(id)
@@ -124,11 +154,31 @@ func rate(n int, seconds float64) float64 {
 	return math.Round(float64(n)/seconds*100) / 100
 }
 
+// textPrompt tokenizes text with the checkpoint's tokenizer, optionally as a chat turn.
+func textPrompt(dir, text string, asChat bool) (*tokenizer.Tokenizer, []int, error) {
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--prompt needs the checkpoint's tokenizer: %w", err)
+	}
+	if asChat {
+		tmpl, err := chat.Load(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": text}})
+		if text, err = tmpl.Render(chat.Request{Messages: msgs, AddGenerationPrompt: true}); err != nil {
+			return nil, nil, err
+		}
+	}
+	ids := tok.Encode(text)
+	if len(ids) == 0 {
+		return nil, nil, fmt.Errorf("--prompt is empty after tokenization")
+	}
+	return tok, ids, nil
+}
+
 func parseIDs(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, fmt.Errorf("--prompt-ids is required (comma-separated token ids)")
-	}
 	var ids []int
 	for i, part := range strings.Split(s, ",") {
 		id, err := strconv.Atoi(strings.TrimSpace(part))

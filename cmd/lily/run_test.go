@@ -136,6 +136,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,x"}, `item 2 ("x")`},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,99999"}, "outside the vocabulary"},
 		{[]string{"run", "--model", dir}, "--prompt-ids is required"},
+		{[]string{"run", "--model", dir, "--prompt", "hi", "--prompt-ids", "1"}, "exactly one"},
+		{[]string{"run", "--model", dir, "--prompt", "hi"}, "tokenizer"},
 		{[]string{"run", "--prompt-ids", "1"}, "--model DIR is required"},
 		{[]string{"run", "--model", t.TempDir(), "--prompt-ids", "1"}, "config.json"},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1", "--max-tokens", "0"}, "at least 1"},
@@ -163,5 +165,38 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if got := benchPrompt(3, 1000); got[0] != 0 || got[1] != 2654435761%(1<<32)%1000 || got[2] != (2*2654435761)%(1<<32)%1000 {
 		t.Fatalf("bench prompt formula: %v", got)
+	}
+}
+
+// TestRunTextPrompt: --prompt tokenizes with the checkpoint's tokenizer (same ids as --prompt-ids)
+// and reports the generated text; --chat goes through the chat template.
+func TestRunTextPrompt(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir, err := demoDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, ids, err := textPrompt(dir, "Hello there", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = strconv.Itoa(id)
+	}
+	var byText, byIDs runOutput
+	out, err := execute(t, "run", "--model", dir, "--prompt", "Hello there", "--max-tokens", "5", "--ignore-eos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal([]byte(out), &byText)
+	out, _ = execute(t, "run", "--model", dir, "--prompt-ids", strings.Join(strs, ","), "--max-tokens", "5", "--ignore-eos")
+	json.Unmarshal([]byte(out), &byIDs)
+	if !slices.Equal(byText.TokenIDs, byIDs.TokenIDs) || byText.Text == nil || *byText.Text != tok.Decode(byText.TokenIDs) || byIDs.Text != nil {
+		t.Fatalf("--prompt %+v vs --prompt-ids %+v", byText, byIDs)
+	}
+	_, chatIDs, err := textPrompt(dir, "Hello there", true)
+	if err != nil || len(chatIDs) <= len(ids) || !strings.HasSuffix(tok.Decode(chatIDs), "<|im_start|>assistant\n<think>\n") {
+		t.Fatalf("chat prompt: %q %v", tok.Decode(chatIDs), err)
 	}
 }
