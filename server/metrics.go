@@ -1,6 +1,9 @@
 package server
 
 import (
+	"math"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,7 +16,7 @@ type metrics struct {
 	generatedTokens prometheus.Counter
 	ttft            prometheus.Histogram
 	decodeRate      prometheus.Gauge
-	lastDecodeTokS  float64
+	lastDecodeBits  atomic.Uint64 // float64 bits of the last generation's decode tok/s
 }
 
 func newMetrics(s *Server) *metrics {
@@ -31,3 +34,10 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes)
 	return m
 }
+
+func (m *metrics) setDecodeRate(tokS float64) {
+	m.lastDecodeBits.Store(math.Float64bits(tokS))
+	m.decodeRate.Set(tokS)
+}
+
+func (m *metrics) lastDecodeTokS() float64 { return math.Float64frombits(m.lastDecodeBits.Load()) }

@@ -193,16 +193,27 @@ func (s *Server) health(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"status": status})
 }
 
+// status is what the menu-bar app reads: the startup phase (from Config.Status) plus the served
+// model, the last decode speed and the queue depth.
 func (s *Server) status(c *gin.Context) {
+	out := gin.H{}
 	if s.cfg.Status != nil {
-		c.JSON(http.StatusOK, s.cfg.Status())
-		return
+		raw, err := json.Marshal(s.cfg.Status())
+		if err == nil {
+			json.Unmarshal(raw, &out)
+		}
+	} else if s.model.Load() == nil {
+		out["phase"] = "loading"
+	} else {
+		out["phase"] = "ready"
 	}
-	phase := "ready"
-	if s.model.Load() == nil {
-		phase = "loading"
+	out["model"], out["context_length"] = nil, 0
+	if m := s.model.Load(); m != nil {
+		out["model"], out["context_length"] = m.ID, m.Context
 	}
-	c.JSON(http.StatusOK, gin.H{"phase": phase, "decode_tokens_per_s": s.metrics.lastDecodeTokS, "queue_depth": s.sched.depth()})
+	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
+	out["queue_depth"] = s.sched.depth()
+	c.JSON(http.StatusOK, out)
 }
 
 // retry restarts a failed startup; the client follows progress on /status.

@@ -111,8 +111,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 		return genOutcome{res: res}, err
 	}
 	if res.Decode > 0 && len(res.Tokens) > 1 {
-		s.metrics.lastDecodeTokS = float64(len(res.Tokens)-1) / res.Decode.Seconds()
-		s.metrics.decodeRate.Set(s.metrics.lastDecodeTokS)
+		s.metrics.setDecodeRate(float64(len(res.Tokens)-1) / res.Decode.Seconds())
 	}
 	if !stopped {
 		pending.WriteString(stream.Flush())
