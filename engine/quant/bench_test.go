@@ -38,15 +38,16 @@ func benchSetup() {
 	}
 }
 
-func q4Pass() {
+func q4Pass(in *Input) {
 	for _, m := range bench.mats {
-		MatVecInput(m, bench.dst, bench.in)
+		MatVecInput(m, bench.dst, in)
 	}
 }
 
-// copyJob copies src to dst in 1 MiB blocks on the same worker pool as MatVec.
+// copyJob copies src to dst with the worker pool and chunking MatVec uses
+// (a "row" is a 1 MiB block; each chunk is one copy call).
 type copyJob struct {
-	wg       sync.WaitGroup
+	sched
 	src, dst []byte
 }
 
@@ -58,7 +59,7 @@ func (j *copyJob) run(lo, hi int) {
 
 func copyPass() {
 	j := &copyJob{src: bench.src, dst: bench.cpy}
-	parallel(j, &j.wg, (len(j.src)+copyBlock-1)/copyBlock, 1)
+	parallel(j, &j.sched, (len(j.src)+copyBlock-1)/copyBlock, 1)
 }
 
 func gbps(bytes int64, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e9 }
@@ -70,7 +71,7 @@ func BenchmarkMatVecQ4(b *testing.B) {
 	b.SetBytes(bench.bytes)
 	b.ResetTimer()
 	for range b.N {
-		q4Pass()
+		q4Pass(bench.in)
 	}
 	b.ReportMetric(gbps(bench.bytes*int64(b.N), b.Elapsed()), "GB/s")
 }
@@ -91,6 +92,23 @@ func BenchmarkMemcpy(b *testing.B) {
 // the best of each; the acceptance bar is ratio >= 0.5.
 func BenchmarkMatVecQ4VsCopy(b *testing.B) {
 	bench.once.Do(benchSetup)
+	vsCopy(b, bench.in)
+}
+
+// BenchmarkKernelsVsCopy is BenchmarkMatVecQ4VsCopy for each kernel this
+// machine has.
+func BenchmarkKernelsVsCopy(b *testing.B) {
+	bench.once.Do(benchSetup)
+	defer func(k kernel) { q4Kernel = k }(q4Kernel)
+	for _, k := range kernels() {
+		q4Kernel = k
+		in := NewInput(benchCols)
+		in.Set(bench.in.x)
+		b.Run(kernelNames[k], func(b *testing.B) { vsCopy(b, in) })
+	}
+}
+
+func vsCopy(b *testing.B, in *Input) {
 	best := func(f func(), prev time.Duration) time.Duration {
 		t := time.Now()
 		f()
@@ -102,12 +120,49 @@ func BenchmarkMatVecQ4VsCopy(b *testing.B) {
 	var q4, cp time.Duration
 	b.ResetTimer()
 	for range max(b.N, 3) {
-		q4 = best(q4Pass, q4)
+		q4 = best(func() { q4Pass(in) }, q4)
 		cp = best(copyPass, cp)
 	}
 	q, c := gbps(bench.bytes, q4), gbps(2*bench.bytes, cp)
 	b.ReportMetric(q, "q4_GB/s")
 	b.ReportMetric(c, "copy_GB/s")
 	b.ReportMetric(q/c, "ratio")
-	b.Logf("4-bit matvec %.2f GB/s, copy %.2f GB/s (read+write), ratio %.3f over %d workers", q, c, q/c, poolSize)
+	b.Logf("4-bit matvec (%s) %.2f GB/s, copy %.2f GB/s (read+write), ratio %.3f (target >= 0.5), %d workers",
+		kernelNames[in.kern], q, c, q/c, poolSize)
+}
+
+// BenchmarkKernelQ4 is one core on a 512×2048 matrix that stays in L2:
+// kernel compute speed without the memory system.
+func BenchmarkKernelQ4(b *testing.B) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	m := randMatrix(rng, 512, 2048, 4)
+	x := randVec(rng, m.Cols)
+	dst := make([]float32, m.Rows)
+	defer func(k kernel) { q4Kernel = k }(q4Kernel)
+	for _, k := range kernels() {
+		q4Kernel = k
+		in := NewInput(m.Cols)
+		in.Set(x)
+		b.Run(kernelNames[k], func(b *testing.B) {
+			b.SetBytes(int64(len(m.Words)*4 + len(m.Scales)*4))
+			for range b.N {
+				m.MulVecRange(dst, in, 0, m.Rows)
+			}
+		})
+	}
+}
+
+// BenchmarkInputSet is the per-vector preparation cost (K = 2048).
+func BenchmarkInputSet(b *testing.B) {
+	x := randVec(rand.New(rand.NewPCG(15, 16)), 2048)
+	defer func(k kernel) { q4Kernel = k }(q4Kernel)
+	for _, k := range kernels() {
+		q4Kernel = k
+		in := NewInput(len(x))
+		b.Run(kernelNames[k], func(b *testing.B) {
+			for range b.N {
+				in.Set(x)
+			}
+		})
+	}
 }

@@ -2,17 +2,31 @@ package quant
 
 import "golang.org/x/sys/cpu"
 
-// useAsm selects the AVX2+FMA kernels; tests clear it to cover the pure-Go path.
-var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// kernels lists the kernels this CPU runs, fastest first.
+func kernels() []kernel {
+	ks := []kernel{kernGo}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append([]kernel{kernAVX2}, ks...)
+		if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
+			ks = append([]kernel{kernVNNI}, ks...)
+		}
+	}
+	return ks
+}
 
-// q4MulAsm sets dst[i] = row i · x for rows consecutive 4-bit rows of groups
-// groups each, reading x in Input.xp layout. The bias term is included for
+// q4MulAVX2 sets dst[i] = row i · x for rows consecutive 4-bit rows of
+// groups groups each, x in Input.xp layout. The bias term is included for
 // whole blocks of 8 groups only; the caller adds the rest.
 //
 //go:noescape
-func q4MulAsm(dst *float32, w *uint32, s, b *uint16, xp, gsum *float32, rows, groups int)
+func q4MulAVX2(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int)
 
-// q8MulAsm is q4MulAsm for 8-bit rows, reading x in natural order.
+// q4MulVNNI is q4MulAVX2 for x in Input.xq layout (AVX-512 VNNI).
 //
 //go:noescape
-func q8MulAsm(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int)
+func q4MulVNNI(dst *float32, w *uint32, s, b *uint16, x *byte, gsum *float32, rows, groups int)
+
+// q8MulAVX2 is q4MulAVX2 for 8-bit rows, x in natural order.
+//
+//go:noescape
+func q8MulAVX2(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int)

