@@ -104,7 +104,7 @@ func BenchmarkKernelsVsCopy(b *testing.B) {
 		q4Kernel = k
 		in := NewInput(benchCols)
 		in.Set(bench.in.x)
-		b.Run(kernelNames[k], func(b *testing.B) { vsCopy(b, in) })
+		b.Run(kernelName(k), func(b *testing.B) { vsCopy(b, in) })
 	}
 }
 
@@ -128,7 +128,7 @@ func vsCopy(b *testing.B, in *Input) {
 	b.ReportMetric(c, "copy_GB/s")
 	b.ReportMetric(q/c, "ratio")
 	b.Logf("4-bit matvec (%s) %.2f GB/s, copy %.2f GB/s (read+write), ratio %.3f (target >= 0.5), %d workers",
-		kernelNames[in.kern], q, c, q/c, poolSize)
+		kernelName(in.kern), q, c, q/c, poolSize)
 }
 
 // BenchmarkKernelQ4 is one core on a 512×2048 matrix that stays in L2:
@@ -143,7 +143,7 @@ func BenchmarkKernelQ4(b *testing.B) {
 		q4Kernel = k
 		in := NewInput(m.Cols)
 		in.Set(x)
-		b.Run(kernelNames[k], func(b *testing.B) {
+		b.Run(kernelName(k), func(b *testing.B) {
 			b.SetBytes(int64(len(m.Words)*4 + len(m.Scales)*4))
 			for range b.N {
 				m.MulVecRange(dst, in, 0, m.Rows)
@@ -159,7 +159,7 @@ func BenchmarkInputSet(b *testing.B) {
 	for _, k := range kernels() {
 		q4Kernel = k
 		in := NewInput(len(x))
-		b.Run(kernelNames[k], func(b *testing.B) {
+		b.Run(kernelName(k), func(b *testing.B) {
 			for range b.N {
 				in.Set(x)
 			}

@@ -3,6 +3,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"os"
 )
 
 // kernel names a 4-bit product kernel and the Input layout it reads.
@@ -16,7 +17,22 @@ const (
 
 // q4Kernel is the kernel Input.Set prepares for; tests change it to cover
 // every path on one machine.
-var q4Kernel = kernels()[0]
+var q4Kernel = chooseKernel(os.Getenv("LILY_Q4_KERNEL"))
+
+// chooseKernel is the default kernel, or the named one (go, avx2, vnni) if this CPU runs it.
+func chooseKernel(name string) kernel {
+	ks := kernels()
+	for _, k := range ks {
+		if name != "" && kernelName(k) == name {
+			return k
+		}
+	}
+	return ks[0]
+}
+
+func kernelName(k kernel) string {
+	return [...]string{kernGo: "go", kernAVX2: "avx2", kernVNNI: "vnni"}[k]
+}
 
 // Input is a vector prepared once for products with many rows: its
 // per-group sums (for the bias term) and the layout the kernel reads.

@@ -2,13 +2,15 @@ package quant
 
 import "golang.org/x/sys/cpu"
 
-// kernels lists the kernels this CPU runs, fastest first.
+// kernels lists the kernels this CPU runs, the default first. The default computes float32
+// products (the reference backend must not add approximations); VNNI, faster on busy cores and in
+// prefill but with x rounded to fixed point, is opt-in (LILY_Q4_KERNEL=vnni).
 func kernels() []kernel {
 	ks := []kernel{kernGo}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		ks = append([]kernel{kernAVX2}, ks...)
+		ks = []kernel{kernAVX2, kernGo}
 		if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-			ks = append([]kernel{kernVNNI}, ks...)
+			ks = []kernel{kernAVX2, kernVNNI, kernGo}
 		}
 	}
 	return ks

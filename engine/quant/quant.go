@@ -10,9 +10,10 @@
 //	row·x = Σ_g s_g·Σ_{k∈g} q_k·x_k + Σ_g b_g·Σ_{k∈g} x_k
 //
 // with the group sums of x computed once per Input. On amd64 the 4-bit
-// kernel is AVX-512 VNNI where available (x rounded, per group of 64, to
-// signed 23-bit fixed point: an error of at most 2^-22 of the group's
-// largest |x| per element), else AVX2+FMA in float32; 8-bit uses AVX2+FMA.
+// kernel is AVX2+FMA in float32; AVX-512 VNNI is opt-in with
+// LILY_Q4_KERNEL=vnni (x rounded, per group of 64, to signed 23-bit fixed
+// point: an error of at most 2^-22 of the group's largest |x| per element);
+// 8-bit uses AVX2+FMA.
 // Elsewhere the kernels are portable Go. Sums are float32 in an order that
 // depends on the kernel, so results agree with a float64 reference to within
 // about 1e-6 of Σ|w·x|, not bit for bit across machines.

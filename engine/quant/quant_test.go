@@ -8,7 +8,6 @@ import (
 	"testing"
 )
 
-var kernelNames = map[kernel]string{kernGo: "go", kernAVX2: "avx2", kernVNNI: "vnni"}
 
 // paths runs f once for each kernel this machine has (Inputs prepared
 // inside f use it).
@@ -16,7 +15,7 @@ func paths(t *testing.T, f func(t *testing.T)) {
 	defer func(k kernel) { q4Kernel = k }(q4Kernel)
 	for _, k := range kernels() {
 		q4Kernel = k
-		t.Run(kernelNames[k], f)
+		t.Run(kernelName(k), f)
 	}
 }
 
