@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/cpu"
@@ -16,7 +17,14 @@ func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--model DIR is required")
 	}
-	if name != "cpu" {
+	switch name {
+	case "cpu":
+	case "metal":
+		if runtime.GOOS != "darwin" {
+			return nil, nil, fmt.Errorf("backend metal needs macOS on Apple silicon (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
+		}
+		return nil, nil, fmt.Errorf("backend metal is not available in this build yet: use --backend cpu")
+	default:
 		return nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
 	}
 	w, err := model.Load(dir)

@@ -131,7 +131,8 @@ func TestRunErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "metal"}, `unknown backend "metal"`},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "metal"}, "backend metal needs macOS"},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "gpu"}, `unknown backend "gpu"`},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--temperature", "0.7"}, "greedy only"},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,x"}, `item 2 ("x")`},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,99999"}, "outside the vocabulary"},
