@@ -184,9 +184,7 @@ func (cc *chatCall) once(c *gin.Context, ctx context.Context, g genRequest, pars
 		return nil
 	})
 	if err != nil {
-		if !isClientGone(err) || ctx.Err() == context.DeadlineExceeded {
-			abortWith(c, generationError(ctx, err))
-		}
+		failPlain(c, ctx, err)
 		return
 	}
 	parser.Finish()

@@ -137,9 +137,7 @@ func (s *Server) completions(c *gin.Context) {
 		return nil
 	})
 	if err != nil {
-		if !isClientGone(err) || ctx.Err() != nil {
-			abortWith(c, generationError(ctx, err))
-		}
+		failPlain(c, ctx, err)
 		return
 	}
 	finish := outcome.finish

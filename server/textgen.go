@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 )
@@ -151,7 +153,10 @@ func stopPrefixSuffix(text string, stops []string) int {
 	return keep
 }
 
-// isClientGone reports errors that mean the client disconnected or gave up.
-func isClientGone(err error) bool {
-	return errors.Is(err, context.Canceled)
+// failPlain answers a failed non-streaming generation, unless the client is gone (nobody to tell).
+func failPlain(c *gin.Context, ctx context.Context, err error) {
+	if errors.Is(err, context.Canceled) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return
+	}
+	abortWith(c, generationError(ctx, err))
 }
