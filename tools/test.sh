@@ -3,6 +3,17 @@
 # against a freshly built `lily serve --demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What the tests need besides Go: node/npm/curl (client tests) and clang 17+ (the Metal emulator;
+# Debian 12's default clang 14 lacks _Float16/__bf16). Installed with apt-get when missing.
+need=()
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 || need+=(nodejs npm curl)
+command -v clang++-19 >/dev/null 2>&1 || [ -n "${LILY_CLANG:-}" ] || need+=(clang-19)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"
+  else sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}"; fi
+fi
 go test -count=1 ./...
 bin="$(mktemp -d)/lily"
 go build -o "$bin" ./cmd/lily

@@ -1,0 +1,135 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// GDN function constant indices (gdn.metal).
+const (
+	GDNKeyHeads   = 0 // uint GDN_HK
+	GDNValueHeads = 1 // uint GDN_HV
+	GDNKeyDim     = 2 // uint GDN_DK
+	GDNValueDim   = 3 // uint GDN_DV
+	GDNEps        = 4 // float GDN_EPS
+)
+
+// GDNSimdgroups is the production threadgroup of gdn_step: 32 simdgroups (1024 threads), four
+// value columns each.
+const GDNSimdgroups = 32
+
+// GDNShape is a Gated DeltaNet layer's head layout: HK key heads of DK, HV value heads of DV
+// (the model: 16×128 and 32×128).
+type GDNShape struct{ HK, HV, DK, DV int }
+
+// Validate reports whether gdn_step supports the shape.
+func (s GDNShape) Validate() error {
+	switch {
+	case s.HK <= 0 || s.HV <= 0 || s.DV <= 0:
+		return fmt.Errorf("gdn: shape %+v: heads and dims must be positive", s)
+	case s.HV%s.HK != 0:
+		return fmt.Errorf("gdn: %d value heads are not a multiple of %d key heads", s.HV, s.HK)
+	case s.DK <= 0 || s.DK%32 != 0 || s.DK > 128:
+		return fmt.Errorf("gdn: key dim %d: want 32, 64, 96 or 128", s.DK)
+	}
+	return nil
+}
+
+// Channels is the length of the conv output (q ‖ k ‖ v) gdn_step reads.
+func (s GDNShape) Channels() int { return 2*s.HK*s.DK + s.HV*s.DV }
+
+// StateLen is the number of floats of the recurrent state, [HV][DV][DK].
+func (s GDNShape) StateLen() int { return s.HV * s.DV * s.DK }
+
+// ThreadgroupMem is gdn_step's [[threadgroup(0)]] length in bytes: DV floats, rounded up to 16.
+func (s GDNShape) ThreadgroupMem() int { return (4*s.DV + 15) &^ 15 }
+
+// GDNParams are a layer's recurrence parameters.
+type GDNParams struct {
+	ALog, DtBias []float32 // [HV]
+	NormW        []float32 // [DV], the gated norm's gain
+	Eps          float32
+}
+
+// GDNStep is the Go reference of gdn_step: one token through every value head. qkv is the conv
+// output (after SiLU: q ‖ k ‖ v), z, a and b the token's other projections; state ([HV][DV][DK])
+// is updated in place and y ([HV*DV]) written. It is engine/cpu's gdn() recurrence with the
+// same float32 operations in the same order, on the transposed state layout.
+func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
+	hk, hv, dk, dv := s.HK, s.HV, s.DK, s.DV
+	u := append([]float32(nil), qkv[:s.Channels()]...)
+	q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
+	qScale := float32(1 / math.Sqrt(float64(dk)))
+	for head := range hk {
+		l2norm(q[head*dk:(head+1)*dk], qScale)
+		l2norm(k[head*dk:(head+1)*dk], 1)
+	}
+	read := make([]float32, dv)
+	for head := range hv {
+		kh := head / (hv / hk)
+		qh, kvec := q[kh*dk:(kh+1)*dk], k[kh*dk:(kh+1)*dk]
+		beta := sigmoid(b[head])
+		decay := float32(math.Exp(float64(-float32(math.Exp(float64(p.ALog[head]))) * softplus(a[head]+p.DtBias[head]))))
+		st := state[head*dv*dk : (head+1)*dv*dk] // st[j*dk+kk] is engine/cpu's st[kk*dv+j]
+		clear(read)
+		for kk := range dk {
+			kv := kvec[kk]
+			for j := range read {
+				st[j*dk+kk] *= decay
+				read[j] += st[j*dk+kk] * kv
+			}
+		}
+		delta := read
+		vh := v[head*dv : (head+1)*dv]
+		for j := range delta {
+			delta[j] = (vh[j] - read[j]) * beta
+		}
+		o := y[head*dv : (head+1)*dv]
+		clear(o)
+		for kk := range dk {
+			kv, qv := kvec[kk], qh[kk]
+			for j := range o {
+				st[j*dk+kk] += kv * delta[j]
+				o[j] += st[j*dk+kk] * qv
+			}
+		}
+		gatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
+	}
+}
+
+// The helpers below are engine/cpu's.
+
+func gatedNorm(o, z, w []float32, eps float32) {
+	var ss float32
+	for _, v := range o {
+		ss += v * v
+	}
+	r := rsqrt(ss/float32(len(o)) + eps)
+	for i, v := range o {
+		o[i] = w[i] * (v * r) * silu(z[i])
+	}
+}
+
+func l2norm(x []float32, scale float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	r := rsqrt(ss+1e-6) * scale
+	for i := range x {
+		x[i] *= r
+	}
+}
+
+func rsqrt(x float32) float32 { return float32(1 / math.Sqrt(float64(x))) }
+
+func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func silu(x float32) float32 { return x * sigmoid(x) }
+
+func softplus(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return float32(math.Log1p(math.Exp(float64(x))))
+}

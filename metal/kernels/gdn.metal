@@ -1,0 +1,127 @@
+// gdn.metal: one decode step of a Gated DeltaNet layer's recurrence, from the conv output to the
+// gated RMSNorm, for every value head (engine/cpu gdn(), the part after the causal conv):
+//
+//   q, k  = l2norm(q)/sqrt(DK), l2norm(k)            (per key head; eps 1e-6 inside the sum)
+//   beta  = sigmoid(b[h]);  g = exp(-exp(A_log[h]) * softplus(a[h] + dt_bias[h]))
+//   S     = g*S                                       (decay)
+//   kv    = S^T k                                     (read)
+//   delta = beta * (v - kv)                           (delta)
+//   S     = S + k delta^T                             (write)
+//   o     = S^T q                                     (output)
+//   y     = norm_w * (o * rsqrt(mean(o^2) + EPS)) * silu(z)   (gated RMSNorm over the head)
+//
+// State: fp32 [HV][DV][DK], updated in place. Each value column j of a head keeps its DK key
+// rows contiguous (engine/cpu stores [HV][DK][DV]; this is its transpose, so a simdgroup reads a
+// column with consecutive addresses).
+//
+// Geometry: one threadgroup per value head (HV groups), NSG simdgroups of 32 (NSG <= 32; 32 is
+// the 1024-thread production shape). A simdgroup owns columns sg, sg + NSG, ...; for each it
+// keeps the column's DK values in registers (DK/32 per lane, lane l holds rows l*DK/32 ...),
+// so a column is read once and written once, with two simd_sums. The column outputs meet in
+// threadgroup memory ([[threadgroup(0)]], DV floats) for the gated norm: one barrier.
+#include <metal_stdlib>
+using namespace metal;
+
+constant uint GDN_HK [[function_constant(0)]];    // key heads (16)
+constant uint GDN_HV [[function_constant(1)]];    // value heads (32), a multiple of GDN_HK
+constant uint GDN_DK [[function_constant(2)]];    // key head dim (128): 32, 64, 96 or 128
+constant uint GDN_DV [[function_constant(3)]];    // value head dim (128)
+constant float GDN_EPS [[function_constant(4)]];  // the gated norm's epsilon (1e-6)
+
+#define GDN_MAX_PER_LANE 4  // DK <= 128
+
+inline float softplus(float x) {
+  // torch: log1p(exp(x)), x itself above 20. For x < -15, log1p(exp(x)) = exp(x) in float.
+  if (x > 20.0f) {
+    return x;
+  }
+  if (x < -15.0f) {
+    return exp(x);
+  }
+  return log(1.0f + exp(x));
+}
+
+kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + HV*DV]: q, k, v
+                     device const float* z [[buffer(1)]],        // [HV*DV]
+                     device const float* a [[buffer(2)]],        // [HV]
+                     device const float* b [[buffer(3)]],        // [HV]
+                     device const float* a_log [[buffer(4)]],    // [HV]
+                     device const float* dt_bias [[buffer(5)]],  // [HV]
+                     device const float* norm_w [[buffer(6)]],   // [DV]
+                     device float* state [[buffer(7)]],          // [HV][DV][DK]
+                     device float* y [[buffer(8)]],              // [HV*DV]
+                     threadgroup float* o_tg [[threadgroup(0)]],  // [DV]
+                     uint head [[threadgroup_position_in_grid]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint ntg [[threads_per_threadgroup]],
+                     uint sg [[simdgroup_index_in_threadgroup]],
+                     uint nsg [[simdgroups_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partial[32];  // Σ o² per simdgroup
+
+  const uint E = GDN_DK / 32;  // key rows per lane
+  const uint kh = head / (GDN_HV / GDN_HK);
+  device const float* q = qkv + kh * GDN_DK + lane * E;
+  device const float* k = qkv + GDN_HK * GDN_DK + kh * GDN_DK + lane * E;
+  device const float* v = qkv + 2 * GDN_HK * GDN_DK + head * GDN_DV;
+
+  // q and k of this head's key head, L2-normalised (every simdgroup does it: no barrier).
+  float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+  float qss = 0.0f, kss = 0.0f;
+  for (uint i = 0; i < E; i++) {
+    qr[i] = q[i];
+    kr[i] = k[i];
+    qss += qr[i] * qr[i];
+    kss += kr[i] * kr[i];
+  }
+  qss = simd_sum(qss);
+  kss = simd_sum(kss);
+  const float qn = rsqrt(qss + 1e-6f) * rsqrt(float(GDN_DK));
+  const float kn = rsqrt(kss + 1e-6f);
+  for (uint i = 0; i < E; i++) {
+    qr[i] *= qn;
+    kr[i] *= kn;
+  }
+
+  const float beta = 1.0f / (1.0f + exp(-b[head]));
+  const float decay = exp(-exp(a_log[head]) * softplus(a[head] + dt_bias[head]));
+
+  float oss = 0.0f;
+  for (uint j = sg; j < GDN_DV; j += nsg) {
+    device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
+    float s[GDN_MAX_PER_LANE];
+    float kv = 0.0f;
+    for (uint i = 0; i < E; i++) {
+      s[i] = st[i] * decay;  // decay
+      kv += s[i] * kr[i];
+    }
+    kv = simd_sum(kv);  // read
+    const float delta = (v[j] - kv) * beta;
+    float o = 0.0f;
+    for (uint i = 0; i < E; i++) {
+      s[i] += kr[i] * delta;  // write
+      o += s[i] * qr[i];
+      st[i] = s[i];
+    }
+    o = simd_sum(o);  // output
+    if (lane == 0) {
+      o_tg[j] = o;
+    }
+    oss += o * o;
+  }
+  if (lane == 0) {
+    partial[sg] = oss;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  float total = 0.0f;
+  for (uint i = 0; i < nsg; i++) {
+    total += partial[i];
+  }
+  const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
+  for (uint j = tid; j < GDN_DV; j += ntg) {
+    const float zz = z[head * GDN_DV + j];
+    const float silu = zz * (1.0f / (1.0f + exp(-zz)));
+    y[head * GDN_DV + j] = norm_w[j] * (o_tg[j] * r) * silu;
+  }
+}

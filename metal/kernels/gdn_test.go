@@ -1,0 +1,108 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+type gdnCase struct {
+	shape GDNShape
+	nsg   int // simdgroups per threadgroup
+	steps int
+}
+
+// runGDN runs steps decode tokens through gdn_step and GDNStep from the same random state and
+// returns the largest relative errors of y (over all steps) and of the final state.
+func runGDN(t *testing.T, lib *emu.Library, r *rand.Rand, c gdnCase, order emu.Order) (yErr, stateErr float64) {
+	t.Helper()
+	s := c.shape
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
+	for i := range p.ALog {
+		p.ALog[i] = float32(math.Log(1 + 15*r.Float64())) // A in [1, 16), as Qwen initialises it
+	}
+	for i := range p.NormW {
+		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
+	}
+	state := randFloats(r, s.StateLen(), 0.1)
+	pl := pipeline(t, lib, "gdn_step", map[int]any{GDNKeyHeads: s.HK, GDNValueHeads: s.HV, GDNKeyDim: s.DK, GDNValueDim: s.DV, GDNEps: p.Eps})
+	bState, bY := emu.BufferOf(state), emu.NewBuffer(4*s.HV*s.DV)
+	bALog, bDt, bW := emu.BufferOf(p.ALog), emu.BufferOf(p.DtBias), emu.BufferOf(p.NormW)
+	y := make([]float32, s.HV*s.DV)
+	for step := range c.steps {
+		qkv, z := randFloats(r, s.Channels(), 1), randFloats(r, s.HV*s.DV, 1)
+		a, b := randFloats(r, s.HV, 1), randFloats(r, s.HV, 1)
+		if step == 1 {
+			a[0], a[len(a)-1] = 25, -30 // both softplus special cases
+		}
+		GDNStep(s, p, state, y, qkv, z, a, b)
+		bY.Fill(0xFF)
+		err := pl.Dispatch(emu.Dispatch{
+			Threadgroups: [3]int{s.HV}, Group: [3]int{32 * c.nsg},
+			Buffers: map[int]emu.Binding{
+				0: {Buffer: emu.BufferOf(qkv)}, 1: {Buffer: emu.BufferOf(z)}, 2: {Buffer: emu.BufferOf(a)}, 3: {Buffer: emu.BufferOf(b)},
+				4: {Buffer: bALog}, 5: {Buffer: bDt}, 6: {Buffer: bW}, 7: {Buffer: bState}, 8: {Buffer: bY},
+			},
+			ThreadgroupMem: map[int]int{0: s.ThreadgroupMem()},
+			Order:          order, Seed: uint64(step),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		yErr = max(yErr, relErr(bY.Float32s(), y))
+	}
+	stateErr = relErr(bState.Float32s(), state)
+	if !(yErr <= 1e-5 && stateErr <= 1e-5) {
+		t.Errorf("%+v nsg %d %v: relative error y %.2g, state %.2g", s, c.nsg, order, yErr, stateErr)
+	}
+	return yErr, stateErr
+}
+
+func TestGDNStep(t *testing.T) {
+	lib := library(t, emu.Options{}, "gdn.metal")
+	r := rand.New(rand.NewPCG(13, 14))
+	cases := []gdnCase{
+		{GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 1, 3},
+		{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, 3}, // columns do not divide evenly
+		{GDNShape{HK: 2, HV: 2, DK: 96, DV: 16}, 4, 2}, // three key rows per lane
+		{GDNShape{HK: 1, HV: 3, DK: 32, DV: 33}, 2, 2},
+		{GDNShape{HK: 2, HV: 4, DK: 128, DV: 8}, 16, 2}, // more simdgroups than columns
+	}
+	var worstY, worstS float64
+	for _, c := range cases {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("hk%d_hv%d_dk%d_dv%d_nsg%d_%v", c.shape.HK, c.shape.HV, c.shape.DK, c.shape.DV, c.nsg, order), func(t *testing.T) {
+				ye, se := runGDN(t, lib, r, c, order)
+				worstY, worstS = max(worstY, ye), max(worstS, se)
+			})
+		}
+	}
+	t.Logf("edge shapes: max relative error y %.2g, state %.2g", worstY, worstS)
+}
+
+// TestGDNStepProduction runs the model's shape (16 key heads, 32 value heads, 128-dim heads) in
+// the 1024-thread production geometry and in a 256-thread one.
+func TestGDNStepProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "gdn.metal")
+	r := rand.New(rand.NewPCG(15, 16))
+	model := GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}
+	for i, nsg := range []int{GDNSimdgroups, 8} {
+		order := emu.Orders[(i+1)%3]
+		ye, se := runGDN(t, lib, r, gdnCase{model, nsg, 2}, order)
+		t.Logf("model shape, %d simdgroups, %v: max relative error y %.2g, state %.2g", nsg, order, ye, se)
+	}
+}
+
+func TestGDNStepASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "gdn.metal")
+	r := rand.New(rand.NewPCG(17, 18))
+	runGDN(t, lib, r, gdnCase{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, 2}, emu.Shuffle)
+}
