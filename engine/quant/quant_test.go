@@ -8,7 +8,6 @@ import (
 	"testing"
 )
 
-
 // paths runs f once for each kernel this machine has (Inputs prepared
 // inside f use it).
 func paths(t *testing.T, f func(t *testing.T)) {

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func template(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "resources", "Info.plist.in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := strings.NewReplacer("@VERSION@", "1.2.3", "@BUILD@", "42", "@DESCRIBE@", "v1.2.3-0-gabc")
+	return []byte(r.Replace(string(data)))
+}
+
+func TestInfoPlistTemplate(t *testing.T) {
+	info, err := ParsePlist(template(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]any{
+		"LSUIElement": true, "LSMinimumSystemVersion": "15.0", "CFBundleIdentifier": "com.lilyformac.lily",
+		"CFBundleExecutable": "LilyApp", "CFBundleShortVersionString": "1.2.3", "CFBundleVersion": "42",
+		"CFBundlePackageType": "APPL", "CFBundleIconFile": "AppIcon", "NSSupportsSuddenTermination": false,
+	} {
+		if info[key] != want {
+			t.Errorf("%s = %#v, want %#v", key, info[key], want)
+		}
+	}
+}
+
+func TestParsePlistRejects(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unclosed":      `<plist><dict><key>a</key><string>x</string>`,
+		"duplicate":     `<plist><dict><key>a</key><true/><key>a</key><false/></dict></plist>`,
+		"value missing": `<plist><dict><key>a</key></dict></plist>`,
+		"not a dict":    `<plist><array><string>x</string></array></plist>`,
+		"bad integer":   `<plist><dict><key>n</key><integer>x</integer></dict></plist>`,
+		"unknown":       `<plist><dict><key>a</key><thing/></dict></plist>`,
+	} {
+		if _, err := ParsePlist([]byte(doc)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	v, err := ParsePlist([]byte(`<plist><dict><key>n</key><integer>7</integer><key>l</key><array><real>1.5</real><dict/></array></dict></plist>`))
+	if err != nil || v["n"] != int64(7) || len(v["l"].([]any)) != 2 {
+		t.Fatalf("%v %v", v, err)
+	}
+}
+
+// machO writes a minimal 64-bit Mach-O header with the given CPU type and load commands.
+func machO(t *testing.T, path string, cpu uint32, signed bool, platform uint32) {
+	t.Helper()
+	var cmds bytes.Buffer
+	ncmds := uint32(1)
+	binary.Write(&cmds, binary.LittleEndian, []uint32{lcBuildVersion, 24, platform, 15 << 16, 15 << 16, 0})
+	if signed {
+		binary.Write(&cmds, binary.LittleEndian, []uint32{lcCodeSignature, 16, 4096, 16})
+		ncmds++
+	}
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, []uint32{0xfeedfacf, cpu, 0, 2 /* MH_EXECUTE */, ncmds, uint32(cmds.Len()), 0, 0})
+	b.Write(cmds.Bytes())
+	if err := os.WriteFile(path, b.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const cpuArm64, cpuAmd64 = 0x0100000c, 0x01000007
+
+func TestCheckMachO(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	machO(t, good, cpuArm64, true, platformMacOS)
+	if desc, err := CheckMachO(good); err != nil || !strings.Contains(desc, "arm64") || !strings.Contains(desc, "macOS ≥ 15.0") {
+		t.Fatalf("%q %v", desc, err)
+	}
+	for name, mk := range map[string]func(string){
+		"amd64":    func(p string) { machO(t, p, cpuAmd64, true, platformMacOS) },
+		"unsigned": func(p string) { machO(t, p, cpuArm64, false, platformMacOS) },
+		"iOS":      func(p string) { machO(t, p, cpuArm64, true, 2) },
+		"ELF":      func(p string) { data, _ := os.ReadFile(os.Args[0]); os.WriteFile(p, data, 0o755) },
+		"not executable": func(p string) {
+			machO(t, p, cpuArm64, true, platformMacOS)
+			os.Chmod(p, 0o644)
+		},
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		mk(p)
+		if _, err := CheckMachO(p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// bundle lays out a Lily.app like build.sh does, with a stand-in engine.
+func bundle(t *testing.T) string {
+	t.Helper()
+	app := filepath.Join(t.TempDir(), "Lily.app")
+	res := filepath.Join(app, "Contents", "Resources")
+	os.MkdirAll(filepath.Join(app, "Contents", "MacOS"), 0o755)
+	os.MkdirAll(res, 0o755)
+	os.WriteFile(filepath.Join(app, "Contents", "Info.plist"), template(t), 0o644)
+	machO(t, filepath.Join(app, "Contents", "MacOS", "lily"), cpuArm64, true, platformMacOS)
+	files, _ := filepath.Glob(filepath.Join("..", "..", "resources", "icons", "status-*.png"))
+	files = append(files, filepath.Join("..", "..", "resources", "AppIcon.icns"), filepath.Join("..", "..", "resources", "default-settings.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(res, filepath.Base(f)), data, 0o644)
+	}
+	return app
+}
+
+func TestCheckBundle(t *testing.T) {
+	app := bundle(t)
+	report, err := Check(app, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, strings.Join(report, "\n"))
+	}
+	if _, err := Check(app, true); err == nil || !strings.Contains(err.Error(), "MacOS/LilyApp is missing") {
+		t.Fatalf("app binary not required: %v", err)
+	}
+	machO(t, filepath.Join(app, "Contents", "MacOS", "LilyApp"), cpuArm64, true, platformMacOS)
+	if _, err := Check(app, true); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(app, "Contents", "Resources", "status-ready@2x.png"))
+	plist := strings.Replace(string(template(t)), "<key>LSUIElement</key>\n\t<true/>", "<key>LSUIElement</key>\n\t<false/>", 1)
+	plist = strings.Replace(plist, "<string>15.0</string>", "<string>14.0</string>", 1)
+	os.WriteFile(filepath.Join(app, "Contents", "Info.plist"), []byte(plist), 0o644)
+	_, err = Check(app, false)
+	for _, want := range []string{"status-ready@2x.png is missing", "LSUIElement must be true", `LSMinimumSystemVersion = "14.0"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missed %q: %v", want, err)
+		}
+	}
+}

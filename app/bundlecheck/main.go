@@ -1,0 +1,136 @@
+// Command bundlecheck checks an assembled Lily.app: Info.plist's keys, the bundled engine (and,
+// with -require-app, the app binary) as signed darwin/arm64 Mach-O executables, and the
+// resources the app loads. build.sh runs it on Linux and on macOS.
+//
+//	go run ./app/bundlecheck [-require-app] bin/Lily.app
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func main() {
+	requireApp := flag.Bool("require-app", false, "the app binary (CFBundleExecutable) must be present (macOS builds)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: bundlecheck [-require-app] Lily.app")
+		os.Exit(2)
+	}
+	report, err := Check(flag.Arg(0), *requireApp)
+	for _, line := range report {
+		fmt.Println(line)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bundlecheck:", err)
+		os.Exit(1)
+	}
+}
+
+// Check verifies the bundle at dir and reports what it saw.
+func Check(dir string, requireApp bool) ([]string, error) {
+	var report []string
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	contents := filepath.Join(dir, "Contents")
+
+	data, err := os.ReadFile(filepath.Join(contents, "Info.plist"))
+	if err != nil {
+		return nil, err
+	}
+	info, err := ParsePlist(data)
+	if err != nil {
+		return nil, fmt.Errorf("Info.plist: %w", err)
+	}
+	str := func(key string) string {
+		s, ok := info[key].(string)
+		if !ok {
+			fail("Info.plist: %s is missing or not a string", key)
+		}
+		return s
+	}
+	exe := str("CFBundleExecutable")
+	id := str("CFBundleIdentifier")
+	short, build := str("CFBundleShortVersionString"), str("CFBundleVersion")
+	for key, want := range map[string]string{"CFBundlePackageType": "APPL", "LSMinimumSystemVersion": "15.0", "CFBundleInfoDictionaryVersion": "6.0"} {
+		if got := str(key); got != want {
+			fail("Info.plist: %s = %q, want %q", key, got, want)
+		}
+	}
+	for _, key := range []string{"LSUIElement", "NSHighResolutionCapable"} {
+		if info[key] != true {
+			fail("Info.plist: %s must be true", key)
+		}
+	}
+	if info["NSSupportsSuddenTermination"] == true {
+		fail("Info.plist: sudden termination would skip stopping the engine")
+	}
+	if strings.Count(id, ".") < 2 {
+		fail("Info.plist: CFBundleIdentifier %q is not reverse-DNS", id)
+	}
+	if !dottedNumbers(short, 3) {
+		fail("Info.plist: CFBundleShortVersionString %q: want up to three numbers", short)
+	}
+	if !dottedNumbers(build, 3) {
+		fail("Info.plist: CFBundleVersion %q: want up to three numbers", build)
+	}
+	if strings.EqualFold(exe, "lily") {
+		fail("Info.plist: CFBundleExecutable %q collides with the engine Contents/MacOS/lily on a case-insensitive volume", exe)
+	}
+	report = append(report, fmt.Sprintf("Info.plist: %s %s (%s), executable %s, agent app (LSUIElement), macOS ≥ 15.0", id, short, build, exe))
+
+	icon := str("CFBundleIconFile")
+	if filepath.Ext(icon) == "" {
+		icon += ".icns"
+	}
+	resources := filepath.Join(contents, "Resources")
+	need := []string{icon, "default-settings.json"}
+	for _, st := range []string{"off", "working", "ready", "error"} {
+		need = append(need, "status-"+st+".png", "status-"+st+"@2x.png")
+	}
+	for _, name := range need {
+		if fi, err := os.Stat(filepath.Join(resources, name)); err != nil || fi.Size() == 0 {
+			fail("Resources/%s is missing", name)
+		}
+	}
+	report = append(report, fmt.Sprintf("Resources: %d files present", len(need)))
+
+	engine := filepath.Join(contents, "MacOS", "lily")
+	if desc, err := CheckMachO(engine); err != nil {
+		fail("MacOS/lily: %v", err)
+	} else {
+		report = append(report, "MacOS/lily: "+desc)
+	}
+	appBin := filepath.Join(contents, "MacOS", exe)
+	if _, err := os.Stat(appBin); err == nil {
+		if desc, err := CheckMachO(appBin); err != nil {
+			fail("MacOS/%s: %v", exe, err)
+		} else {
+			report = append(report, "MacOS/"+exe+": "+desc)
+		}
+	} else if requireApp {
+		fail("MacOS/%s is missing", exe)
+	} else {
+		report = append(report, "MacOS/"+exe+": not built here (needs a Mac: cgo + darwinkit)")
+	}
+	if len(problems) > 0 {
+		return report, fmt.Errorf("%d problem(s):\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+	return report, nil
+}
+
+func dottedNumbers(s string, max int) bool {
+	parts := strings.Split(s, ".")
+	if s == "" || len(parts) > max {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}

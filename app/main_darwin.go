@@ -1,0 +1,99 @@
+//go:build darwin && cgo
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/progrium/darwinkit/dispatch"
+	"github.com/progrium/darwinkit/macos/appkit"
+	"github.com/progrium/darwinkit/macos/foundation"
+	"github.com/progrium/darwinkit/objc"
+)
+
+// AppKit must run on the main OS thread: lock it before main runs.
+func init() { runtime.LockOSThread() }
+
+// onMain runs f on the main queue (AppKit objects may only be touched there). Callers on other
+// goroutines get an autorelease pool for the dispatch call itself; f runs inside the main run
+// loop's pool.
+func onMain(f func()) {
+	objc.WithAutoreleasePool(func() { dispatch.MainQueue().DispatchAsync(f) })
+}
+
+func main() {
+	var nsapp appkit.Application
+	objc.WithAutoreleasePool(func() { nsapp = appkit.Application_SharedApplication() }) // no run loop (and pool) yet
+	platform := &macPlatform{app: nsapp}
+	var ui *statusUI
+	var pending sync.Mutex
+	redrawQueued := false
+	// redraw coalesces bursts of snapshots (progress during a download) into one render.
+	redraw := func() {
+		pending.Lock()
+		if redrawQueued {
+			pending.Unlock()
+			return
+		}
+		redrawQueued = true
+		pending.Unlock()
+		onMain(func() {
+			pending.Lock()
+			redrawQueued = false
+			pending.Unlock()
+			if ui != nil {
+				ui.render()
+			}
+		})
+	}
+	a, err := setup(defaultEnvironment("darwin"), platform, redraw)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Lily:", err)
+		os.Exit(1)
+	}
+
+	terminating := false
+	delegate := &appkit.ApplicationDelegate{}
+	delegate.SetApplicationDidFinishLaunching(func(foundation.Notification) {
+		// The status item is created here, not earlier (macOS 15 asserts otherwise).
+		ui = newStatusUI(a.ctrl, a.resources)
+		a.begin()
+	})
+	delegate.SetApplicationShouldTerminate(func(sender appkit.Application) appkit.ApplicationTerminateReply {
+		// Quit, logout or SIGTERM: stop the engine first (SIGTERM, SIGKILL after stopTimeout),
+		// then let AppKit finish.
+		if !terminating {
+			terminating = true
+			a.logf("quitting")
+			a.ctrl.Shutdown(stopTimeout+5*time.Second, func() {
+				onMain(func() { sender.ReplyToApplicationShouldTerminate(true) })
+			})
+		}
+		return appkit.TerminateLater
+	})
+	delegate.SetApplicationWillTerminate(func(foundation.Notification) {
+		a.logf("bye")
+		a.log.Close()
+	})
+
+	objc.WithAutoreleasePool(func() {
+		nsapp.SetActivationPolicy(appkit.ApplicationActivationPolicyAccessory) // no Dock icon, even when run outside the bundle
+		nsapp.SetDelegate(delegate)
+	})
+
+	// A SIGTERM or Ctrl-C to the app takes the same path as Quit.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sigs
+		onMain(func() { nsapp.Terminate(nil) })
+	}()
+
+	nsapp.Run()
+}

@@ -1,0 +1,256 @@
+package menu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/lilyformac/lily/app/settings"
+	"github.com/lilyformac/lily/app/snippets"
+	"github.com/lilyformac/lily/app/supervisor"
+)
+
+// Platform is what the controller needs from macOS; the darwin layer implements it with AppKit,
+// tests with a recorder.
+type Platform interface {
+	Copy(text string)           // to the general pasteboard
+	Open(path string) error     // as Finder would (a .log opens in Console)
+	LoginItem() LoginState      // SMAppService.mainAppService status
+	SetLoginItem(on bool) error // register / unregister
+	OpenLoginItemsSettings()    // System Settings › General › Login Items
+	About()                     // the standard About panel
+	Terminate()                 // [NSApp terminate:]; the app then calls Controller.Shutdown
+}
+
+// Engine is the supervisor as the controller uses it.
+type Engine interface {
+	Start()
+	Stop()
+	Retry()
+	Restart()
+	SetOptions(supervisor.Options)
+	Snapshot() supervisor.Snapshot
+	Shutdown(ctx context.Context) error
+}
+
+// Controller connects clicks to the engine, the settings and the platform. Its methods are called
+// on the main thread; Model may be called from anywhere.
+type Controller struct {
+	Engine       Engine
+	Platform     Platform
+	SettingsPath string
+	LogPath      string
+	Caps         snippets.Capabilities
+	Changed      func()                           // call when Model changed outside a snapshot (notice, login item)
+	Logf         func(format string, args ...any) // the app's log
+	Now          func() time.Time
+
+	mu       sync.Mutex
+	settings settings.Settings
+	notice   string
+	noticeAt time.Time
+	quitting bool
+}
+
+// NoticeFor is how long a notice stays in the menu.
+const NoticeFor = 8 * time.Second
+
+// NewController wires a controller; s are the settings the engine was configured with.
+func NewController(e Engine, p Platform, s settings.Settings, settingsPath, logPath string) *Controller {
+	return &Controller{Engine: e, Platform: p, settings: s, SettingsPath: settingsPath, LogPath: logPath, Caps: snippets.Engine}
+}
+
+// Options are the supervisor options the settings describe.
+func Options(s settings.Settings) supervisor.Options {
+	return supervisor.Options{Host: s.Host, Port: s.Port, ModelDir: s.ModelDir, APIKey: s.APIKey}
+}
+
+// Settings returns the current settings.
+func (c *Controller) Settings() settings.Settings {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settings
+}
+
+func (c *Controller) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Controller) logf(format string, args ...any) {
+	if c.Logf != nil {
+		c.Logf(format, args...)
+	}
+}
+
+func (c *Controller) changed() {
+	if c.Changed != nil {
+		c.Changed()
+	}
+}
+
+func (c *Controller) note(format string, args ...any) {
+	c.mu.Lock()
+	c.notice, c.noticeAt = fmt.Sprintf(format, args...), c.now()
+	c.mu.Unlock()
+	c.changed()
+}
+
+// Model builds the menu for now.
+func (c *Controller) Model() Model {
+	c.mu.Lock()
+	notice := c.notice
+	if c.now().Sub(c.noticeAt) > NoticeFor {
+		notice = ""
+	}
+	quitting := c.quitting
+	c.mu.Unlock()
+	return Build(Input{Snap: c.Engine.Snapshot(), Login: c.Platform.LoginItem(), Notice: notice, Caps: c.Caps, Quitting: quitting})
+}
+
+// Click carries out a click on item id.
+func (c *Controller) Click(id ID) {
+	s := c.Engine.Snapshot()
+	switch id {
+	case Toggle:
+		switch s.State {
+		case supervisor.Stopped, supervisor.Failed:
+			c.Engine.Start()
+		case supervisor.Stopping:
+		default:
+			c.Engine.Stop()
+		}
+	case Fix:
+		switch {
+		case s.State == supervisor.EngineError:
+			c.Engine.Retry()
+		case s.State == supervisor.Failed && s.Problem == supervisor.PortInUse && s.SuggestedPort != 0:
+			c.usePort(s.SuggestedPort)
+		case s.State == supervisor.Failed || s.State == supervisor.Restarting:
+			c.Engine.Start()
+		}
+	case CopyURL:
+		c.Platform.Copy(s.BaseURL())
+		c.note("Copied %s", s.BaseURL())
+	case OpenLogs:
+		path := c.LogPath
+		if _, err := os.Stat(path); err != nil {
+			path = filepath.Dir(path)
+		}
+		if err := c.Platform.Open(path); err != nil {
+			c.note("Cannot open the logs: %v", err)
+		}
+	case LaunchAtLogin:
+		c.toggleLogin()
+	case About:
+		c.Platform.About()
+	case Quit:
+		c.mu.Lock()
+		c.quitting = true
+		c.mu.Unlock()
+		c.changed()
+		c.Platform.Terminate()
+	}
+}
+
+// ClickSnippet copies the i-th "Use with…" setup.
+func (c *Controller) ClickSnippet(i int) {
+	all := snippets.All(SnippetParams(c.Engine.Snapshot(), c.Caps))
+	if i < 0 || i >= len(all) {
+		return
+	}
+	c.Platform.Copy(all[i].Text)
+	if all[i].Ready {
+		c.note("Copied the %s setup", all[i].Title)
+	} else {
+		c.note("Copied the %s notes (%s)", all[i].Title, all[i].Note)
+	}
+}
+
+// usePort moves the engine to port, remembers it, and starts.
+func (c *Controller) usePort(port int) {
+	c.mu.Lock()
+	c.settings.Port = port
+	s := c.settings
+	c.mu.Unlock()
+	if err := c.save(s); err != nil {
+		c.note("Port %d is used now but could not be saved: %v", port, err)
+	} else {
+		c.note("Lily now uses port %d", port)
+	}
+	c.Engine.SetOptions(Options(s))
+	c.Engine.Start()
+}
+
+func (c *Controller) save(s settings.Settings) error {
+	if c.SettingsPath == "" {
+		return nil
+	}
+	err := settings.Save(c.SettingsPath, s)
+	if err != nil {
+		c.logf("saving settings: %v", err)
+	}
+	return err
+}
+
+func (c *Controller) toggleLogin() {
+	switch state := c.Platform.LoginItem(); state {
+	case LoginUnavailable:
+		return
+	case LoginNeedsApproval:
+		c.Platform.OpenLoginItemsSettings()
+		return
+	default:
+		on := state != LoginOn
+		if err := c.Platform.SetLoginItem(on); err != nil {
+			c.logf("launch at login → %v: %v", on, err)
+			c.note("Launch at Login: %v", err)
+			return
+		}
+		c.mu.Lock()
+		c.settings.LaunchAtLogin = on
+		s := c.settings
+		c.mu.Unlock()
+		c.save(s)
+		c.changed()
+	}
+}
+
+// SyncLogin records the login item's actual state in the settings (the user may have changed it
+// in System Settings since the last run).
+func (c *Controller) SyncLogin() {
+	state := c.Platform.LoginItem()
+	if state == LoginUnavailable {
+		return
+	}
+	on := state == LoginOn || state == LoginNeedsApproval
+	c.mu.Lock()
+	differs := c.settings.LaunchAtLogin != on
+	c.settings.LaunchAtLogin = on
+	s := c.settings
+	c.mu.Unlock()
+	if differs {
+		c.save(s)
+	}
+}
+
+// Shutdown stops the engine (gracefully, then forcibly) and calls done; the app calls it when
+// it is asked to terminate and replies to AppKit from done.
+func (c *Controller) Shutdown(timeout time.Duration, done func()) {
+	c.mu.Lock()
+	c.quitting = true
+	c.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := c.Engine.Shutdown(ctx); err != nil {
+			c.logf("engine shutdown: %v", err)
+		}
+		done()
+	}()
+}

@@ -1,0 +1,330 @@
+// Package menu is the menu-bar app's menu without AppKit: Build turns the supervisor's snapshot
+// into the status icon and the items' titles and states, and Controller carries out what a
+// click means. The darwin layer only mirrors a Model onto NSMenuItems and forwards clicks.
+package menu
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lilyformac/lily/app/snippets"
+	"github.com/lilyformac/lily/app/supervisor"
+)
+
+// Icon is the status item's image: status-<Name>.png in the bundle's Resources.
+type Icon int
+
+const (
+	IconOff     Icon = iota // hollow lily: stopped
+	IconWorking             // half-filled: starting, loading, stopping, restarting
+	IconReady               // filled: serving
+	IconError               // with a badge: needs the user
+)
+
+// Name is the icon's file-name part.
+func (i Icon) Name() string { return [...]string{"off", "working", "ready", "error"}[i] }
+
+// ID names a menu item; the darwin layer creates one NSMenuItem per ID, once.
+type ID int
+
+const (
+	Status        ID = iota // the state in words (disabled)
+	Detail                  // a second line: file, error, notice (disabled, hidden when empty)
+	Toggle                  // Start Lily / Stop Lily
+	Fix                     // what resolves the current problem: Retry, Use Port N, Try Again, Restart Now
+	CopyURL                 // copies the base URL
+	UseWith                 // the "Use with…" submenu (Model.Snippets)
+	OpenLogs                // opens ~/Library/Logs/Lily/lily.log
+	LaunchAtLogin           // checkmark; SMAppService
+	About                   // the standard About panel
+	Quit                    // stops the engine, then quits
+	Separator               // a separator line (no action)
+)
+
+// LoginState is the login item's state as SMAppService reports it.
+type LoginState int
+
+const (
+	LoginUnavailable   LoginState = iota // not in an app bundle, or macOS older than 13
+	LoginOff                             // not registered
+	LoginOn                              // registered and enabled
+	LoginNeedsApproval                   // registered, but switched off in System Settings › Login Items
+)
+
+// Item is one menu line.
+type Item struct {
+	ID      ID
+	Title   string
+	Tooltip string
+	Key     string // key equivalent, e.g. "q"
+	Enabled bool
+	Hidden  bool
+	Checked bool
+}
+
+// Model is the whole menu at one moment. Items always has the same IDs in the same order;
+// only titles and flags change.
+type Model struct {
+	Icon     Icon
+	Tooltip  string // the status item's
+	Items    []Item
+	Snippets []Item // the Use with… submenu, in snippets.All order
+}
+
+// Input is what Build reads.
+type Input struct {
+	Snap     supervisor.Snapshot
+	Login    LoginState
+	Notice   string // a short note about the last action ("Copied …"); replaces Detail
+	Caps     snippets.Capabilities
+	Quitting bool
+}
+
+// DefaultModelID is the id `lily serve` reports for its default checkpoint
+// (…/mlx-community/Qwen3.6-35B-A3B-4bit): the directory's name.
+const DefaultModelID = "Qwen3.6-35B-A3B-4bit"
+
+// ModelID is the model id clients should send: the running engine's, else what it will report.
+func ModelID(s supervisor.Snapshot) string {
+	switch {
+	case s.Engine.Model != "":
+		return s.Engine.Model
+	case s.Options.ModelDir != "":
+		return filepath.Base(filepath.Clean(s.Options.ModelDir))
+	}
+	return DefaultModelID
+}
+
+// SnippetParams are the "Use with…" texts' inputs for a snapshot.
+func SnippetParams(s supervisor.Snapshot, caps snippets.Capabilities) snippets.Params {
+	p := snippets.Params{BaseURL: s.BaseURL(), Model: ModelID(s), ContextLength: s.Engine.ContextLength, Caps: caps}
+	if s.Options.APIKey != "" {
+		p.KeyEnv = supervisor.KeyEnv
+	}
+	return p
+}
+
+// IconFor is the status icon of a state.
+func IconFor(st supervisor.State) Icon {
+	switch st {
+	case supervisor.Stopped:
+		return IconOff
+	case supervisor.Ready:
+		return IconReady
+	case supervisor.EngineError, supervisor.Failed:
+		return IconError
+	}
+	return IconWorking
+}
+
+var phaseWords = map[string]string{
+	"pull":   "Downloading the model",
+	"verify": "Verifying the model files",
+	"checks": "Checking this Mac",
+	"load":   "Loading the model",
+	"warm":   "Warming up",
+}
+
+// phaseGerund names a failed phase in "Startup failed while …".
+var phaseGerund = map[string]string{
+	"pull":   "downloading the model",
+	"verify": "verifying the model files",
+	"checks": "checking this Mac",
+	"load":   "loading the model",
+	"warm":   "warming up",
+}
+
+// StatusLine is the menu's first line.
+func StatusLine(s supervisor.Snapshot) string {
+	switch s.State {
+	case supervisor.Stopped:
+		return "Lily is off"
+	case supervisor.Starting:
+		return "Starting…"
+	case supervisor.Stopping:
+		return "Stopping…"
+	case supervisor.Loading:
+		return loadingLine(s.Engine)
+	case supervisor.Ready:
+		parts := []string{"Ready"}
+		if tps := s.Engine.DecodeTokensPerS; tps > 0 {
+			parts = append(parts, formatRate(tps))
+		}
+		switch q := s.Engine.QueueDepth; { // the running request plus the waiting ones
+		case q == 1:
+			parts = append(parts, "busy")
+		case q > 1:
+			parts = append(parts, fmt.Sprintf("busy, %d waiting", q-1))
+		}
+		return strings.Join(append(parts, s.BaseURL()), " · ")
+	case supervisor.EngineError:
+		if g, ok := phaseGerund[s.Engine.FailedPhase]; ok {
+			return "Startup failed while " + g
+		}
+		return "Startup failed"
+	case supervisor.Restarting:
+		return "The engine stopped · restarting " + formatWait(s.RetryIn)
+	case supervisor.Failed:
+		switch s.Problem {
+		case supervisor.PortInUse:
+			return fmt.Sprintf("Port %d is in use", s.Options.Port)
+		case supervisor.CrashLoop:
+			return "The engine keeps crashing"
+		}
+		return "The engine cannot start"
+	}
+	return s.State.String()
+}
+
+func loadingLine(e supervisor.EngineStatus) string {
+	words, ok := phaseWords[e.Phase]
+	if !ok {
+		words = "Starting"
+	}
+	if e.Progress > 0 {
+		words += fmt.Sprintf(" · %d%%", int(e.Progress*100))
+	}
+	if e.BytesTotal > 0 && e.Phase == "pull" {
+		words += fmt.Sprintf(" (%s of %s)", FormatBytes(e.BytesDone), FormatBytes(e.BytesTotal))
+	}
+	return words
+}
+
+// DetailLine is the second line: what the engine works on, or why it is not serving.
+func DetailLine(s supervisor.Snapshot) string {
+	switch s.State {
+	case supervisor.Loading:
+		if s.Engine.Detail != "" {
+			return s.Engine.Detail
+		}
+		return s.Engine.File
+	case supervisor.EngineError, supervisor.Restarting, supervisor.Failed, supervisor.Starting:
+		return s.Message
+	case supervisor.Stopped:
+		if s.Killed {
+			return "The engine did not stop in time and was killed."
+		}
+	}
+	return ""
+}
+
+// FormatBytes writes a size in decimal units, as Finder does.
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.0f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func formatRate(tps float64) string {
+	if tps >= 100 {
+		return fmt.Sprintf("%.0f tok/s", tps)
+	}
+	return fmt.Sprintf("%.1f tok/s", tps)
+}
+
+func formatWait(d time.Duration) string {
+	if d < time.Second {
+		return "now"
+	}
+	return fmt.Sprintf("in %d s", int(d.Round(time.Second)/time.Second))
+}
+
+// Truncate shortens s to at most n characters at a word boundary, with an ellipsis.
+func Truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)[:n-1]
+	if i := strings.LastIndexByte(string(r), ' '); i > len(string(r))/2 {
+		return strings.TrimRight(string(r)[:i], " ,.;:") + "…"
+	}
+	return string(r) + "…"
+}
+
+// maxTitle keeps menu lines from growing the menu across the screen.
+const maxTitle = 72
+
+// Build lays out the menu for one moment.
+func Build(in Input) Model {
+	s := in.Snap
+	status := StatusLine(s)
+	detail := DetailLine(s)
+	if in.Notice != "" {
+		detail = in.Notice
+	}
+	m := Model{Icon: IconFor(s.State), Tooltip: "Lily: " + status}
+
+	toggle := Item{ID: Toggle, Enabled: !in.Quitting}
+	switch {
+	case in.Quitting:
+		toggle.Title = "Quitting…"
+	case s.State == supervisor.Stopped || s.State == supervisor.Failed:
+		toggle.Title = "Start Lily"
+	case s.State == supervisor.Stopping:
+		toggle.Title, toggle.Enabled = "Stop Lily", false
+	default:
+		toggle.Title = "Stop Lily"
+	}
+
+	fix := Item{ID: Fix, Hidden: true, Enabled: !in.Quitting}
+	switch {
+	case s.State == supervisor.EngineError:
+		fix.Title, fix.Hidden = "Retry", false
+		fix.Enabled = fix.Enabled && s.Message != supervisor.Retrying
+	case s.State == supervisor.Failed && s.Problem == supervisor.PortInUse && s.SuggestedPort != 0:
+		fix.Title, fix.Hidden = fmt.Sprintf("Use Port %d", s.SuggestedPort), false
+		fix.Tooltip = fmt.Sprintf("Start Lily on port %d and remember it; clients then use http://…:%d/v1.", s.SuggestedPort, s.SuggestedPort)
+	case s.State == supervisor.Failed:
+		fix.Title, fix.Hidden = "Try Again", false
+	case s.State == supervisor.Restarting:
+		fix.Title, fix.Hidden = "Restart Now", false
+	}
+
+	login := Item{ID: LaunchAtLogin, Title: "Launch at Login", Enabled: true}
+	switch in.Login {
+	case LoginOn:
+		login.Checked = true
+	case LoginNeedsApproval:
+		login.Title = "Launch at Login (approve in System Settings…)"
+		login.Checked = true
+	case LoginUnavailable:
+		login.Enabled = false
+		login.Tooltip = "Needs Lily.app on macOS 13 or later."
+	}
+
+	m.Items = []Item{
+		{ID: Status, Title: Truncate(status, maxTitle), Tooltip: status},
+		{ID: Detail, Title: Truncate(detail, maxTitle), Tooltip: detail, Hidden: detail == ""},
+		{ID: Separator},
+		toggle,
+		fix,
+		{ID: Separator},
+		{ID: CopyURL, Title: "Copy Base URL", Tooltip: s.BaseURL(), Enabled: true, Key: "c"},
+		{ID: UseWith, Title: "Use with…", Enabled: true},
+		{ID: Separator},
+		{ID: OpenLogs, Title: "Open Logs", Enabled: true},
+		login,
+		{ID: Separator},
+		{ID: About, Title: "About Lily", Enabled: true},
+		{ID: Quit, Title: "Quit Lily", Key: "q", Enabled: !in.Quitting},
+	}
+	for _, sn := range snippets.All(SnippetParams(s, in.Caps)) {
+		it := Item{Title: sn.Title, Enabled: true, Tooltip: "Copies a ready-to-paste setup"}
+		if !sn.Ready {
+			it.Title += " (" + sn.Note + ")"
+			it.Tooltip = "Copies why it cannot use Lily yet, and the setup for when it can"
+		}
+		m.Snippets = append(m.Snippets, it)
+	}
+	return m
+}

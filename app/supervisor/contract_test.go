@@ -1,0 +1,59 @@
+package supervisor
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/server"
+)
+
+// TestEngineStatusContract reads the real server's /status (with lifecycle.Status, as lily serve
+// wires it) and checks every field EngineStatus maps, plus /status/retry and /health.
+func TestEngineStatusContract(t *testing.T) {
+	retried := false
+	st := lifecycle.Status{
+		Phase: lifecycle.PhasePull, Progress: 0.25, Detail: "downloading", BytesDone: 5, BytesTotal: 20, File: "model.safetensors",
+	}
+	srv := server.New(server.Config{
+		APIKey: "k",
+		Status: func() any { return st },
+		Retry:  func() error { retried = true; return nil },
+	})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	u, _ := url.Parse(ts.URL)
+	host, port, _ := net.SplitHostPort(u.Host)
+	p, _ := strconv.Atoi(port)
+	o := Options{Host: host, Port: p, APIKey: "k"}
+
+	got, err := fetchStatus(context.Background(), http.DefaultClient, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := EngineStatus{Phase: "pull", Progress: 0.25, Detail: "downloading", BytesDone: 5, BytesTotal: 20, File: "model.safetensors"}
+	if got != want {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	st = lifecycle.Status{Phase: lifecycle.PhaseError, FailedPhase: lifecycle.PhaseChecks, Error: "checks: not enough memory"}
+	got, _ = fetchStatus(context.Background(), http.DefaultClient, o)
+	if got.Phase != "error" || got.FailedPhase != "checks" || got.Error != "checks: not enough memory" {
+		t.Fatalf("%+v", got)
+	}
+	if err := postRetry(o, time.Second); err != nil || !retried {
+		t.Fatalf("retry: %v %v", err, retried)
+	}
+	o.APIKey = "wrong"
+	if _, err := fetchStatus(context.Background(), http.DefaultClient, o); err == nil {
+		t.Fatal("a wrong key was accepted")
+	}
+	if !answersLikeLily(o, time.Second) { // /health needs no key
+		t.Fatal("/health not recognised")
+	}
+}

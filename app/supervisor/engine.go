@@ -1,0 +1,132 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// EngineStatus is the engine's GET /status answer.
+type EngineStatus struct {
+	Phase            string  `json:"phase"` // pull, verify, checks, load, warm, ready or error
+	Progress         float64 `json:"progress"`
+	Detail           string  `json:"detail"`
+	Error            string  `json:"error"`
+	FailedPhase      string  `json:"failed_phase"`
+	BytesDone        int64   `json:"bytes_done"`
+	BytesTotal       int64   `json:"bytes_total"`
+	File             string  `json:"file"`
+	Model            string  `json:"model"`
+	ContextLength    int     `json:"context_length"`
+	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
+	QueueDepth       int     `json:"queue_depth"`
+}
+
+func authorize(req *http.Request, key string) {
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+}
+
+// fetchStatus reads GET /status.
+func fetchStatus(ctx context.Context, client *http.Client, o Options) (EngineStatus, error) {
+	var st EngineStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.RootURL()+"/status", nil)
+	if err != nil {
+		return st, err
+	}
+	authorize(req, o.APIKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		if resp.StatusCode == http.StatusUnauthorized {
+			return st, errors.New("/status: 401: the engine wants a different API key")
+		}
+		return st, fmt.Errorf("/status: HTTP %d", resp.StatusCode)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+	return st, err
+}
+
+// postRetry asks the engine to re-run its failed startup (POST /status/retry).
+func postRetry(o Options, timeout time.Duration) error {
+	req, err := http.NewRequest(http.MethodPost, o.RootURL()+"/status/retry", nil)
+	if err != nil {
+		return err
+	}
+	authorize(req, o.APIKey)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e)
+	if e.Error.Message != "" {
+		return errors.New(e.Error.Message)
+	}
+	return fmt.Errorf("HTTP %d", resp.StatusCode)
+}
+
+// answersLikeLily reports whether the port answers GET /health the way lily serve does.
+func answersLikeLily(o Options, timeout time.Duration) bool {
+	resp, err := (&http.Client{Timeout: timeout}).Get(o.RootURL() + "/health")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Status string `json:"status"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<12)).Decode(&h) != nil {
+		return false
+	}
+	return h.Status == "ok" || h.Status == "loading"
+}
+
+// ErrPortInUse is CheckPort's answer for a taken port.
+var ErrPortInUse = errors.New("port in use")
+
+// CheckPort reports whether the engine could listen on host:port: nil when free, ErrPortInUse
+// when something listens there already (on that address or a wildcard one), or the bind error.
+func CheckPort(host string, port int) error {
+	o := Options{Host: host, Port: port}
+	addr := net.JoinHostPort(o.clientHost(), strconv.Itoa(port))
+	if c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); err == nil {
+		c.Close()
+		return ErrPortInUse
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return ErrPortInUse
+		}
+		return err
+	}
+	return ln.Close()
+}
+
+// portInUseLine matches the engine's (and Go's) message for a taken port.
+func portInUseLine(line string) bool {
+	l := strings.ToLower(line)
+	return strings.Contains(l, "already in use") || strings.Contains(l, "eaddrinuse")
+}

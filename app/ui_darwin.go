@@ -1,0 +1,146 @@
+//go:build darwin && cgo
+
+package main
+
+import (
+	"path/filepath"
+
+	"github.com/progrium/darwinkit/macos/appkit"
+	"github.com/progrium/darwinkit/macos/foundation"
+	"github.com/progrium/darwinkit/objc"
+
+	"github.com/lilyformac/lily/app/menu"
+)
+
+// statusUI mirrors menu.Model onto the status item and its NSMenu. Every method runs on the
+// main thread. The items are created once (the model's layout never changes) and retained for
+// as long as statusUI lives, which is the app's lifetime.
+type statusUI struct {
+	ctrl     *menu.Controller
+	item     *appkit.StatusItem
+	menu     *appkit.Menu
+	items    []*appkit.MenuItem // parallel to Model.Items
+	sub      *appkit.Menu
+	subItems []*appkit.MenuItem // parallel to Model.Snippets
+	delegate *appkit.MenuDelegate
+	icons    map[menu.Icon]*appkit.Image
+	shown    menu.Icon
+}
+
+// retained takes ownership of an (autoreleased) object: objc.Retain retains it and sets a
+// finalizer on the returned pointer that releases it, so the object lives exactly as long as
+// the pointer is reachable. Copies of the value do not count, hence the pointer.
+func retained[T any, P interface {
+	*T
+	objc.IObject
+}](v T) P {
+	p := P(&v)
+	objc.Retain(p)
+	return p
+}
+
+// statusPoints is the template images' size in points.
+const statusPoints = 18
+
+func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
+	u := &statusUI{ctrl: ctrl, icons: map[menu.Icon]*appkit.Image{}, shown: -1}
+	u.item = retained(appkit.StatusBar_SystemStatusBar().StatusItemWithLength(appkit.VariableStatusItemLength))
+	u.item.SetAutosaveName("lily-status-item") // a stable identity across launches (macOS 26 otherwise shows "Item-0")
+	for _, ic := range []menu.Icon{menu.IconOff, menu.IconWorking, menu.IconReady, menu.IconError} {
+		if img, ok := loadTemplate(resources, "status-"+ic.Name()); ok {
+			u.icons[ic] = img
+		}
+	}
+
+	m := ctrl.Model()
+	u.menu = retained(appkit.NewMenuWithTitle("Lily"))
+	u.menu.SetAutoenablesItems(false) // the model decides what is enabled
+	for _, it := range m.Items {
+		var mi *appkit.MenuItem
+		if it.ID == menu.Separator {
+			mi = retained(appkit.MenuItem_SeparatorItem())
+		} else {
+			id := it.ID
+			mi = retained(appkit.NewMenuItemWithAction(it.Title, it.Key, func(objc.Object) { ctrl.Click(id) }))
+		}
+		u.menu.AddItem(*mi) // values, not pointers: darwinkit would send a *T as a raw Go pointer
+		u.items = append(u.items, mi)
+		if it.ID == menu.UseWith {
+			u.sub = retained(appkit.NewMenuWithTitle(it.Title))
+			u.sub.SetAutoenablesItems(false)
+			for i, sn := range m.Snippets {
+				smi := retained(appkit.NewMenuItemWithAction(sn.Title, "", func(objc.Object) { ctrl.ClickSnippet(i) }))
+				u.sub.AddItem(*smi)
+				u.subItems = append(u.subItems, smi)
+			}
+			mi.SetSubmenu(*u.sub)
+		}
+	}
+	// Redraw as the menu opens, so expired notices and the latest numbers show.
+	u.delegate = &appkit.MenuDelegate{}
+	u.delegate.SetMenuWillOpen(func(appkit.Menu) { u.render() })
+	u.menu.SetDelegate(u.delegate)
+	u.item.SetMenu(*u.menu)
+	u.render()
+	return u
+}
+
+// loadTemplate builds an 18×18 pt template image from name.png and name@2x.png.
+func loadTemplate(dir, name string) (*appkit.Image, bool) {
+	size := foundation.Size{Width: statusPoints, Height: statusPoints}
+	img := appkit.NewImageWithSize(size)
+	reps := 0
+	for _, file := range []string{name + ".png", name + "@2x.png"} {
+		rep := appkit.ImageRep_ImageRepWithContentsOfFile(filepath.Join(dir, file))
+		if rep.IsNil() {
+			continue
+		}
+		rep.SetSize(size)
+		img.AddRepresentation(rep)
+		reps++
+	}
+	if reps == 0 {
+		return nil, false
+	}
+	img.SetTemplate(true) // AppKit tints it for light, dark and highlighted menu bars
+	img.SetAccessibilityDescription("Lily")
+	return retained(img), true
+}
+
+// render applies the controller's current model.
+func (u *statusUI) render() {
+	m := u.ctrl.Model()
+	button := u.item.Button()
+	if m.Icon != u.shown {
+		if img, ok := u.icons[m.Icon]; ok {
+			button.SetImage(*img)
+		} else {
+			button.SetTitle("Lily") // no icons found (a bare binary outside Lily.app)
+		}
+		u.shown = m.Icon
+	}
+	button.SetToolTip(m.Tooltip)
+	for i, it := range m.Items {
+		if it.ID == menu.Separator || i >= len(u.items) {
+			continue
+		}
+		applyItem(u.items[i], it)
+	}
+	for i, it := range m.Snippets {
+		if i < len(u.subItems) {
+			applyItem(u.subItems[i], it)
+		}
+	}
+}
+
+func applyItem(mi *appkit.MenuItem, it menu.Item) {
+	mi.SetTitle(it.Title)
+	mi.SetToolTip(it.Tooltip)
+	mi.SetEnabled(it.Enabled)
+	mi.SetHidden(it.Hidden)
+	state := appkit.ControlStateValueOff
+	if it.Checked {
+		state = appkit.ControlStateValueOn
+	}
+	mi.SetState(state)
+}
