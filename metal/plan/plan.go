@@ -1,0 +1,122 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Kind classifies a buffer for the traffic model and for allocation.
+type Kind int
+
+const (
+	Weights     Kind = iota // checkpoint tensors (no-copy views of the mapped files where possible)
+	Activations             // per-step scratch vectors
+	State                   // DeltaNet state and conv windows: live across steps
+	KVCache                 // bf16 K and V rows: live across steps
+	Control                 // the step buffer {pos, token} and other small GPU-resident values
+)
+
+// Buffer is one device allocation, made once when the plan is built.
+type Buffer struct {
+	Name string
+	Size int64
+	Kind Kind
+}
+
+// Binding is a buffer argument of a dispatch.
+type Binding struct {
+	Buffer int // index into Plan.Buffers
+	Offset int64
+}
+
+// Range is a span of a buffer that a dispatch reads or writes in device memory.
+type Range struct {
+	Buffer      int
+	Offset, Len int64
+}
+
+// Dispatch is one kernel launch of the step.
+type Dispatch struct {
+	Kernel         string
+	Constants      map[int]any // function constants (pipeline specialisation)
+	Buffers        map[int]Binding
+	ThreadgroupMem map[int]int
+	Threadgroups   [3]int
+	Group          [3]int // threads per threadgroup
+	// Barrier makes the dispatch wait for every earlier one (a buffer memory barrier in a
+	// concurrent encoder); without it, it may overlap with the dispatches since the last barrier.
+	Barrier bool
+	// Reads and Writes are the device bytes the dispatch touches, for the traffic model: a range
+	// many threadgroups re-read counts once per dispatch (caches absorb the rest).
+	Reads, Writes []Range
+}
+
+// Plan is a static decode step: the buffers and the dispatches, in order.
+type Plan struct {
+	Buffers    []Buffer
+	Dispatches []Dispatch
+}
+
+// Stats summarise a plan's cost per token.
+type Stats struct {
+	Dispatches int
+	Barriers   int
+	Bytes      int64 // modelled DRAM traffic: distinct bytes read plus distinct bytes written, per dispatch
+}
+
+// Stats computes dispatch, barrier and traffic counts.
+func (p *Plan) Stats() Stats {
+	var s Stats
+	for _, d := range p.Dispatches {
+		s.Dispatches++
+		if d.Barrier {
+			s.Barriers++
+		}
+		s.Bytes += distinct(d.Reads) + distinct(d.Writes)
+	}
+	return s
+}
+
+// Validate checks that every binding and range stays inside its buffer.
+func (p *Plan) Validate() error {
+	inside := func(b int, off, n int64) bool {
+		return b >= 0 && b < len(p.Buffers) && off >= 0 && n >= 0 && off+n <= p.Buffers[b].Size
+	}
+	for i, d := range p.Dispatches {
+		for idx, bind := range d.Buffers {
+			if !inside(bind.Buffer, bind.Offset, 0) {
+				return fmt.Errorf("plan: dispatch %d (%s): buffer(%d) binding %+v is outside its buffer", i, d.Kernel, idx, bind)
+			}
+		}
+		for _, r := range append(slices.Clone(d.Reads), d.Writes...) {
+			if !inside(r.Buffer, r.Offset, r.Len) {
+				return fmt.Errorf("plan: dispatch %d (%s): range %+v is outside its buffer", i, d.Kernel, r)
+			}
+		}
+	}
+	return nil
+}
+
+// distinct is the number of bytes covered by ranges, overlaps counted once.
+func distinct(ranges []Range) int64 {
+	rs := slices.Clone(ranges)
+	slices.SortFunc(rs, func(a, b Range) int {
+		if a.Buffer != b.Buffer {
+			return a.Buffer - b.Buffer
+		}
+		return int(min(max(a.Offset-b.Offset, -1), 1))
+	})
+	var total, end int64
+	buf := -1
+	for _, r := range rs {
+		if r.Buffer != buf {
+			buf, end = r.Buffer, 0
+		}
+		start := max(r.Offset, end)
+		if stop := r.Offset + r.Len; stop > start {
+			total += stop - start
+			end = stop
+		}
+	}
+	return total
+}

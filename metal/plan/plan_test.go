@@ -1,0 +1,28 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestStatsCountDistinctBytes(t *testing.T) {
+	p := &Plan{
+		Buffers: []Buffer{{"w", 1000, Weights}, {"x", 100, Activations}, {"y", 100, Activations}},
+		Dispatches: []Dispatch{
+			{Kernel: "a", Reads: []Range{{0, 0, 600}, {0, 400, 400}, {1, 0, 100}, {1, 0, 100}}, Writes: []Range{{2, 0, 100}}},
+			{Kernel: "b", Barrier: true, Reads: []Range{{2, 0, 100}, {0, 900, 50}, {0, 950, 50}}, Writes: []Range{{1, 10, 20}, {1, 20, 20}}},
+		},
+	}
+	s := p.Stats()
+	// a: w 0..800 (800) + x 100 read, y 100 written; b: y 100 + w 900..1000 (100) read, x 10..40 (30) written.
+	if s.Dispatches != 2 || s.Barriers != 1 || s.Bytes != 800+100+100+100+100+30 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p.Dispatches[1].Writes = append(p.Dispatches[1].Writes, Range{1, 90, 20})
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "dispatch 1 (b)") {
+		t.Fatalf("out-of-bounds range: %v", err)
+	}
+}
