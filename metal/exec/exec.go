@@ -1,0 +1,114 @@
+// Package exec runs a plan's dispatches on a device — the MSL emulator on Linux, Metal on macOS —
+// through one encoder loop, so what CI tests on the emulator is the code path Metal runs.
+package exec
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// Device turns the executor's calls into device work.
+type Device interface {
+	// Alloc makes the memory of one plan buffer; Bytes is its host view (unified memory).
+	Alloc(b plan.Buffer) (Memory, error)
+	// Pipeline specialises a kernel with function constants.
+	Pipeline(kernel string, constants map[int]any) (Pipeline, error)
+	// Begin starts encoding one step.
+	Begin() (Encoder, error)
+}
+
+// Memory is a device buffer.
+type Memory interface{ Bytes() []byte }
+
+// Pipeline is a device's compiled, specialised kernel.
+type Pipeline any
+
+// Encoder records one step's dispatches; Finish submits them and waits.
+type Encoder interface {
+	SetPipeline(p Pipeline)
+	SetBuffer(m Memory, offset int64, index int)
+	SetThreadgroupMemory(length, index int)
+	Dispatch(threadgroups, group [3]int)
+	// Barrier orders everything encoded before it before everything after it; dispatches
+	// between two barriers may run concurrently.
+	Barrier()
+	Finish() error
+}
+
+// Executor owns a plan's device buffers and pipelines.
+type Executor struct {
+	dev   Device
+	p     *plan.Plan
+	mem   []Memory
+	pipes []Pipeline // per dispatch
+}
+
+// New allocates every buffer and builds every pipeline of p once.
+func New(dev Device, p *plan.Plan) (*Executor, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Executor{dev: dev, p: p}
+	for _, b := range p.Buffers {
+		m, err := dev.Alloc(b)
+		if err != nil {
+			return nil, fmt.Errorf("exec: buffer %s (%d bytes): %w", b.Name, b.Size, err)
+		}
+		e.mem = append(e.mem, m)
+	}
+	cache := map[string]Pipeline{}
+	for i, d := range p.Dispatches {
+		key := fmt.Sprint(d.Kernel, sortedConstants(d.Constants))
+		pipe, ok := cache[key]
+		if !ok {
+			var err error
+			if pipe, err = dev.Pipeline(d.Kernel, d.Constants); err != nil {
+				return nil, fmt.Errorf("exec: dispatch %d (%s): %w", i, d.Kernel, err)
+			}
+			cache[key] = pipe
+		}
+		e.pipes = append(e.pipes, pipe)
+	}
+	return e, nil
+}
+
+func sortedConstants(c map[int]any) []any {
+	keys := make([]int, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, c[k])
+	}
+	return out
+}
+
+// Bytes is the host view of plan buffer i (to upload weights, read logits).
+func (e *Executor) Bytes(i int) []byte { return e.mem[i].Bytes() }
+
+// Step encodes every dispatch of the plan in order, with its barriers, and runs them.
+func (e *Executor) Step() error {
+	enc, err := e.dev.Begin()
+	if err != nil {
+		return err
+	}
+	for i := range e.p.Dispatches {
+		d := &e.p.Dispatches[i]
+		if d.Barrier {
+			enc.Barrier()
+		}
+		enc.SetPipeline(e.pipes[i])
+		for idx, b := range d.Buffers {
+			enc.SetBuffer(e.mem[b.Buffer], b.Offset, idx)
+		}
+		for idx, n := range d.ThreadgroupMem {
+			enc.SetThreadgroupMemory(n, idx)
+		}
+		enc.Dispatch(d.Threadgroups, d.Group)
+	}
+	return enc.Finish()
+}

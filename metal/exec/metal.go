@@ -1,0 +1,154 @@
+package exec
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/lilyformac/lily/metal/mtl"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// MetalDevice runs plans on the GPU (macOS; elsewhere every call fails with mtl's error).
+type MetalDevice struct {
+	dev   *mtl.Device
+	queue *mtl.CommandQueue
+	libs  map[string]*mtl.Library // kernel name → the library of the .metal file defining it
+}
+
+// NewMetalDevice compiles each source on the default device. sources maps file names to text.
+func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
+	dev, err := mtl.DefaultDevice()
+	if err != nil {
+		return nil, err
+	}
+	q, err := dev.NewCommandQueue()
+	if err != nil {
+		return nil, err
+	}
+	m := &MetalDevice{dev: dev, queue: q, libs: map[string]*mtl.Library{}}
+	for name, src := range sources {
+		lib, err := dev.NewLibrary(src, mtl.CompileOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, k := range KernelNames(src) {
+			m.libs[k] = lib
+		}
+	}
+	return m, nil
+}
+
+// KernelNames lists the kernels a .metal source defines (`kernel void NAME(` and
+// `[[host_name("NAME")]]` instances), so a pipeline can be looked up by kernel name.
+func KernelNames(src string) []string {
+	var names []string
+	for _, line := range strings.Split(src, "\n") {
+		if i := strings.Index(line, `[[host_name("`); i >= 0 {
+			rest := line[i+len(`[[host_name("`):]
+			if j := strings.Index(rest, `")`); j > 0 {
+				names = append(names, rest[:j])
+			}
+			continue
+		}
+		t := strings.TrimSpace(line)
+		if after, ok := strings.CutPrefix(t, "kernel void "); ok {
+			if j := strings.IndexAny(after, "( "); j > 0 {
+				names = append(names, after[:j])
+			}
+		}
+	}
+	return names
+}
+
+type metalMemory struct{ b *mtl.Buffer }
+
+func (m metalMemory) Bytes() []byte { return m.b.Contents() }
+
+// Alloc makes a shared-storage buffer (unified memory: the host view is the GPU's memory).
+func (m *MetalDevice) Alloc(b plan.Buffer) (Memory, error) {
+	buf, err := m.dev.NewBuffer(int(b.Size), mtl.StorageModeShared)
+	if err != nil {
+		return nil, err
+	}
+	return metalMemory{buf}, nil
+}
+
+// Pipeline specialises kernel with constants (bool, int, uint32, float32 values).
+func (m *MetalDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, error) {
+	lib, ok := m.libs[kernel]
+	if !ok {
+		return nil, fmt.Errorf("kernel %s is in no compiled source", kernel)
+	}
+	var fc mtl.FunctionConstants
+	for i, v := range constants {
+		switch x := v.(type) {
+		case bool:
+			fc.SetBool(i, x)
+		case int:
+			if x < 0 || x > math.MaxUint32 {
+				return nil, fmt.Errorf("constant %d = %d does not fit a uint", i, x)
+			}
+			fc.SetUint(i, uint32(x))
+		case uint32:
+			fc.SetUint(i, x)
+		case int32:
+			fc.SetInt(i, x)
+		case float32:
+			fc.SetFloat(i, x)
+		case float64:
+			fc.SetFloat(i, float32(x))
+		default:
+			return nil, fmt.Errorf("constant %d has unsupported type %T", i, v)
+		}
+	}
+	fn, err := lib.NewFunction(kernel, &fc)
+	if err != nil {
+		return nil, err
+	}
+	return m.dev.NewPipeline(fn)
+}
+
+// Begin opens a command buffer with a concurrent compute encoder.
+func (m *MetalDevice) Begin() (Encoder, error) {
+	cb, err := m.queue.CommandBuffer()
+	if err != nil {
+		return nil, err
+	}
+	enc, err := cb.ComputeEncoder(true)
+	if err != nil {
+		return nil, err
+	}
+	return &metalEncoder{cb: cb, enc: enc}, nil
+}
+
+type metalEncoder struct {
+	cb  *mtl.CommandBuffer
+	enc *mtl.ComputeEncoder
+}
+
+func (e *metalEncoder) SetPipeline(p Pipeline) { e.enc.SetPipeline(p.(*mtl.Pipeline)) }
+
+func (e *metalEncoder) SetBuffer(m Memory, offset int64, index int) {
+	e.enc.SetBuffer(m.(metalMemory).b, int(offset), index)
+}
+
+func (e *metalEncoder) SetThreadgroupMemory(length, index int) {
+	e.enc.SetThreadgroupMemoryLength(length, index)
+}
+
+func (e *metalEncoder) Dispatch(threadgroups, group [3]int) {
+	one := func(v int) int { return max(v, 1) }
+	e.enc.DispatchThreadgroups(mtl.NewSize(one(threadgroups[0]), one(threadgroups[1]), one(threadgroups[2])),
+		mtl.NewSize(one(group[0]), one(group[1]), one(group[2])))
+}
+
+func (e *metalEncoder) Barrier() { e.enc.Barrier() }
+
+func (e *metalEncoder) Finish() error {
+	e.enc.End()
+	e.cb.Commit()
+	e.cb.WaitUntilCompleted()
+	defer e.cb.Release()
+	return e.cb.Err()
+}
