@@ -1,0 +1,200 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/quant"
+)
+
+// MoE function constant indices (moe.metal; every kernel of the file takes all five).
+const (
+	MoEHidden       = 0 // uint MOE_H
+	MoEExperts      = 1 // uint MOE_E
+	MoETopK         = 2 // uint MOE_K
+	MoEIntermediate = 3 // uint MOE_I
+	MoESharedInter  = 4 // uint MOE_SI
+)
+
+// MoE kernel geometry.
+const (
+	MoERouterThreads = 1024 // moe_router's production threadgroup: 32 simdgroups (any multiple of 32 works)
+	MoETopKThreads   = 32   // moe_topk: one simdgroup
+	MoEThreads       = 64   // moe_gate_up and moe_down_combine: 2 simdgroups of 4 rows
+	MoERowsPerGroup  = 8
+	MoEMaxExperts    = 1024
+	MoEMaxTopK       = 32
+)
+
+// MoEShape is the MoE block's shape: the model is {H: 2048, E: 256, K: 8, I: 512, SI: 512}.
+type MoEShape struct {
+	H  int // hidden size
+	E  int // routed experts
+	K  int // experts per token
+	I  int // routed expert intermediate size
+	SI int // shared expert intermediate size
+}
+
+// Validate reports whether moe.metal supports the shape.
+func (s MoEShape) Validate() error {
+	switch {
+	case s.H <= 0 || s.H%quant.GroupSize != 0 || s.I <= 0 || s.I%quant.GroupSize != 0 || s.SI <= 0 || s.SI%quant.GroupSize != 0:
+		return fmt.Errorf("moe: shape %+v: H, I and SI must be positive multiples of %d", s, quant.GroupSize)
+	case s.E <= 0 || s.E > MoEMaxExperts:
+		return fmt.Errorf("moe: %d experts: want 1..%d", s.E, MoEMaxExperts)
+	case s.K <= 0 || s.K > s.E || s.K > MoEMaxTopK:
+		return fmt.Errorf("moe: top-%d of %d experts: want 1..min(E, %d)", s.K, s.E, MoEMaxTopK)
+	}
+	return nil
+}
+
+// Constants are the function constants of every moe.metal pipeline.
+func (s MoEShape) Constants() map[int]any {
+	return map[int]any{MoEHidden: s.H, MoEExperts: s.E, MoETopK: s.K, MoEIntermediate: s.I, MoESharedInter: s.SI}
+}
+
+// ActLen is the length of moe_gate_up's output: K routed slots of I, then the shared SI.
+func (s MoEShape) ActLen() int { return s.K*s.I + s.SI }
+
+// GateUpThreadgroups is moe_gate_up's grid: (row blocks of 8, K+1 slots).
+func (s MoEShape) GateUpThreadgroups() [3]int {
+	return [3]int{(max(s.I, s.SI) + MoERowsPerGroup - 1) / MoERowsPerGroup, s.K + 1, 1}
+}
+
+// DownThreadgroups is moe_down_combine's grid: H rows, 8 per threadgroup.
+func (s MoEShape) DownThreadgroups() [3]int {
+	return [3]int{(s.H + MoERowsPerGroup - 1) / MoERowsPerGroup, 1, 1}
+}
+
+// MoEBytes is what each dispatch of one token must read from device memory (weights of the
+// selected experts only; the small vectors counted once, although every threadgroup re-reads x
+// through the caches) and write.
+type MoEBytes struct {
+	RouterWeights, GateUpWeights, DownWeights int // quantized weights touched
+	RouterIO, GateUpIO, DownIO                int // activations, ids and weights read + written
+}
+
+// qBytes is the size of a rows×cols MLX matrix of bits-wide codes: codes plus bf16 scale and
+// bias per 64.
+func qBytes(rows, cols, bits int) int { return rows*cols*bits/8 + rows*cols/quant.GroupSize*4 }
+
+// Bytes returns the traffic model of the block (router 8-bit, experts 4-bit).
+func (s MoEShape) Bytes() MoEBytes {
+	return MoEBytes{
+		RouterWeights: qBytes(s.E, s.H, 8) + qBytes(1, s.H, 8),
+		GateUpWeights: 2 * (s.K*qBytes(s.I, s.H, 4) + qBytes(s.SI, s.H, 4)),
+		DownWeights:   s.K*qBytes(s.H, s.I, 4) + qBytes(s.H, s.SI, 4),
+		RouterIO:      4*s.H + 4*s.K + 4*(s.K+1),
+		GateUpIO:      4*s.K + 4*s.H + 4*s.ActLen(),
+		DownIO:        4*s.K + 4*(s.K+1) + 4*s.ActLen() + 2*4*s.H,
+	}
+}
+
+// MoERoute is the Go reference of the routing in moe_router and moe_topk (engine/cpu moe() for
+// one token): P = softmax(logits) in float32, the k largest P (ties to the lower id) largest
+// first, weights P/Σ (summed in that order), and weights[k] = sigmoid(shared).
+func MoERoute(logits []float32, shared float32, k int) (ids []uint32, weights []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		m = max(m, v)
+	}
+	p := make([]float32, len(logits))
+	var sum float32
+	for i, v := range logits {
+		p[i] = float32(math.Exp(float64(v - m)))
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	taken := make([]bool, len(p))
+	var total float32
+	for range k {
+		best := -1
+		for i, v := range p {
+			if !taken[i] && (best < 0 || v > p[best]) {
+				best = i
+			}
+		}
+		taken[best] = true
+		ids = append(ids, uint32(best))
+		total += p[best]
+	}
+	for _, e := range ids {
+		weights = append(weights, p[e]/total)
+	}
+	return ids, append(weights, sigmoid32(shared))
+}
+
+// MoERouterLogits is the Go reference of moe_router's GEMV: the E router logits and the shared
+// gate's logit.
+func MoERouterLogits(mo *model.MoE, x []float32) (logits []float32, shared float32) {
+	logits = make([]float32, mo.Router.Rows)
+	quant.MatVec(mo.Router, logits, x)
+	s := make([]float32, 1)
+	quant.MatVec(mo.SharedExpertGate, s, x)
+	return logits, s[0]
+}
+
+// MoEGateUp is the Go reference of moe_gate_up: act[slot·I + r] = silu(g)·u for the experts
+// ids (rows e·I.. of mo.Gate and mo.Up) and, at slot K, the shared expert (engine/cpu swiglu).
+func MoEGateUp(mo *model.MoE, s MoEShape, ids []uint32, x []float32) []float32 {
+	act := make([]float32, s.ActLen())
+	for slot := 0; slot <= s.K; slot++ {
+		gate, up, n := mo.SharedGate, mo.SharedUp, s.SI
+		if slot < s.K {
+			e := int(ids[slot])
+			gate, up, n = mo.Gate.RowRange(e*s.I, s.I), mo.Up.RowRange(e*s.I, s.I), s.I
+		}
+		g, u := make([]float32, n), make([]float32, n)
+		quant.MatVec(gate, g, x)
+		quant.MatVec(up, u, x)
+		for r := range n {
+			act[slot*s.I+r] = g[r] * sigmoid32(g[r]) * u[r]
+		}
+	}
+	return act
+}
+
+// MoEDownCombine is the Go reference of moe_down_combine: res += Σ weights[slot]·down_slot·act_slot.
+// Like engine/cpu (and HF), the routed experts are accumulated in ascending expert id from zero,
+// the shared expert (weight weights[K], already the sigmoid) is added last, and the sum is then
+// added to res. With inSlotOrder the experts are taken in slot order instead (moe_down_combine's
+// order), which differs by rounding only.
+func MoEDownCombine(mo *model.MoE, s MoEShape, ids []uint32, weights, act, res []float32, inSlotOrder bool) {
+	order := make([]int, s.K)
+	for i := range order {
+		order[i] = i
+	}
+	if !inSlotOrder {
+		sort.SliceStable(order, func(a, b int) bool { return ids[order[a]] < ids[order[b]] })
+	}
+	y := make([]float32, s.H)
+	down := make([]float32, s.H)
+	for _, slot := range order {
+		e := int(ids[slot])
+		quant.MatVec(mo.Down.RowRange(e*s.H, s.H), down, act[slot*s.I:slot*s.I+s.I])
+		for d, v := range down {
+			y[d] += v * weights[slot]
+		}
+	}
+	quant.MatVec(mo.SharedDown, down, act[s.K*s.I:s.K*s.I+s.SI])
+	for d, v := range down {
+		y[d] += weights[s.K] * v
+	}
+	for d, v := range y {
+		res[d] += v
+	}
+}
+
+// MoEBlock is the Go reference of the three dispatches together: res += MoE(x).
+func MoEBlock(mo *model.MoE, s MoEShape, x, res []float32) (ids []uint32, weights []float32) {
+	logits, shared := MoERouterLogits(mo, x)
+	ids, weights = MoERoute(logits, shared, s.K)
+	MoEDownCombine(mo, s, ids, weights, MoEGateUp(mo, s, ids, x), res, false)
+	return ids, weights
+}
+
+func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }

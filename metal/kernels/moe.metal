@@ -1,0 +1,344 @@
+// moe.metal: the sparse MoE block of one decode token (engine/cpu moe() for T = 1) in three
+// dispatches; the expert choice never leaves the GPU.
+//
+//   moe_router        l = W_router·x (8-bit, E rows), s = w_seg·x (8-bit, 1 row);
+//                     P = softmax(l) (float32, over all E); S = the K largest P, largest first,
+//                     ties to the lower id; ids[j] = S_j, weights[j] = P[S_j] / Σ_{e∈S} P[e]
+//                     (summed largest first), weights[K] = sigmoid(s).
+//   moe_gate_up       act[slot·I + r] = silu(gate_e[r]·x) · (up_e[r]·x): for slot < K the rows
+//                     e·I + r of the stacked gate/up tensors [E·I, H] with e = ids[slot]; slot K
+//                     is the shared expert (its own gate_proj/up_proj, SI rows).
+//   moe_down_combine  res[d] += Σ_{slot ≤ K} weights[slot] · (down_slot[d] · act_slot), with
+//                     down_slot rows e·H + d of the stacked down tensor [E·H, I] for slot < K and
+//                     the shared expert's down_proj [H, SI] for slot K. Summed in slot order (the
+//                     reference adds experts in ascending id, then the shared one).
+//   moe_topk          moe_router's routing alone, from logits another kernel computed (qmv_q8):
+//                     the alternative to the router GEMV on one threadgroup.
+//
+// x is the post-attention RMSNorm output (float32, [H]); res is the residual stream. All matrices
+// are MLX affine (see qmv.metal): uint32 words of codes, least significant first, bf16 scale and
+// bias per 64 values of a row. Every GEMV here is qmv.metal's design: a lane reads 16 consecutive
+// values of the input per step (a simdgroup 512), pre-divided by the place value of each code in
+// its 16-bit half-word, codes masked in place, Σ w·x = scale·Σ q·x' + bias·Σ x per group; a
+// simdgroup computes 4 rows at a time and reduces them with simd_sum.
+//
+// Geometry (threadgroups × threads):
+//   moe_router        1 × 32·n (n simdgroups, 32 for the model); simdgroup sg computes rows
+//                     4sg.., 4(sg+n).. of the E + 1 logits (row E is the shared gate) into
+//                     threadgroup memory; after one barrier simdgroup 0 does softmax and top-K.
+//   moe_gate_up       (ceil(max(I, SI) / 8), K + 1) × 64: 8 rows of one slot per threadgroup,
+//                     gate and up of 4 rows per simdgroup (8 dot products sharing x).
+//   moe_down_combine  ceil(H / 8) × 64: 4 output rows per simdgroup, all K + 1 slots.
+//   moe_topk          1 × 32.
+// H, I and SI must be multiples of 64; E <= 1024; 1 <= K <= min(E, 32).
+#include <metal_stdlib>
+using namespace metal;
+
+constant uint MOE_H [[function_constant(0)]];   // hidden size (2048)
+constant uint MOE_E [[function_constant(1)]];   // routed experts (256)
+constant uint MOE_K [[function_constant(2)]];   // experts per token (8)
+constant uint MOE_I [[function_constant(3)]];   // routed expert intermediate size (512)
+constant uint MOE_SI [[function_constant(4)]];  // shared expert intermediate size (512)
+
+#define MOE_MAX_E 1024  // experts moe_router/moe_topk can route (32 per lane)
+#define MOE_ROWS 4      // rows per simdgroup pass
+#define MOE_SIMDGROUPS 2  // per threadgroup, moe_gate_up and moe_down_combine
+#define MOE_NONE 0xffffffffu
+
+// load_x reads the 16 values at x for BITS-bit codes, divided by the place value of each code
+// inside its 16-bit half-word (exact), into xs, and returns their plain sum.
+template <int BITS>
+inline float load_x(device const float* x, thread float* xs) {
+  float sum = 0.0f;
+  for (uint i = 0; i < 16; i += 4) {
+    const float4 v = *(device const float4*)(x + i);
+    sum += (v.x + v.y) + (v.z + v.w);
+    if (BITS == 4) {
+      xs[i] = v.x;
+      xs[i + 1] = v.y / 16.0f;
+      xs[i + 2] = v.z / 256.0f;
+      xs[i + 3] = v.w / 4096.0f;
+    } else {
+      xs[i] = v.x;
+      xs[i + 1] = v.y / 256.0f;
+      xs[i + 2] = v.z;
+      xs[i + 3] = v.w / 256.0f;
+    }
+  }
+  return sum;
+}
+
+// qdot is Σ q·x' over the 16 codes starting at half-word q, for xs from load_x.
+template <int BITS>
+inline float qdot(device const ushort* q, thread const float* xs) {
+  float acc = 0.0f;
+  if (BITS == 4) {
+    for (uint h = 0; h < 4; h++) {
+      const ushort c = q[h];
+      acc += xs[4 * h] * float(c & 0x000fu) + xs[4 * h + 1] * float(c & 0x00f0u) +
+             xs[4 * h + 2] * float(c & 0x0f00u) + xs[4 * h + 3] * float(c & 0xf000u);
+    }
+  } else {
+    for (uint h = 0; h < 8; h++) {
+      const ushort c = q[h];
+      acc += xs[2 * h] * float(c & 0x00ffu) + xs[2 * h + 1] * float(c & 0xff00u);
+    }
+  }
+  return acc;
+}
+
+// route turns the E logits in p (threadgroup memory; lane l owns entries l, l + 32, ...) into
+// ids[0..K) and weights[0..K). Run by one whole simdgroup; p is overwritten with the
+// probabilities. The top-K compares probabilities as unsigned bit patterns (the same order for
+// the non-negative floats softmax gives, and never unordered, so every round picks a valid id).
+inline void route(threadgroup float* p, uint lane, device uint* ids, device float* weights) {
+  float m = -FLT_MAX;
+  for (uint e = lane; e < MOE_E; e += 32) {
+    m = max(m, p[e]);
+  }
+  m = simd_max(m);
+  float sum = 0.0f;
+  for (uint e = lane; e < MOE_E; e += 32) {
+    const float v = exp(p[e] - m);
+    p[e] = v;
+    sum += v;
+  }
+  sum = simd_sum(sum);
+  for (uint e = lane; e < MOE_E; e += 32) {
+    p[e] = p[e] / sum;  // engine/cpu's softmax: exp(l - max) / Σ
+  }
+
+  uint taken = 0;  // bit j: expert lane + 32j is selected
+  uint my_id = 0;  // lane t < K keeps round t's winner
+  float my_p = 0.0f;
+  float total = 0.0f;  // Σ of the selected probabilities, largest first
+  for (uint t = 0; t < MOE_K; t++) {
+    uint best = 0, best_id = MOE_NONE;
+    for (uint j = 0, e = lane; e < MOE_E; j++, e += 32) {
+      const uint key = as_type<uint>(p[e]);
+      if ((taken >> j & 1u) == 0 && (best_id == MOE_NONE || key > best)) {
+        best = key;
+        best_id = e;
+      }
+    }
+    const uint top = simd_max(best);
+    const uint id = simd_min(best_id != MOE_NONE && best == top ? best_id : MOE_NONE);
+    if (id % 32 == lane) {
+      taken |= 1u << (id / 32);
+    }
+    const float pv = as_type<float>(top);
+    total += pv;
+    if (lane == t) {
+      my_id = id;
+      my_p = pv;
+    }
+  }
+  if (lane < MOE_K) {
+    ids[lane] = my_id;
+    weights[lane] = my_p / total;
+  }
+}
+
+kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-bit codes
+                       device const bfloat* router_s [[buffer(1)]],  // [E, H/64]
+                       device const bfloat* router_b [[buffer(2)]],  // [E, H/64]
+                       device const uint* seg_w [[buffer(3)]],       // [1, H] 8-bit codes
+                       device const bfloat* seg_s [[buffer(4)]],     // [H/64]
+                       device const bfloat* seg_b [[buffer(5)]],     // [H/64]
+                       device const float* x [[buffer(6)]],          // [H]
+                       device uint* ids [[buffer(7)]],               // [K]
+                       device float* weights [[buffer(8)]],          // [K + 1]
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint nsg [[simdgroups_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float logits[MOE_MAX_E + 1];  // E router logits, then the shared gate's
+
+  const uint rows = MOE_E + 1;
+  const uint halves_per_row = MOE_H / 2;
+  const uint groups_per_row = MOE_H / 64;
+  for (uint row0 = sg * MOE_ROWS; row0 < rows; row0 += nsg * MOE_ROWS) {
+    float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
+      float xs[16];
+      const float xsum = load_x<8>(x + k, xs);
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        const uint row = row0 + r;
+        if (row >= rows) {
+          break;  // the same for the whole simdgroup
+        }
+        device const ushort* q;
+        float s, b;
+        if (row < MOE_E) {
+          q = (device const ushort*)router_w + ulong(row) * halves_per_row + k / 2;
+          const ulong gi = ulong(row) * groups_per_row + k / 64;
+          s = float(router_s[gi]);
+          b = float(router_b[gi]);
+        } else {
+          q = (device const ushort*)seg_w + k / 2;
+          s = float(seg_s[k / 64]);
+          b = float(seg_b[k / 64]);
+        }
+        acc[r] += s * qdot<8>(q, xs) + b * xsum;
+      }
+    }
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      const float v = simd_sum(acc[r]);
+      if (lane == 0 && row0 + r < rows) {
+        logits[row0 + r] = v;
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (sg != 0) {
+    return;
+  }
+  if (lane == 0) {
+    weights[MOE_K] = 1.0f / (1.0f + exp(-logits[MOE_E]));
+  }
+  route(logits, lane, ids, weights);
+}
+
+kernel void moe_topk(device const float* logits [[buffer(0)]],  // [E] router logits
+                     device const float* seg [[buffer(1)]],     // [1] shared gate logit
+                     device uint* ids [[buffer(2)]],            // [K]
+                     device float* weights [[buffer(3)]],       // [K + 1]
+                     uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float p[MOE_MAX_E];
+  for (uint e = lane; e < MOE_E; e += 32) {
+    p[e] = logits[e];  // each lane reads back only its own entries: no barrier
+  }
+  if (lane == 0) {
+    weights[MOE_K] = 1.0f / (1.0f + exp(-seg[0]));
+  }
+  route(p, lane, ids, weights);
+}
+
+kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
+                        device const uint* gate_w [[buffer(1)]],        // [E·I, H] 4-bit
+                        device const bfloat* gate_s [[buffer(2)]],      // [E·I, H/64]
+                        device const bfloat* gate_b [[buffer(3)]],
+                        device const uint* up_w [[buffer(4)]],          // [E·I, H] 4-bit
+                        device const bfloat* up_s [[buffer(5)]],
+                        device const bfloat* up_b [[buffer(6)]],
+                        device const uint* sh_gate_w [[buffer(7)]],     // [SI, H] 4-bit
+                        device const bfloat* sh_gate_s [[buffer(8)]],
+                        device const bfloat* sh_gate_b [[buffer(9)]],
+                        device const uint* sh_up_w [[buffer(10)]],      // [SI, H] 4-bit
+                        device const bfloat* sh_up_s [[buffer(11)]],
+                        device const bfloat* sh_up_b [[buffer(12)]],
+                        device const float* x [[buffer(13)]],           // [H]
+                        device float* act [[buffer(14)]],               // [K·I + SI]
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint sg [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+  const uint slot = group.y;
+  const uint n = slot < MOE_K ? MOE_I : MOE_SI;
+  const uint row0 = (group.x * MOE_SIMDGROUPS + sg) * MOE_ROWS;
+  if (row0 >= n) {
+    return;  // the whole simdgroup; there is no barrier
+  }
+  const uint halves_per_row = MOE_H / 4;
+  const uint groups_per_row = MOE_H / 64;
+  device const ushort *gq, *uq;
+  device const bfloat *gs, *gb, *us, *ub;
+  if (slot < MOE_K) {
+    const ulong first = ulong(min(ids[slot], MOE_E - 1)) * MOE_I + row0;  // min: never read wild
+    gq = (device const ushort*)gate_w + first * halves_per_row;
+    uq = (device const ushort*)up_w + first * halves_per_row;
+    gs = gate_s + first * groups_per_row;
+    gb = gate_b + first * groups_per_row;
+    us = up_s + first * groups_per_row;
+    ub = up_b + first * groups_per_row;
+  } else {
+    const ulong first = row0;
+    gq = (device const ushort*)sh_gate_w + first * halves_per_row;
+    uq = (device const ushort*)sh_up_w + first * halves_per_row;
+    gs = sh_gate_s + first * groups_per_row;
+    gb = sh_gate_b + first * groups_per_row;
+    us = sh_up_s + first * groups_per_row;
+    ub = sh_up_b + first * groups_per_row;
+  }
+
+  float ag[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float au[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
+    float xs[16];
+    const float xsum = load_x<4>(x + k, xs);
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      if (row0 + r >= n) {
+        break;  // the same for the whole simdgroup
+      }
+      const uint o = r * halves_per_row + k / 4;
+      const uint gi = r * groups_per_row + k / 64;
+      ag[r] += float(gs[gi]) * qdot<4>(gq + o, xs) + float(gb[gi]) * xsum;
+      au[r] += float(us[gi]) * qdot<4>(uq + o, xs) + float(ub[gi]) * xsum;
+    }
+  }
+  for (uint r = 0; r < MOE_ROWS; r++) {
+    const float g = simd_sum(ag[r]);
+    const float u = simd_sum(au[r]);
+    if (lane == 0 && row0 + r < n) {
+      act[slot * MOE_I + row0 + r] = g * (1.0f / (1.0f + exp(-g))) * u;
+    }
+  }
+}
+
+kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K]
+                             device const float* weights [[buffer(1)]],    // [K + 1]
+                             device const uint* down_w [[buffer(2)]],      // [E·H, I] 4-bit
+                             device const bfloat* down_s [[buffer(3)]],    // [E·H, I/64]
+                             device const bfloat* down_b [[buffer(4)]],
+                             device const uint* sh_down_w [[buffer(5)]],   // [H, SI] 4-bit
+                             device const bfloat* sh_down_s [[buffer(6)]],
+                             device const bfloat* sh_down_b [[buffer(7)]],
+                             device const float* act [[buffer(8)]],        // [K·I + SI]
+                             device float* res [[buffer(9)]],              // [H], += in place
+                             uint group [[threadgroup_position_in_grid]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (group * MOE_SIMDGROUPS + sg) * MOE_ROWS;
+  if (row0 >= MOE_H) {
+    return;  // the whole simdgroup; there is no barrier
+  }
+  float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (uint slot = 0; slot <= MOE_K; slot++) {
+    const uint cols = slot < MOE_K ? MOE_I : MOE_SI;
+    const uint halves_per_row = cols / 4;
+    const uint groups_per_row = cols / 64;
+    device const ushort* q;
+    device const bfloat *s, *b;
+    if (slot < MOE_K) {
+      const ulong first = ulong(min(ids[slot], MOE_E - 1)) * MOE_H + row0;
+      q = (device const ushort*)down_w + first * halves_per_row;
+      s = down_s + first * groups_per_row;
+      b = down_b + first * groups_per_row;
+    } else {
+      q = (device const ushort*)sh_down_w + ulong(row0) * halves_per_row;
+      s = sh_down_s + ulong(row0) * groups_per_row;
+      b = sh_down_b + ulong(row0) * groups_per_row;
+    }
+    device const float* a = act + slot * MOE_I;
+    float part[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint k = lane * 16; k < cols; k += 32 * 16) {
+      float xs[16];
+      const float asum = load_x<4>(a + k, xs);
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        if (row0 + r >= MOE_H) {
+          break;  // the same for the whole simdgroup
+        }
+        const uint gi = r * groups_per_row + k / 64;
+        part[r] += float(s[gi]) * qdot<4>(q + r * halves_per_row + k / 4, xs) + float(b[gi]) * asum;
+      }
+    }
+    const float w = weights[slot];
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      acc[r] += w * part[r];
+    }
+  }
+  for (uint r = 0; r < MOE_ROWS; r++) {
+    const float v = simd_sum(acc[r]);
+    if (lane == 0 && row0 + r < MOE_H) {
+      res[row0 + r] += v;
+    }
+  }
+}
