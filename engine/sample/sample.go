@@ -141,7 +141,9 @@ func (s *Sampler) Next(logits []float32) Choice {
 		}
 		for id, c := range s.counts {
 			if id < n {
-				x[id] -= s.p.FrequencyPenalty*float32(c) + s.p.PresencePenalty
+				// float32(...) rounds the product: Go may fuse a*b+c on arm64 but not on amd64,
+				// and the GPU sampler reproduces this rounding.
+				x[id] -= float32(s.p.FrequencyPenalty*float32(c)) + s.p.PresencePenalty
 			}
 		}
 	}

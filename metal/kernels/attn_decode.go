@@ -1,0 +1,116 @@
+package kernels
+
+import (
+	"math"
+
+	"github.com/lilyformac/lily/engine/quant"
+)
+
+// AttnSplitsConst is the function constant index of ATTN_SPLITS (attn_decode.metal); the shape
+// constants are attn_rope.metal's (AttnShape.Constants).
+const AttnSplitsConst = 6
+
+// Decode attention geometry (attn_decode.metal).
+const (
+	AttnTile           = 16  // K/V rows staged in threadgroup memory at a time
+	AttnMinChunk       = 64  // fewest positions a non-empty split covers
+	AttnMaxSplits      = 64  // AttnSplits' ceiling (splits per kv head)
+	AttnCombineThreads = 256 // attn_decode_combine's threadgroup (one thread per dim of 256)
+)
+
+// AttnDecodeConstants returns the function constants of attn_decode_partial/combine.
+func (s AttnShape) AttnDecodeConstants(splits int) map[int]any {
+	c := s.Constants(0)
+	c[AttnSplitsConst] = splits
+	return c
+}
+
+// AttnSplits is the number of splits per kv head the plan sizes the grid with for a cache of
+// maxCtx positions: enough that every split of a full cache has at least AttnMinChunk positions,
+// at most AttnMaxSplits (2·64 = 128 threadgroups for the model's 2 kv heads).
+func AttnSplits(maxCtx int) int {
+	return max(1, min(AttnMaxSplits, (maxCtx+AttnMinChunk-1)/AttnMinChunk))
+}
+
+// AttnChunk is the number of positions per split when n positions (pos+1) are attended to with
+// splits splits; AttnActiveSplits how many splits are non-empty. The kernels apply the same rule.
+func AttnChunk(n, splits int) int {
+	c := (n + splits - 1) / splits
+	c = (c + AttnTile - 1) / AttnTile * AttnTile
+	return max(c, AttnMinChunk)
+}
+
+// AttnActiveSplits is ceil(n / AttnChunk(n, splits)).
+func AttnActiveSplits(n, splits int) int {
+	c := AttnChunk(n, splits)
+	return (n + c - 1) / c
+}
+
+// AttnPartialThreads is attn_decode_partial's threadgroup size: one simdgroup per query head of
+// a kv head's group.
+func (s AttnShape) AttnPartialThreads() int { return 32 * s.Heads / s.KVHeads }
+
+// AttnPartialThreadgroupMem is attn_decode_partial's [[threadgroup(0)]] length in bytes: a K
+// and a V tile of AttnTile bf16 rows.
+func (s AttnShape) AttnPartialThreadgroupMem() int { return 2 * AttnTile * s.HeadDim * 2 }
+
+// AttnPartialLens are the lengths in floats of attn_decode_partial's outputs: o [Heads][splits]
+// [HeadDim] and (max, sum) [Heads][splits][2].
+func (s AttnShape) AttnPartialLens(splits int) (o, ml int) {
+	return s.Heads * splits * s.HeadDim, s.Heads * splits * 2
+}
+
+// AttnDecode is the Go reference of attn_decode_partial + attn_decode_combine for the token at
+// pos: engine/cpu's attention with the same float32 operations (scores, max-subtracted exp, sum,
+// divide, gate) over the bf16 caches ([KVHeads][MaxCtx][HeadDim]). q holds the rotated queries
+// ([Heads·HeadDim]), qg the q projection (the gates are its second halves).
+func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []uint16) []float32 {
+	hd, g := s.HeadDim, s.Heads/s.KVHeads
+	n := min(pos+1, s.MaxCtx)
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	out := make([]float32, s.Heads*hd)
+	kj, vj := make([]float32, hd), make([]float32, hd)
+	row := func(dst []float32, cache []uint16, kvh, j int) {
+		base := (kvh*s.MaxCtx + j) * hd
+		for d := range dst {
+			dst[d] = quant.BF16ToF32(cache[base+d])
+		}
+	}
+	for head := range s.Heads {
+		kvh := head / g
+		qh := q[head*hd : (head+1)*hd]
+		gate := qg[head*2*hd+hd : (head+1)*2*hd]
+		scores := make([]float32, n)
+		maxScore := float32(math.Inf(-1))
+		for j := range n {
+			row(kj, kCache, kvh, j)
+			scores[j] = attnDot(qh, kj) * scale
+			maxScore = max(maxScore, scores[j])
+		}
+		var sum float32
+		for j := range scores {
+			scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+			sum += scores[j]
+		}
+		o := out[head*hd : (head+1)*hd]
+		for j, p := range scores {
+			p /= sum
+			row(vj, vCache, kvh, j)
+			for d := range o {
+				o[d] += p * vj[d]
+			}
+		}
+		for d := range o {
+			o[d] *= sigmoid(gate[d])
+		}
+	}
+	return out
+}
+
+func attnDot(a, b []float32) float32 {
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}

@@ -1,0 +1,218 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+type attnCase struct {
+	s      AttnShape
+	splits int // 0: AttnSplits(s.MaxCtx)
+	n      int // positions attended to: pos = n-1
+}
+
+// randCache fills positions 0..n-1 of a bf16 cache with N(0, scale²) values and the rest with
+// NaN, so reading past pos poisons the output.
+func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []uint16 {
+	c := make([]uint16, s.CacheLen())
+	for kvh := range s.KVHeads {
+		for j := range s.MaxCtx {
+			base := (kvh*s.MaxCtx + j) * s.HeadDim
+			for d := range s.HeadDim {
+				if j < n {
+					c[base+d] = quant.F32ToBF16(float32(r.NormFloat64()) * scale)
+				} else {
+					c[base+d] = 0xFFFF
+				}
+			}
+		}
+	}
+	return c
+}
+
+// exactAttn is the attention output in float64 (from the same bf16 caches).
+func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []uint16) []float64 {
+	hd, g := s.HeadDim, s.Heads/s.KVHeads
+	out := make([]float64, s.Heads*hd)
+	for head := range s.Heads {
+		base := func(j int) int { return ((head/g)*s.MaxCtx + j) * hd }
+		scores := make([]float64, n)
+		m := math.Inf(-1)
+		for j := range n {
+			for d := range hd {
+				scores[j] += float64(q[head*hd+d]) * float64(quant.BF16ToF32(kCache[base(j)+d]))
+			}
+			scores[j] /= math.Sqrt(float64(hd))
+			m = max(m, scores[j])
+		}
+		var sum float64
+		for j := range scores {
+			scores[j] = math.Exp(scores[j] - m)
+			sum += scores[j]
+		}
+		for d := range hd {
+			var o float64
+			for j, p := range scores {
+				o += p / sum * float64(quant.BF16ToF32(vCache[base(j)+d]))
+			}
+			gate := float64(qg[head*2*hd+hd+d])
+			out[head*hd+d] = o / (1 + math.Exp(-gate))
+		}
+	}
+	return out
+}
+
+// errVs64 is max|got - exact| / max|exact|.
+func errVs64(got []float32, exact []float64) float64 {
+	var diff, scale float64
+	for i, e := range exact {
+		diff = max(diff, math.Abs(float64(got[i])-e))
+		scale = max(scale, math.Abs(e))
+	}
+	return diff / scale
+}
+
+// runAttnDecode runs attn_decode_partial and attn_decode_combine for one token and returns the
+// output's error relative to max|out| against the float64 attention, and against AttnDecode.
+func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, order emu.Order) (exactErr, refErr float64) {
+	t.Helper()
+	s := c.s
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	splits := c.splits
+	if splits == 0 {
+		splits = AttnSplits(s.MaxCtx)
+	}
+	pos := c.n - 1
+	kCache, vCache := randCache(r, s, c.n, 1), randCache(r, s, c.n, 1)
+	q := randFloats(r, s.Heads*s.HeadDim, 2.5) // scores with a standard deviation of 2.5
+	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
+	want := AttnDecode(s, pos, q, qg, kCache, vCache)
+
+	consts := s.AttnDecodeConstants(splits)
+	partial := pipeline(t, lib, "attn_decode_partial", consts)
+	combine := pipeline(t, lib, "attn_decode_combine", consts)
+	oLen, mlLen := s.AttnPartialLens(splits)
+	bO, bML, bOut := emu.NewBuffer(4*oLen), emu.NewBuffer(4*mlLen), emu.NewBuffer(4*s.Heads*s.HeadDim)
+	bO.Fill(0xFF)
+	bML.Fill(0xFF)
+	bOut.Fill(0xFF)
+	bStep := emu.BufferOf([]uint32{uint32(pos), 3})
+	err := partial.Dispatch(emu.Dispatch{
+		Threadgroups: [3]int{s.KVHeads, splits}, Group: [3]int{s.AttnPartialThreads()},
+		Buffers: map[int]emu.Binding{
+			0: {Buffer: emu.BufferOf(q)}, 1: {Buffer: emu.BufferOf(kCache)}, 2: {Buffer: emu.BufferOf(vCache)},
+			3: {Buffer: bStep}, 4: {Buffer: bO}, 5: {Buffer: bML},
+		},
+		ThreadgroupMem: map[int]int{0: s.AttnPartialThreadgroupMem()},
+		Order:          order, Seed: uint64(c.n),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every split writes its partial, empty ones the neutral one.
+	ml := bML.Float32s()
+	active := AttnActiveSplits(c.n, splits)
+	for i := 0; i < len(ml); i += 2 {
+		split := (i / 2) % splits
+		if empty := split >= active; empty != (ml[i] == -math.MaxFloat32 && ml[i+1] == 0) {
+			t.Fatalf("n %d splits %d: split %d (active %d) wrote (m, l) = (%g, %g)", c.n, splits, split, active, ml[i], ml[i+1])
+		}
+	}
+	for i, v := range bO.Float32s() {
+		if v != v {
+			t.Fatalf("n %d: o partial [%d] not written", c.n, i)
+		}
+	}
+	err = combine.Dispatch(emu.Dispatch{
+		Threadgroups: [3]int{s.Heads}, Group: [3]int{AttnCombineThreads},
+		Buffers: map[int]emu.Binding{
+			0: {Buffer: bO}, 1: {Buffer: bML}, 2: {Buffer: emu.BufferOf(qg)}, 3: {Buffer: bStep}, 4: {Buffer: bOut},
+		},
+		Order: order, Seed: uint64(c.n) + 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := bOut.Float32s()
+	exactErr, refErr = errVs64(got, exactAttn(s, c.n, q, qg, kCache, vCache)), relErr(got, want)
+	// The reference sums n float32 terms in sequence; the kernel in tiles and splits.
+	if !(exactErr <= 2e-6 && refErr <= 1e-5) || math.IsNaN(errVs64(want, exactAttn(s, c.n, q, qg, kCache, vCache))) {
+		t.Errorf("%+v splits %d n %d %v: error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)", s, splits, c.n, order, exactErr, refErr)
+	}
+	return exactErr, refErr
+}
+
+func TestAttnDecode(t *testing.T) {
+	lib := library(t, emu.Options{}, "attn_decode.metal")
+	r := rand.New(rand.NewPCG(51, 52))
+	var cases []attnCase
+	for _, s := range []AttnShape{{4, 2, 64, 16, 200}, {2, 1, 256, 64, 200}, {6, 2, 96, 0, 200}} {
+		for _, n := range []int{1, 2, 63, 64, 65, 200} {
+			cases = append(cases, attnCase{s: s, n: n})
+		}
+	}
+	cases = append(cases,
+		attnCase{s: AttnShape{4, 2, 64, 16, 64}, n: 64},                // a single split
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000}, splits: 3, n: 5000}, // long chunks
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000}, n: 5000},            // 64 splits, 63 active
+		attnCase{s: AttnShape{8, 1, 32, 32, 300}, n: 300},              // 8 heads per kv head, E = 1
+	)
+	var worstX, worstR float64
+	for _, c := range cases {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("%d_%d_%d_max%d_s%d_n%d_%v", c.s.Heads, c.s.KVHeads, c.s.HeadDim, c.s.MaxCtx, c.splits, c.n, order), func(t *testing.T) {
+				xe, re := runAttnDecode(t, lib, r, c, order)
+				worstX, worstR = max(worstX, xe), max(worstR, re)
+			})
+		}
+	}
+	t.Logf("edge shapes and contexts: max error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)", worstX, worstR)
+}
+
+// TestAttnDecodeProduction runs the model's shape (16 query heads over 2 kv heads, head dim 256)
+// with the grid of a 32k cache (64 splits) at a short and a long context.
+func TestAttnDecodeProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "attn_decode.metal")
+	r := rand.New(rand.NewPCG(53, 54))
+	s := AttnShape{16, 2, 256, 64, 5000}
+	for i, n := range []int{65, 5000} {
+		xe, re := runAttnDecode(t, lib, r, attnCase{s: s, splits: AttnSplits(32768), n: n}, emu.Orders[i])
+		t.Logf("model shape, %d positions, %d splits (%d active): error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)",
+			n, AttnSplits(32768), AttnActiveSplits(n, AttnSplits(32768)), xe, re)
+	}
+}
+
+func TestAttnDecodeASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "attn_decode.metal")
+	r := rand.New(rand.NewPCG(55, 56))
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130}, n: 130}, emu.Shuffle) // last rows of the cache
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{2, 1, 256, 64, 300}, n: 70}, emu.Reverse)
+}
+
+// TestAttnSplitRule pins the split rule's edges.
+func TestAttnSplitRule(t *testing.T) {
+	for _, c := range []struct{ maxCtx, n, splits, chunk, active int }{
+		{262144, 1, 64, 64, 1},
+		{262144, 64, 64, 64, 1},
+		{262144, 65, 64, 64, 2},
+		{262144, 4096, 64, 64, 64},
+		{262144, 4097, 64, 80, 52},
+		{262144, 262144, 64, 4096, 64},
+		{100, 100, 2, 64, 2},
+		{64, 64, 1, 64, 1},
+	} {
+		s := AttnSplits(c.maxCtx)
+		if s != c.splits || AttnChunk(c.n, s) != c.chunk || AttnActiveSplits(c.n, s) != c.active {
+			t.Errorf("max %d n %d: splits %d chunk %d active %d, want %d %d %d", c.maxCtx, c.n, s, AttnChunk(c.n, s), AttnActiveSplits(c.n, s), c.splits, c.chunk, c.active)
+		}
+	}
+}

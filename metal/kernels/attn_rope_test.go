@@ -1,0 +1,160 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+func randAttnRopeParams(r *rand.Rand, s AttnShape, theta float64) AttnRopeParams {
+	p := AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: RopeInvFreq(s.RotaryDim, theta), Eps: 1e-6}
+	for i := range p.QNorm {
+		p.QNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+		p.KNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+	}
+	return p
+}
+
+// bf16Ulps is the largest distance in bf16 steps between two caches of finite values.
+func bf16Ulps(got, want []uint16) int {
+	worst := 0
+	for i := range want {
+		a, b := int(int16(got[i])), int(int16(want[i]))
+		// map sign-magnitude to a monotonic integer line
+		if a < 0 {
+			a = math.MinInt16 - a
+		}
+		if b < 0 {
+			b = math.MinInt16 - b
+		}
+		worst = max(worst, absInt(a-b))
+	}
+	return worst
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// runAttnRope runs attn_qk_rope_kv for one token at pos and compares with AttnQKRopeKV: it
+// returns the relative error of the queries and the largest K difference in bf16 steps; V must be
+// exact and the rest of the caches untouched.
+func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos, threads int, order emu.Order) (qErr float64, kUlps int) {
+	t.Helper()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := randAttnRopeParams(r, s, 1e7)
+	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
+	k, v := randFloats(r, s.KVHeads*s.HeadDim, 1), randFloats(r, s.KVHeads*s.HeadDim, 1)
+	kWant, vWant := make([]uint16, s.CacheLen()), make([]uint16, s.CacheLen())
+	for i := range kWant {
+		kWant[i], vWant[i] = 0xFFFF, 0xFFFF
+	}
+	qWant := AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
+
+	bQ, bK, bV := emu.NewBuffer(4*len(qWant)), emu.NewBuffer(2*s.CacheLen()), emu.NewBuffer(2*s.CacheLen())
+	bQ.Fill(0xFF)
+	bK.Fill(0xFF)
+	bV.Fill(0xFF)
+	pl := pipeline(t, lib, "attn_qk_rope_kv", s.Constants(p.Eps))
+	err := pl.Dispatch(emu.Dispatch{
+		Threadgroups: [3]int{s.Heads + s.KVHeads}, Group: [3]int{threads},
+		Buffers: map[int]emu.Binding{
+			0: {Buffer: emu.BufferOf(qg)}, 1: {Buffer: emu.BufferOf(k)}, 2: {Buffer: emu.BufferOf(v)},
+			3: {Buffer: emu.BufferOf(p.QNorm)}, 4: {Buffer: emu.BufferOf(p.KNorm)}, 5: {Buffer: emu.BufferOf(p.InvFreq)},
+			6: {Buffer: emu.BufferOf([]uint32{uint32(pos), 7})},
+			7: {Buffer: bQ}, 8: {Buffer: bK}, 9: {Buffer: bV},
+		},
+		Order: order, Seed: uint64(pos),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qErr = relErr(bQ.Float32s(), qWant)
+	kGot, vGot := bK.Uint16s(), bV.Uint16s()
+	for i := range vWant {
+		if vGot[i] != vWant[i] {
+			t.Fatalf("%+v pos %d: v cache [%d] = %#x, want %#x", s, pos, i, vGot[i], vWant[i])
+		}
+		if (kGot[i] == 0xFFFF) != (kWant[i] == 0xFFFF) {
+			t.Fatalf("%+v pos %d: k cache [%d] = %#x, want %#x (written where it should not be, or not written)", s, pos, i, kGot[i], kWant[i])
+		}
+	}
+	kUlps = bf16Ulps(kGot, kWant)
+	if !(qErr <= 2e-6) || kUlps > 1 {
+		t.Errorf("%+v pos %d tg %d %v: q relative error %.2g, K off by %d bf16 steps", s, pos, threads, order, qErr, kUlps)
+	}
+	return qErr, kUlps
+}
+
+func TestAttnQKRopeKV(t *testing.T) {
+	lib := library(t, emu.Options{}, "attn_rope.metal")
+	r := rand.New(rand.NewPCG(41, 42))
+	cases := []struct {
+		s       AttnShape
+		pos     int
+		threads int
+	}{
+		{AttnShape{4, 2, 64, 16, 8}, 0, 64},
+		{AttnShape{4, 2, 64, 16, 8}, 7, 40}, // a partial simdgroup
+		{AttnShape{4, 2, 64, 16, 70001}, 70000, 32},
+		{AttnShape{2, 1, 256, 64, 3}, 1, AttnRopeThreads},
+		{AttnShape{2, 1, 256, 64, 3}, 2, 96},      // several dims per thread
+		{AttnShape{2, 1, 256, 64, 3}, 5000, 1024}, // pos past the cache: queries only
+		{AttnShape{3, 3, 32, 32, 2}, 1, 7},        // rotary over the whole head, fewer threads than a simdgroup
+		{AttnShape{2, 2, 32, 0, 2}, 1, 32},        // no rotary dims
+	}
+	var worstQ float64
+	var worstK int
+	for _, c := range cases {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("%d_%d_%d_%d_pos%d_tg%d_%v", c.s.Heads, c.s.KVHeads, c.s.HeadDim, c.s.RotaryDim, c.pos, c.threads, order), func(t *testing.T) {
+				qe, ku := runAttnRope(t, lib, r, c.s, c.pos, c.threads, order)
+				worstQ, worstK = max(worstQ, qe), max(worstK, ku)
+			})
+		}
+	}
+	t.Logf("edge shapes: max relative error of q %.2g, K within %d bf16 step(s), V exact", worstQ, worstK)
+}
+
+// TestAttnQKRopeKVProduction runs the model's shape (16 query heads, 2 kv heads, head dim 256,
+// rotary 64) at a short and a long position.
+func TestAttnQKRopeKVProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "attn_rope.metal")
+	r := rand.New(rand.NewPCG(43, 44))
+	s := AttnShape{16, 2, 256, 64, 4100}
+	for i, pos := range []int{3, 4099} {
+		qe, ku := runAttnRope(t, lib, r, s, pos, AttnRopeThreads, emu.Orders[i+1])
+		t.Logf("model shape, pos %d: max relative error of q %.2g, K within %d bf16 step(s), V exact", pos, qe, ku)
+	}
+}
+
+func TestAttnQKRopeKVASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "attn_rope.metal")
+	r := rand.New(rand.NewPCG(45, 46))
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6}, 5, 40, emu.Shuffle) // the last cache row
+	runAttnRope(t, lib, r, AttnShape{2, 1, 256, 64, 2}, 0, 256, emu.Reverse)
+}
+
+// TestRopeInvFreq pins the table to engine/cpu's formula for the model (rotary 64, theta 1e7).
+func TestRopeInvFreq(t *testing.T) {
+	f := RopeInvFreq(64, 1e7)
+	if len(f) != 32 || f[0] != 1 {
+		t.Fatalf("RopeInvFreq(64, 1e7) = %v", f)
+	}
+	for i, v := range f {
+		want := 1 / float32(math.Pow(1e7, float64(float32(2*i)/64)))
+		if v != want {
+			t.Errorf("inv_freq[%d] = %g, want %g", i, v, want)
+		}
+	}
+}

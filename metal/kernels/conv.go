@@ -1,0 +1,32 @@
+package kernels
+
+// Conv function constant indices (conv.metal).
+const (
+	ConvChannels = 0 // uint CONV_C
+)
+
+// ConvKernel is conv1d_step's (and the model's) conv kernel size; the window holds ConvKernel-1
+// inputs.
+const ConvKernel = 4
+
+// ConvThreads is conv1d_step's threadgroup size; the grid is one thread per channel
+// (dispatchThreads).
+const ConvThreads = 256
+
+// Conv1DStep is the Go reference of conv1d_step: engine/cpu's decode conv for one token with the
+// same float32 operations in the same order. taps is [C][4], window [3][C] (oldest first,
+// shifted in place), x the token's qkv projection; u receives silu(conv).
+func Conv1DStep(u, window, taps, x []float32) {
+	c := len(x)
+	for ch := range c {
+		t := taps[ch*ConvKernel : (ch+1)*ConvKernel]
+		var acc float32
+		for j := 0; j < ConvKernel-1; j++ {
+			acc += t[j] * window[j*c+ch]
+		}
+		acc += t[ConvKernel-1] * x[ch]
+		u[ch] = silu(acc)
+	}
+	copy(window, window[c:])
+	copy(window[(ConvKernel-2)*c:], x)
+}

@@ -1,0 +1,40 @@
+// conv.metal: the Gated DeltaNet causal depthwise conv for one decode token (engine/cpu gdn(),
+// the conv part), over the qkv projection's channels (2*HK*DK + HV*DV, 8192 for the model):
+//
+//   acc   = taps[c][0]*win[0][c] + taps[c][1]*win[1][c] + taps[c][2]*win[2][c] + taps[c][3]*x[c]
+//           (summed left to right from 0, as engine/cpu)
+//   u[c]  = silu(acc)                       (the channels gdn_step reads: q, k, v)
+//   win   = {win[1], win[2], x}             (shifted in place: oldest first)
+//
+// win is the float32 [3][C] window of the last three pre-conv inputs, oldest first (engine/cpu's
+// conv state); taps are float32 [C][4]. The kernel size is fixed at 4 (the model's).
+//
+// Geometry: one thread per channel, dispatchThreads(C) in threadgroups of ConvThreads (256): 32
+// threadgroups for the model. Each thread reads and writes only its own channel, so the in-place
+// shift needs no synchronisation.
+#include <metal_stdlib>
+using namespace metal;
+
+constant uint CONV_C [[function_constant(0)]];  // channels (8192)
+
+kernel void conv1d_step(device const float* x [[buffer(0)]],       // [C] the qkv projection
+                        device const float4* taps [[buffer(1)]],   // [C][4]
+                        device float* win [[buffer(2)]],           // [3][C], updated in place
+                        device float* u [[buffer(3)]],             // [C] silu(conv)
+                        uint c [[thread_position_in_grid]]) {
+  if (c >= CONV_C) {
+    return;
+  }
+  const float4 t = taps[c];
+  const float w0 = win[c], w1 = win[CONV_C + c], w2 = win[2 * CONV_C + c];
+  const float xc = x[c];
+  float acc = 0.0f;
+  acc += t.x * w0;
+  acc += t.y * w1;
+  acc += t.z * w2;
+  acc += t.w * xc;
+  u[c] = acc * (1.0f / (1.0f + exp(-acc)));
+  win[c] = w1;
+  win[CONV_C + c] = w2;
+  win[2 * CONV_C + c] = xc;
+}

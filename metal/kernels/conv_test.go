@@ -1,0 +1,73 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+// runConv runs steps tokens through conv1d_step and Conv1DStep from the same random window and
+// returns the largest relative error of u over the steps; the window must match exactly.
+func runConv(t *testing.T, lib *emu.Library, r *rand.Rand, c, group, steps int, order emu.Order) float64 {
+	t.Helper()
+	taps := randFloats(r, c*ConvKernel, 0.5)
+	window := randFloats(r, (ConvKernel-1)*c, 1)
+	p := pipeline(t, lib, "conv1d_step", map[int]any{ConvChannels: c})
+	bTaps, bWin, bU := emu.BufferOf(taps), emu.BufferOf(window), emu.NewBuffer(4*c)
+	u := make([]float32, c)
+	var worst float64
+	for step := range steps {
+		x := randFloats(r, c, 1)
+		Conv1DStep(u, window, taps, x)
+		bU.Fill(0xFF)
+		err := p.Dispatch(emu.Dispatch{
+			Threads: [3]int{c}, Group: [3]int{group},
+			Buffers: map[int]emu.Binding{0: {Buffer: emu.BufferOf(x)}, 1: {Buffer: bTaps}, 2: {Buffer: bWin}, 3: {Buffer: bU}},
+			Order:   order, Seed: uint64(step),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := relErr(bWin.Float32s(), window); e != 0 {
+			t.Fatalf("C %d step %d: window differs (rel %g), want exact", c, step, e)
+		}
+		worst = max(worst, relErr(bU.Float32s(), u))
+	}
+	if !(worst <= 1e-6) {
+		t.Errorf("C %d group %d %v: relative error of u %.2g", c, group, order, worst)
+	}
+	return worst
+}
+
+func TestConv1DStep(t *testing.T) {
+	lib := library(t, emu.Options{}, "conv.metal")
+	r := rand.New(rand.NewPCG(31, 32))
+	var worst float64
+	for _, s := range []struct{ c, group int }{{1, 32}, {31, 32}, {257, ConvThreads}, {640, 96}, {1000, 1024}} {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("c%d_g%d_%v", s.c, s.group, order), func(t *testing.T) {
+				worst = max(worst, runConv(t, lib, r, s.c, s.group, 3, order))
+			})
+		}
+	}
+	t.Logf("edge shapes: max relative error of u %.2g (window exact)", worst)
+}
+
+// TestConv1DStepProduction runs the model's 8192 channels (2·16·128 + 32·128).
+func TestConv1DStepProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "conv.metal")
+	r := rand.New(rand.NewPCG(33, 34))
+	c := GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}.Channels()
+	e := runConv(t, lib, r, c, ConvThreads, 4, emu.Shuffle)
+	t.Logf("model shape (%d channels): max relative error of u %.2g (window exact)", c, e)
+}
+
+func TestConv1DStepASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "conv.metal")
+	r := rand.New(rand.NewPCG(35, 36))
+	runConv(t, lib, r, 300, 256, 2, emu.Reverse)
+}

@@ -1,0 +1,25 @@
+package kernels
+
+import "github.com/lilyformac/lily/engine/quant"
+
+// Embed function constant indices (embed.metal).
+const (
+	EmbedHidden = 0 // uint EMBED_H
+	EmbedVocab  = 1 // uint EMBED_VOCAB
+)
+
+// EmbedThreads is embed_q4's threadgroup size: one thread per uint32 word of the row (8 values).
+const EmbedThreads = 64
+
+// EmbedThreadsGrid is embed_q4's grid in threads (dispatchThreads) for a hidden size h.
+func EmbedThreadsGrid(h int) int { return h / 8 }
+
+// Embed is the Go reference of embed_q4: row token of the 4-bit embedding e, dequantized as
+// engine/cpu does (quant.Matrix.DequantRow). Ids past the last row are clamped to it, as the
+// kernel does. Buffers 0-2 of the kernel are e.Words, e.Scales and e.Biases; 3 is the step
+// buffer {pos, token}; 4 the output.
+func Embed(e *quant.Matrix, token int) []float32 {
+	out := make([]float32, e.Cols)
+	e.DequantRow(min(token, e.Rows-1), out)
+	return out
+}

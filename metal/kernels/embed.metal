@@ -1,0 +1,46 @@
+// embed.metal: the token embedding of a decode step, read on the GPU. Row step.token of the
+// 4-bit MLX affine embedding E [VOCAB][H] (engine/quant's format: H/8 uint32 words per row, values
+// least significant nibble first; one bf16 scale and bias per 64 values) is dequantized into a
+// float32 vector, exactly as quant.Matrix.DequantRow does:
+//
+//   out[k] = float(scale[k/64]) * float(q_k) + float(bias[k/64])
+//
+// scale·q is exact in float32 (8 + 4 significant bits), so the result is the same bits whether
+// or not the compiler fuses the multiply-add.
+//
+// step (buffer 3) is the decode step's {pos, token}; a token id >= EMBED_VOCAB is clamped to the
+// last row (the selection kernels never produce one; the clamp only keeps a bad id in bounds).
+//
+// Geometry: one thread per uint32 word (8 values, two float4 stores): dispatchThreads(H/8) in
+// threadgroups of EmbedThreads (64), so H = 2048 is 256 threads in 4 threadgroups. H must be a
+// multiple of 64.
+#include <metal_stdlib>
+using namespace metal;
+
+constant uint EMBED_H [[function_constant(0)]];      // hidden size (2048), a multiple of 64
+constant uint EMBED_VOCAB [[function_constant(1)]];  // rows of E (248320)
+
+kernel void embed_q4(device const uint* words [[buffer(0)]],     // [VOCAB][H/8]
+                     device const bfloat* scales [[buffer(1)]],  // [VOCAB][H/64]
+                     device const bfloat* biases [[buffer(2)]],  // [VOCAB][H/64]
+                     device const uint* step [[buffer(3)]],      // {pos, token}
+                     device float* out [[buffer(4)]],            // [H]
+                     uint w [[thread_position_in_grid]]) {
+  const uint words_per_row = EMBED_H / 8;
+  if (w >= words_per_row) {
+    return;
+  }
+  const uint token = min(step[1], EMBED_VOCAB - 1);
+  const ulong row = ulong(token);
+  const uint word = words[row * words_per_row + w];
+  const ulong g = row * (EMBED_H / 64) + w / 8;  // 8 words per group of 64
+  const float s = float(scales[g]);
+  const float b = float(biases[g]);
+  float v[8];
+  for (uint i = 0; i < 8; i++) {
+    v[i] = s * float((word >> (4 * i)) & 0xfu) + b;
+  }
+  device float4* o = (device float4*)(out + 8 * w);
+  o[0] = float4(v[0], v[1], v[2], v[3]);
+  o[1] = float4(v[4], v[5], v[6], v[7]);
+}

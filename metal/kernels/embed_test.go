@@ -1,0 +1,87 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+// runEmbed gathers row token of e with embed_q4 and returns the output.
+func runEmbed(t *testing.T, lib *emu.Library, e *quant.Matrix, token int, order emu.Order) []float32 {
+	t.Helper()
+	p := pipeline(t, lib, "embed_q4", map[int]any{EmbedHidden: e.Cols, EmbedVocab: e.Rows})
+	out := emu.NewBuffer(4 * e.Cols)
+	out.Fill(0xFF)
+	err := p.Dispatch(emu.Dispatch{
+		Threads: [3]int{EmbedThreadsGrid(e.Cols)}, Group: [3]int{EmbedThreads},
+		Buffers: map[int]emu.Binding{
+			0: {Buffer: emu.BufferOf(e.Words)}, 1: {Buffer: emu.BufferOf(e.Scales)}, 2: {Buffer: emu.BufferOf(e.Biases)},
+			3: {Buffer: emu.BufferOf([]uint32{17, uint32(token)})}, 4: {Buffer: out},
+		},
+		Order: order, Seed: uint64(token),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Float32s()
+}
+
+func checkEmbed(t *testing.T, lib *emu.Library, e *quant.Matrix, token int, order emu.Order) {
+	t.Helper()
+	got, want := runEmbed(t, lib, e, token, order), Embed(e, token)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%dx%d token %d %v: out[%d] = %g, want %g (bit-exact)", e.Rows, e.Cols, token, order, i, got[i], want[i])
+		}
+	}
+}
+
+func TestEmbed(t *testing.T) {
+	lib := library(t, emu.Options{}, "embed.metal")
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, s := range []struct{ rows, cols int }{{1, 64}, {5, 128}, {37, 192}, {9, 960}, {3, 2048}} {
+		e := quant.Quantize(randFloats(r, s.rows*s.cols, 0.02), s.rows, s.cols, 4)
+		for _, order := range emu.Orders {
+			for _, token := range []int{0, s.rows - 1, s.rows / 2, s.rows + 5} {
+				t.Run(fmt.Sprintf("%dx%d_tok%d_%v", s.rows, s.cols, token, order), func(t *testing.T) {
+					checkEmbed(t, lib, e, token, order)
+				})
+			}
+		}
+	}
+	t.Log("all rows bit-exact with quant.Matrix.DequantRow")
+}
+
+// TestEmbedProduction gathers from a tall embedding of the model's width (2048) whose row
+// offsets need more than 16 bits.
+func TestEmbedProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "embed.metal")
+	r := rand.New(rand.NewPCG(23, 24))
+	const rows, cols = 70000, 2048
+	e := &quant.Matrix{Rows: rows, Cols: cols, Bits: 4,
+		Words: make([]uint32, rows*cols/8), Scales: make([]uint16, rows*cols/64), Biases: make([]uint16, rows*cols/64)}
+	for i := range e.Words {
+		e.Words[i] = r.Uint32()
+	}
+	for i := range e.Scales {
+		e.Scales[i] = quant.F32ToBF16(float32(r.NormFloat64()) * 0.01)
+		e.Biases[i] = quant.F32ToBF16(float32(r.NormFloat64()) * 0.05)
+	}
+	for i, token := range []int{0, 65537, rows - 1} {
+		checkEmbed(t, lib, e, token, emu.Orders[i%3])
+	}
+}
+
+func TestEmbedASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "embed.metal")
+	r := rand.New(rand.NewPCG(25, 26))
+	e := quant.Quantize(randFloats(r, 7*192, 0.02), 7, 192, 4)
+	checkEmbed(t, lib, e, 6, emu.Shuffle)
+	checkEmbed(t, lib, e, 0, emu.Reverse)
+}

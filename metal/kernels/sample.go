@@ -1,0 +1,128 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lilyformac/lily/engine/sample"
+)
+
+// Sampler function constant indices (sample.metal).
+const (
+	SampleVocab   = 0 // uint SAMPLE_N: ids that may be chosen (the vocab limit)
+	SampleChunk   = 1 // uint SAMPLE_CHUNK: ids per sample_select threadgroup
+	SampleProbeOp = 2 // uint SAMPLE_PROBE_OP (sample_probe only)
+)
+
+// Sampler geometry.
+const (
+	SampleMaxK           = 1024 // candidates sample_final sorts (SAMPLE_MAX_K)
+	SampleThreads        = 1024 // sample_select and sample_final threadgroups
+	SamplePenaltyThreads = 256  // sample_penalties threadgroups (dispatchThreads over n)
+	SampleDefaultChunk   = 4096 // ids per sample_select threadgroup: 61 groups for 248320 ids
+)
+
+// SampleGroups is the number of sample_select threadgroups for n ids.
+func SampleGroups(n, chunk int) int { return (n + chunk - 1) / chunk }
+
+// SampleCandLen is the length in uint64 keys of the buffer sample_select writes and sample_final
+// reads (buffer 2): groups × min(SampleMaxK, chunk), enough for any top_k.
+func SampleCandLen(n, chunk int) int { return SampleGroups(n, chunk) * min(SampleMaxK, chunk) }
+
+// Flags of SampleParams.Flags.
+const (
+	SampleFlagBias  = 1 // add the bias buffer
+	SampleFlagCount = 2 // frequency/presence penalties; count chosen tokens
+	SampleFlagSeen  = 4 // repetition penalty; mark chosen tokens seen
+)
+
+// TokenSeen is the bit of a token-state word (buffer 2 of sample_penalties, 4 of sample_final and
+// 3 of argmax_final) that marks a token seen (prompt or generated) for the repetition penalty;
+// the low 31 bits count the generated occurrences for the frequency and presence penalties.
+const TokenSeen = 1 << 31
+
+// SampleParams is the constant buffer every selection kernel reads (buffer 1 of the sampler
+// kernels, 2 of argmax_final): the request's sampling settings, as 16 uint32 words.
+type SampleParams struct {
+	Temperature float32
+	TopK        uint32
+	TopP, MinP  float32
+	Repetition  float32
+	Flags       uint32
+	Seed        uint64
+	Pos0        uint32 // step.pos when the sampler takes its step 0
+	PenLen      uint32 // entries of the penalty table
+}
+
+// Words encodes p in the kernels' layout.
+func (p SampleParams) Words() []uint32 {
+	w := make([]uint32, 16)
+	w[0] = math.Float32bits(p.Temperature)
+	w[1] = p.TopK
+	w[2] = math.Float32bits(p.TopP)
+	w[3] = math.Float32bits(p.MinP)
+	w[4] = math.Float32bits(p.Repetition)
+	w[5] = p.Flags
+	w[6], w[7] = uint32(p.Seed), uint32(p.Seed>>32)
+	w[8] = p.Pos0
+	w[9] = p.PenLen
+	return w
+}
+
+// SampleSetup is what the GPU sampler needs for one sequence, derived from sample.Params.
+type SampleSetup struct {
+	Params SampleParams
+	State  []uint32  // [n] token states: TokenSeen for prompt ids when the repetition penalty is on
+	Bias   []float32 // [n] logit bias (nil when there is none)
+	Pen    []float32 // penalty table: Pen[c] = frequency·c + presence (nil when both are 0)
+}
+
+// NewSampleSetup prepares the buffers that make the GPU kernels reproduce sample.New(p, prompt):
+// n is the vocab limit (SAMPLE_N), pos0 the step.pos of the first sampled token, maxCount the
+// most times a token can be generated (the penalty table's last index; counts are clamped to it).
+// p.Seed must be set: the GPU cannot read a sampler's random seed. With Temperature 0 (greedy:
+// sample_penalties, then argmax_partial/argmax_final) only the penalty buffers and flags matter.
+func NewSampleSetup(p sample.Params, prompt []int, n, pos0, maxCount int) (*SampleSetup, error) {
+	if p.Seed == nil {
+		return nil, fmt.Errorf("sample: the GPU sampler needs an explicit seed")
+	}
+	s := &SampleSetup{Params: SampleParams{
+		Temperature: p.Temperature, TopK: uint32(max(p.TopK, 0)), TopP: p.TopP, MinP: p.MinP,
+		Repetition: p.RepetitionPenalty, Seed: *p.Seed, Pos0: uint32(pos0), PenLen: 1,
+	}}
+	s.State = make([]uint32, n)
+	if rp := p.RepetitionPenalty; rp != 0 && rp != 1 {
+		s.Params.Flags |= SampleFlagSeen
+		for _, id := range prompt {
+			if id >= 0 && id < n {
+				s.State[id] |= TokenSeen
+			}
+		}
+	}
+	if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
+		s.Params.Flags |= SampleFlagCount
+		s.Pen = PenaltyTable(p.FrequencyPenalty, p.PresencePenalty, maxCount)
+		s.Params.PenLen = uint32(len(s.Pen))
+	}
+	if len(p.LogitBias) > 0 {
+		s.Params.Flags |= SampleFlagBias
+		s.Bias = make([]float32, n)
+		for id, b := range p.LogitBias {
+			if id >= 0 && id < n {
+				s.Bias[id] = b
+			}
+		}
+	}
+	return s, nil
+}
+
+// PenaltyTable returns frequency·float32(c) + presence for c = 0..maxCount, computed with the
+// expression engine/sample uses, so it rounds the same way on this GOARCH (Go fuses the
+// multiply-add on arm64 and not on amd64; the table carries whichever this build does).
+func PenaltyTable(frequency, presence float32, maxCount int) []float32 {
+	t := make([]float32, maxCount+1)
+	for c := range t {
+		t[c] = frequency*float32(c) + presence
+	}
+	return t
+}
