@@ -7,10 +7,11 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/decode"
 )
 
 // backends are the executors `--backend` can name.
-var backends = []string{"cpu"}
+var backends = []string{"cpu", "emu"}
 
 // openBackend loads the checkpoint in dir for the named backend.
 func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
@@ -19,6 +20,10 @@ func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
 	}
 	switch name {
 	case "cpu":
+	case "emu":
+		if runtime.GOOS != "linux" {
+			return nil, nil, fmt.Errorf("backend emu runs the Metal kernels on the MSL emulator, which needs Linux (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
+		}
 	case "metal":
 		if runtime.GOOS != "darwin" {
 			return nil, nil, fmt.Errorf("backend metal needs macOS on Apple silicon (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
@@ -30,6 +35,16 @@ func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
 	w, err := model.Load(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if name == "emu" {
+		// The decode plan run on the emulator: KV caches sized for the model's context, at most
+		// decode.DefaultMaxCtx positions.
+		b, err := decode.NewEmu(w, decode.EmuOptions{})
+		if err != nil {
+			w.Close()
+			return nil, nil, fmt.Errorf("backend emu: %w", err)
+		}
+		return b, w, nil
 	}
 	return cpu.New(w), w, nil
 }

@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lilyformac/lily/engine/generate"
+	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 type benchOptions struct {
 	model, backend, output string
 	ctx, steps             int
-	warmup                 bool
+	warmup, plan           bool
 }
 
 // benchOutput follows the anchor engine's measurement contract (lily-anchor.md §8.2).
@@ -38,18 +41,19 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --model DIR [--ctx N]",
+		Use:   "bench --model DIR [--ctx N] | bench --plan [--ctx N]",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory")
-	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
+	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu or emu (Linux: the Metal kernels on the MSL emulator)")
 	f.IntVar(&o.ctx, "ctx", 128, "prompt length (context at the start of decode)")
 	f.IntVar(&o.steps, "decode-steps", 64, "measured greedy decode steps")
 	f.BoolVar(&o.warmup, "warmup", true, "run an exact-shape prefill and one decode step first")
 	f.StringVar(&o.output, "output", "text", "text or json")
+	f.BoolVar(&o.plan, "plan", false, "print the static decode plan's per-token cost for the production 35B-A3B config at context --ctx (no model needed)")
 	return cmd
 }
 
@@ -68,6 +72,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	if o.output != "json" && o.output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
+	}
+	if o.plan {
+		return runBenchPlan(cmd, o)
 	}
 	b, w, err := openBackend(o.backend, o.model)
 	if err != nil {
@@ -105,5 +112,41 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backend %s  context %d\nprefill %d tokens  %.3f s  %.2f tok/s\ndecode  %d steps   %.3f s  %.2f tok/s\n",
 		out.Backend, out.Context, out.Prefill.Tokens, out.Prefill.Seconds, out.Prefill.TokS, out.Decode.Tokens, out.Decode.Seconds, out.Decode.TokS)
+	return err
+}
+
+// planOutput is `lily bench --plan --output json`: the decode plan's modelled cost per token.
+type planOutput struct {
+	Context           int     `json:"context"`
+	Dispatches        int     `json:"dispatches_per_token"`
+	Barriers          int     `json:"barriers_per_token"`
+	Bytes             int64   `json:"bytes_per_token"`
+	IdealBytes        int64   `json:"ideal_bytes_per_token"`
+	BytesRatioToIdeal float64 `json:"bytes_ratio_to_ideal"`
+}
+
+// runBenchPlan builds the production model's decode step from shapes only (KV caches sized for
+// ctx+1 positions, the traffic modelled with ctx tokens already cached) and prints plan.Stats
+// against plan.IdealBytes.
+func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
+	if o.model != "" {
+		return fmt.Errorf("--plan models the production config from shapes only: drop --model")
+	}
+	c := decode.ProductionConfig()
+	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx})
+	if err != nil {
+		return err
+	}
+	st := step.Plan.Stats()
+	ideal := plan.IdealBytes(c, o.ctx).Total()
+	out := planOutput{
+		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
+		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
+	}
+	if o.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\n",
+		out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal)
 	return err
 }

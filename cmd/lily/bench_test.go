@@ -1,0 +1,49 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestBenchPlan: `lily bench --plan` needs no model and reports the production decode plan.
+func TestBenchPlan(t *testing.T) {
+	out, err := execute(t, "bench", "--plan", "--ctx", "4096", "--output", "json")
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err, out)
+	}
+	for _, k := range []string{"dispatches_per_token", "barriers_per_token", "bytes_per_token", "ideal_bytes_per_token", "bytes_ratio_to_ideal"} {
+		if v, ok := p[k].(float64); !ok || v <= 0 {
+			t.Fatalf("%s missing or not positive in %s", k, out)
+		}
+	}
+	if r := p["bytes_ratio_to_ideal"].(float64); r < 1 || r > 1.05 {
+		t.Fatalf("traffic ratio %g", r)
+	}
+	if p["barriers_per_token"].(float64) > p["dispatches_per_token"].(float64) {
+		t.Fatalf("more barriers than dispatches: %s", out)
+	}
+	// Longer context, more KV traffic.
+	out2, err := execute(t, "bench", "--plan", "--ctx", "32768", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p2 map[string]any
+	if err := json.Unmarshal([]byte(out2), &p2); err != nil {
+		t.Fatal(err)
+	}
+	if p2["bytes_per_token"].(float64) <= p["bytes_per_token"].(float64) {
+		t.Fatalf("ctx 32768 moves no more than ctx 4096: %s vs %s", out2, out)
+	}
+	text, err := execute(t, "bench", "--plan", "--ctx", "16")
+	if err != nil || !strings.Contains(text, "dispatches") {
+		t.Fatalf("text output %q (%v)", text, err)
+	}
+	if _, err := execute(t, "bench", "--plan", "--model", "x"); err == nil {
+		t.Fatal("--plan with --model accepted")
+	}
+}

@@ -1,0 +1,538 @@
+// Package decode builds the static single-token decode step of the model as a plan.Plan over the
+// metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
+// one since the last barrier), uploads a checkpoint's weights into it, and, on Linux, runs it on
+// the MSL emulator as an engine/backend.Backend.
+//
+// One step: embed_q4 (token from the step buffer) → per layer: add_rmsnorm (input norm), the
+// mixer (GDN: qmv_q4 in_proj_qkv/z/b/a, conv1d_step, gdn_step, qmv_q4 out_proj; attention:
+// qmv_q4 q/k/v, attn_qk_rope_kv, attn_decode_partial/combine, qmv_q4 o_proj), add_rmsnorm
+// (residual add + post norm), moe_router, moe_gate_up, moe_down_combine (into the residual in
+// place) → add_rmsnorm (final norm) → qmv_q4 LM head → argmax_partial/argmax_final (writes the
+// greedy token and advances pos in the step buffer).
+package decode
+
+import (
+	"fmt"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// Options size a decode plan.
+type Options struct {
+	// MaxCtx is the number of positions each attention layer's bf16 KV cache holds.
+	MaxCtx int
+	// TrafficCtx is the context (tokens already cached) the traffic model assumes for the
+	// position-dependent ranges: the KV rows attention reads (TrafficCtx+1, the new one included)
+	// and the row it writes. 0 or more than MaxCtx-1 means MaxCtx-1.
+	TrafficCtx int
+}
+
+// Step is a built decode step: the plan and the buffers the host uses.
+type Step struct {
+	Plan   *plan.Plan
+	Config *config.Config
+	MaxCtx int
+
+	StepBuf int   // {pos, token} uint32
+	Logits  int   // [vocab] float32
+	Session []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
+
+	weights []weightSrc
+	consts  []constSrc
+}
+
+// weightSrc fills one Weights buffer from a loaded checkpoint.
+type weightSrc struct {
+	buf  int
+	fill func(w *model.Weights, dst []byte) error
+}
+
+// constSrc is a small non-weight buffer with fixed contents (the zero vector, the sampler's
+// params), written once per executor.
+type constSrc struct {
+	buf  int
+	data []byte
+}
+
+// ProductionConfig is Qwen3.6-35B-A3B's text configuration (shapes only, no checkpoint needed).
+func ProductionConfig() *config.Config {
+	c := &config.Config{
+		Profile:   config.ProfileProduction,
+		VocabSize: 248320, HiddenSize: 2048, NumLayers: 40, NumHeads: 16, NumKVHeads: 2, HeadDim: 256,
+		RotaryDim: 64, RopeTheta: 10_000_000,
+		LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
+		NumExperts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermed: 512,
+		RMSNormEps: 1e-6, MaxPositions: 262144,
+	}
+	for i := range c.NumLayers {
+		k := config.LinearAttention
+		if i%4 == 3 {
+			k = config.FullAttention
+		}
+		c.Layers = append(c.Layers, k)
+	}
+	return c
+}
+
+// qmat is a quantized matrix held in three plan buffers (codes, bf16 scales, bf16 biases).
+type qmat struct {
+	words, scales, biases int
+	rows, cols, bits      int
+}
+
+func (m qmat) rowBytes() int64   { return int64(m.cols * m.bits / 8) }
+func (m qmat) groupBytes() int64 { return int64(m.cols / quant.GroupSize * 2) }
+
+// rows is the device ranges of rows [r0, r0+n).
+func (m qmat) rowsRange(r0, n int) []plan.Range {
+	return []plan.Range{
+		{Buffer: m.words, Offset: int64(r0) * m.rowBytes(), Len: int64(n) * m.rowBytes()},
+		{Buffer: m.scales, Offset: int64(r0) * m.groupBytes(), Len: int64(n) * m.groupBytes()},
+		{Buffer: m.biases, Offset: int64(r0) * m.groupBytes(), Len: int64(n) * m.groupBytes()},
+	}
+}
+
+func (m qmat) all() []plan.Range { return m.rowsRange(0, m.rows) }
+
+// bind puts the matrix at buffer indices i, i+1, i+2.
+func (m qmat) bind(bs map[int]plan.Binding, i int) {
+	bs[i], bs[i+1], bs[i+2] = plan.Binding{Buffer: m.words}, plan.Binding{Buffer: m.scales}, plan.Binding{Buffer: m.biases}
+}
+
+type builder struct {
+	s       *Step
+	p       *plan.Plan
+	read    map[int]bool // buffers read since the last barrier
+	written map[int]bool // buffers written since the last barrier
+}
+
+func (b *builder) buffer(name string, size int64, kind plan.Kind) int {
+	b.p.Buffers = append(b.p.Buffers, plan.Buffer{Name: name, Size: size, Kind: kind})
+	return len(b.p.Buffers) - 1
+}
+
+func (b *builder) whole(buf int) plan.Range {
+	return plan.Range{Buffer: buf, Len: b.p.Buffers[buf].Size}
+}
+
+// floats allocates a float32 vector of n.
+func (b *builder) floats(name string, n int, kind plan.Kind) int {
+	return b.buffer(name, int64(4*n), kind)
+}
+
+// matrix declares a quantized weight matrix and how to find it in a checkpoint.
+func (b *builder) matrix(name string, rows, cols, bits int, get func(*model.Weights) *quant.Matrix) qmat {
+	m := qmat{rows: rows, cols: cols, bits: bits}
+	m.words = b.buffer(name+".weight", int64(rows)*int64(cols*bits/8), plan.Weights)
+	m.scales = b.buffer(name+".scales", int64(rows)*int64(cols/quant.GroupSize*2), plan.Weights)
+	m.biases = b.buffer(name+".biases", int64(rows)*int64(cols/quant.GroupSize*2), plan.Weights)
+	b.s.weights = append(b.s.weights, weightSrc{buf: m.words, fill: func(w *model.Weights, dst []byte) error {
+		q := get(w)
+		if q == nil {
+			return fmt.Errorf("decode: %s: missing", name)
+		}
+		if q.Rows != rows || q.Cols != cols || q.Bits != bits {
+			return fmt.Errorf("decode: %s: checkpoint has %d×%d %d-bit, the plan expects %d×%d %d-bit", name, q.Rows, q.Cols, q.Bits, rows, cols, bits)
+		}
+		return nil
+	}})
+	// The three buffers are filled together from the matrix: the checks above run first.
+	b.s.weights = append(b.s.weights,
+		weightSrc{buf: m.words, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Words, name) }},
+		weightSrc{buf: m.scales, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Scales, name) }},
+		weightSrc{buf: m.biases, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Biases, name) }})
+	return m
+}
+
+// vector declares a small weight vector, stored as bf16 (bf16 true) or float32.
+func (b *builder) vector(name string, n int, bf16 bool, get func(*model.Weights) []float32) int {
+	size := 4 * n
+	if bf16 {
+		size = 2 * n
+	}
+	buf := b.buffer(name, int64(size), plan.Weights)
+	b.s.weights = append(b.s.weights, weightSrc{buf: buf, fill: func(w *model.Weights, dst []byte) error {
+		v := get(w)
+		if len(v) != n {
+			return fmt.Errorf("decode: %s: %d values, the plan expects %d", name, len(v), n)
+		}
+		if !bf16 {
+			return put(dst, v, name)
+		}
+		h := make([]uint16, n)
+		for i, x := range v {
+			h[i] = quant.F32ToBF16(x) // the checkpoint's bf16 values round-trip exactly
+		}
+		return put(dst, h, name)
+	}})
+	return buf
+}
+
+// add appends a dispatch and sets its barrier when it reads a buffer written, or writes a buffer
+// read or written, since the last barrier. Every bound buffer counts as read unless the
+// dispatch's Writes name it.
+func (b *builder) add(d plan.Dispatch) {
+	writes := map[int]bool{}
+	for _, r := range d.Writes {
+		writes[r.Buffer] = true
+	}
+	reads := map[int]bool{}
+	for _, bind := range d.Buffers {
+		if !writes[bind.Buffer] {
+			reads[bind.Buffer] = true
+		}
+	}
+	for _, r := range d.Reads {
+		reads[r.Buffer] = true
+	}
+	for buf := range reads {
+		if b.written[buf] {
+			d.Barrier = true
+		}
+	}
+	for buf := range writes {
+		if b.written[buf] || b.read[buf] {
+			d.Barrier = true
+		}
+	}
+	if d.Barrier {
+		b.read, b.written = map[int]bool{}, map[int]bool{}
+	}
+	for buf := range reads {
+		b.read[buf] = true
+	}
+	for buf := range writes {
+		b.written[buf] = true
+	}
+	b.p.Dispatches = append(b.p.Dispatches, d)
+}
+
+func binds(bufs ...int) map[int]plan.Binding {
+	out := make(map[int]plan.Binding, len(bufs))
+	for i, buf := range bufs {
+		out[i] = plan.Binding{Buffer: buf}
+	}
+	return out
+}
+
+func (b *builder) qmv(m qmat, x, y int) {
+	bs := map[int]plan.Binding{3: {Buffer: x}, 4: {Buffer: y}}
+	m.bind(bs, 0)
+	b.add(plan.Dispatch{
+		Kernel: kernels.QMVKernel(m.bits), Constants: map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols},
+		Buffers: bs, Threadgroups: [3]int{kernels.QMVThreadgroups(m.rows), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
+		Reads: append(m.all(), b.whole(x)), Writes: []plan.Range{b.whole(y)},
+	})
+}
+
+func (b *builder) norm(x, d, gain, res, out int, h int, eps float32) {
+	b.add(plan.Dispatch{
+		Kernel: "add_rmsnorm", Constants: map[int]any{kernels.RMSNormWidth: h, kernels.RMSNormEps: eps},
+		Buffers: binds(x, d, gain, res, out), Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.RMSNormThreads, 1, 1},
+		Reads: []plan.Range{b.whole(x), b.whole(d), b.whole(gain)}, Writes: []plan.Range{b.whole(res), b.whole(out)},
+	})
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// Check reports whether the kernels support a configuration's shapes.
+func Check(c *config.Config) error {
+	H := c.HiddenSize
+	switch {
+	case H <= 0 || H%quant.GroupSize != 0:
+		return fmt.Errorf("decode: hidden size %d: want a positive multiple of %d", H, quant.GroupSize)
+	case c.ConvKernel != kernels.ConvKernel:
+		return fmt.Errorf("decode: conv kernel %d: conv1d_step supports %d", c.ConvKernel, kernels.ConvKernel)
+	case len(c.Layers) != c.NumLayers:
+		return fmt.Errorf("decode: %d layer kinds for %d layers", len(c.Layers), c.NumLayers)
+	}
+	if err := (kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}).Validate(); err != nil {
+		return err
+	}
+	if err := (kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, MaxCtx: 1}).Validate(); err != nil {
+		return err
+	}
+	return (kernels.MoEShape{H: H, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}).Validate()
+}
+
+// Build makes the decode step for configuration c. It needs shapes only; Upload fills the
+// weight buffers from a checkpoint.
+func Build(c *config.Config, o Options) (*Step, error) {
+	if o.MaxCtx <= 0 {
+		return nil, fmt.Errorf("decode: max context %d: want at least 1", o.MaxCtx)
+	}
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	tctx := o.TrafficCtx
+	if tctx <= 0 || tctx > o.MaxCtx-1 {
+		tctx = o.MaxCtx - 1
+	}
+	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx}
+	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}}
+	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
+	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
+	as := kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, MaxCtx: o.MaxCtx}
+	ms := kernels.MoEShape{H: H, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}
+	splits := kernels.AttnSplits(o.MaxCtx)
+
+	// Control and activations, shared by all layers.
+	s.StepBuf = b.buffer("step", 8, plan.Control)
+	params := b.buffer("sample_params", 4*16, plan.Control)
+	sampState := b.buffer("sample_state", 4, plan.Control)
+	zero := b.floats("zero", H, plan.Activations) // d of the norms that add nothing
+	res := b.floats("residual", H, plan.Activations)
+	hid := b.floats("normed", H, plan.Activations)
+	mix := b.floats("mixer_out", H, plan.Activations)
+	s.consts = append(s.consts, constSrc{zero, make([]byte, 4*H)}, constSrc{params, bytesOf(kernels.SampleParams{}.Words())})
+
+	var qkv, u, z, ga, gb, y int
+	if gs.HV > 0 && hasKind(c, config.LinearAttention) {
+		qkv = b.floats("gdn.qkv", gs.Channels(), plan.Activations)
+		u = b.floats("gdn.conv_out", gs.Channels(), plan.Activations)
+		z = b.floats("gdn.z", gs.HV*gs.DV, plan.Activations)
+		ga = b.floats("gdn.a", gs.HV, plan.Activations)
+		gb = b.floats("gdn.b", gs.HV, plan.Activations)
+		y = b.floats("gdn.y", gs.HV*gs.DV, plan.Activations)
+	}
+	var qg, ak, av, qrot, opart, mlpart, attnOut, invFreq int
+	if hasKind(c, config.FullAttention) {
+		qd := as.Heads * as.HeadDim
+		qg = b.floats("attn.qg", 2*qd, plan.Activations)
+		ak = b.floats("attn.k", as.KVHeads*as.HeadDim, plan.Activations)
+		av = b.floats("attn.v", as.KVHeads*as.HeadDim, plan.Activations)
+		qrot = b.floats("attn.q_rot", qd, plan.Activations)
+		ol, mll := as.AttnPartialLens(splits)
+		opart = b.floats("attn.o_part", ol, plan.Activations)
+		mlpart = b.floats("attn.ml_part", mll, plan.Activations)
+		attnOut = b.floats("attn.out", qd, plan.Activations)
+		invFreq = b.floats("rope.inv_freq", c.RotaryDim/2, plan.Weights)
+		s.consts = append(s.consts, constSrc{invFreq, bytesOf(kernels.RopeInvFreq(c.RotaryDim, c.RopeTheta))})
+	}
+	ids := b.buffer("moe.ids", int64(4*ms.K), plan.Activations)
+	weights := b.floats("moe.weights", ms.K+1, plan.Activations)
+	act := b.floats("moe.act", ms.ActLen(), plan.Activations)
+	s.Logits = b.floats("logits", V, plan.Activations)
+	partial := b.buffer("argmax.partial", 8*kernels.ArgmaxDefaultGroups, plan.Activations)
+
+	// embed_q4: the token's row into the residual stream.
+	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
+	{
+		bs := map[int]plan.Binding{3: {Buffer: s.StepBuf}, 4: {Buffer: res}}
+		emb.bind(bs, 0)
+		b.add(plan.Dispatch{
+			Kernel: "embed_q4", Constants: map[int]any{kernels.EmbedHidden: H, kernels.EmbedVocab: V},
+			Buffers: bs, Threadgroups: [3]int{ceilDiv(kernels.EmbedThreadsGrid(H), kernels.EmbedThreads), 1, 1}, Group: [3]int{kernels.EmbedThreads, 1, 1},
+			Reads: append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), Writes: []plan.Range{b.whole(res)},
+		})
+	}
+
+	for li, kind := range c.Layers {
+		p := fmt.Sprintf("layers.%d.", li)
+		layer := func(w *model.Weights) *model.Layer { return &w.Layers[li] }
+		inNorm := b.vector(p+"input_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).InputNorm })
+		postNorm := b.vector(p+"post_attention_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).PostNorm })
+		b.norm(res, zero, inNorm, res, hid, H, eps)
+
+		if kind == config.LinearAttention {
+			g := func(w *model.Weights) *model.GDN { return layer(w).GDN }
+			a := p + "linear_attn."
+			C, vd := gs.Channels(), gs.HV*gs.DV
+			wqkv := b.matrix(a+"in_proj_qkv", C, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjQKV })
+			wz := b.matrix(a+"in_proj_z", vd, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjZ })
+			wb := b.matrix(a+"in_proj_b", gs.HV, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjB })
+			wa := b.matrix(a+"in_proj_a", gs.HV, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjA })
+			wo := b.matrix(a+"out_proj", H, vd, 4, func(w *model.Weights) *quant.Matrix { return g(w).OutProj })
+			taps := b.vector(a+"conv1d", C*kernels.ConvKernel, false, func(w *model.Weights) []float32 { return g(w).Conv })
+			aLog := b.vector(a+"A_log", gs.HV, false, func(w *model.Weights) []float32 { return g(w).ALog })
+			dtBias := b.vector(a+"dt_bias", gs.HV, false, func(w *model.Weights) []float32 { return g(w).DtBias })
+			normW := b.vector(a+"norm", gs.DV, false, func(w *model.Weights) []float32 { return g(w).Norm })
+			win := b.floats(a+"conv_window", (kernels.ConvKernel-1)*C, plan.State)
+			state := b.floats(a+"state", gs.StateLen(), plan.State)
+			s.Session = append(s.Session, win, state)
+
+			b.qmv(wqkv, hid, qkv)
+			b.qmv(wz, hid, z)
+			b.qmv(wb, hid, gb)
+			b.qmv(wa, hid, ga)
+			b.add(plan.Dispatch{
+				Kernel: "conv1d_step", Constants: map[int]any{kernels.ConvChannels: C},
+				Buffers: binds(qkv, taps, win, u), Threadgroups: [3]int{ceilDiv(C, kernels.ConvThreads), 1, 1}, Group: [3]int{kernels.ConvThreads, 1, 1},
+				Reads: []plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, Writes: []plan.Range{b.whole(win), b.whole(u)},
+			})
+			b.add(plan.Dispatch{
+				Kernel: "gdn_step",
+				Constants: map[int]any{kernels.GDNKeyHeads: gs.HK, kernels.GDNValueHeads: gs.HV, kernels.GDNKeyDim: gs.DK,
+					kernels.GDNValueDim: gs.DV, kernels.GDNEps: eps},
+				Buffers:        binds(u, z, ga, gb, aLog, dtBias, normW, state, y),
+				ThreadgroupMem: map[int]int{0: gs.ThreadgroupMem()},
+				Threadgroups:   [3]int{gs.HV, 1, 1}, Group: [3]int{32 * kernels.GDNSimdgroups, 1, 1},
+				Reads: []plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias),
+					b.whole(normW), b.whole(state)},
+				Writes: []plan.Range{b.whole(state), b.whole(y)},
+			})
+			b.qmv(wo, y, mix)
+		} else {
+			at := func(w *model.Weights) *model.Attention { return layer(w).Attn }
+			a := p + "self_attn."
+			qd, kvd := as.Heads*as.HeadDim, as.KVHeads*as.HeadDim
+			wq := b.matrix(a+"q_proj", 2*qd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).Q })
+			wk := b.matrix(a+"k_proj", kvd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).K })
+			wv := b.matrix(a+"v_proj", kvd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).V })
+			wo := b.matrix(a+"o_proj", H, qd, 4, func(w *model.Weights) *quant.Matrix { return at(w).O })
+			qNorm := b.vector(a+"q_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).QNorm })
+			kNorm := b.vector(a+"k_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).KNorm })
+			kc := b.buffer(a+"k_cache", int64(2*as.CacheLen()), plan.KVCache)
+			vc := b.buffer(a+"v_cache", int64(2*as.CacheLen()), plan.KVCache)
+			s.Session = append(s.Session, kc, vc)
+
+			b.qmv(wq, hid, qg)
+			b.qmv(wk, hid, ak)
+			b.qmv(wv, hid, av)
+			rowBytes := int64(2 * as.HeadDim)
+			var kvWrites, kvReads []plan.Range
+			for j := range as.KVHeads {
+				head := int64(j*o.MaxCtx) * rowBytes
+				for _, cache := range []int{kc, vc} {
+					kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: head + int64(tctx)*rowBytes, Len: rowBytes})
+					kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: head, Len: int64(tctx+1) * rowBytes})
+				}
+			}
+			b.add(plan.Dispatch{
+				Kernel: "attn_qk_rope_kv", Constants: as.Constants(eps),
+				Buffers:      binds(qg, ak, av, qNorm, kNorm, invFreq, s.StepBuf, qrot, kc, vc),
+				Threadgroups: [3]int{as.Heads + as.KVHeads, 1, 1}, Group: [3]int{kernels.AttnRopeThreads, 1, 1},
+				Reads: []plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
+					b.whole(s.StepBuf)},
+				Writes: append([]plan.Range{b.whole(qrot)}, kvWrites...),
+			})
+			b.add(plan.Dispatch{
+				Kernel: "attn_decode_partial", Constants: as.AttnDecodeConstants(splits),
+				Buffers:        binds(qrot, kc, vc, s.StepBuf, opart, mlpart),
+				ThreadgroupMem: map[int]int{0: as.AttnPartialThreadgroupMem()},
+				Threadgroups:   [3]int{as.KVHeads, splits, 1}, Group: [3]int{as.AttnPartialThreads(), 1, 1},
+				Reads:  append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf)}, kvReads...),
+				Writes: []plan.Range{b.whole(opart), b.whole(mlpart)},
+			})
+			b.add(plan.Dispatch{
+				Kernel: "attn_decode_combine", Constants: as.AttnDecodeConstants(splits),
+				Buffers:      binds(opart, mlpart, qg, s.StepBuf, attnOut),
+				Threadgroups: [3]int{as.Heads, 1, 1}, Group: [3]int{kernels.AttnCombineThreads, 1, 1},
+				Reads:  []plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
+				Writes: []plan.Range{b.whole(attnOut)},
+			})
+			b.qmv(wo, attnOut, mix)
+		}
+
+		// Residual add + post norm, then the MoE block adding into the residual in place.
+		b.norm(res, mix, postNorm, res, hid, H, eps)
+		mo := func(w *model.Weights) *model.MoE { return &layer(w).MoE }
+		m := p + "mlp."
+		router := b.matrix(m+"gate", ms.E, H, 8, func(w *model.Weights) *quant.Matrix { return mo(w).Router })
+		seg := b.matrix(m+"shared_expert_gate", 1, H, 8, func(w *model.Weights) *quant.Matrix { return mo(w).SharedExpertGate })
+		gate := b.matrix(m+"switch_mlp.gate_proj", ms.E*ms.I, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Gate })
+		up := b.matrix(m+"switch_mlp.up_proj", ms.E*ms.I, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Up })
+		down := b.matrix(m+"switch_mlp.down_proj", ms.E*H, ms.I, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Down })
+		shGate := b.matrix(m+"shared_expert.gate_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedGate })
+		shUp := b.matrix(m+"shared_expert.up_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedUp })
+		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
+
+		rb := map[int]plan.Binding{6: {Buffer: hid}, 7: {Buffer: ids}, 8: {Buffer: weights}}
+		router.bind(rb, 0)
+		seg.bind(rb, 3)
+		b.add(plan.Dispatch{
+			Kernel: "moe_router", Constants: ms.Constants(), Buffers: rb,
+			Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.MoERouterThreads, 1, 1},
+			Reads:  append(append(router.all(), seg.all()...), b.whole(hid)),
+			Writes: []plan.Range{b.whole(ids), b.whole(weights)},
+		})
+		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
+		// ranges (experts 0..K-1 stand for the chosen ones), as kernels.MoEShape.Bytes does.
+		var guReads, dReads []plan.Range
+		for e := range ms.K {
+			guReads = append(guReads, gate.rowsRange(e*ms.I, ms.I)...)
+			guReads = append(guReads, up.rowsRange(e*ms.I, ms.I)...)
+			dReads = append(dReads, down.rowsRange(e*H, H)...)
+		}
+		gub := map[int]plan.Binding{0: {Buffer: ids}, 13: {Buffer: hid}, 14: {Buffer: act}}
+		gate.bind(gub, 1)
+		up.bind(gub, 4)
+		shGate.bind(gub, 7)
+		shUp.bind(gub, 10)
+		guReads = append(guReads, shGate.all()...)
+		guReads = append(guReads, shUp.all()...)
+		b.add(plan.Dispatch{
+			Kernel: "moe_gate_up", Constants: ms.Constants(), Buffers: gub,
+			Threadgroups: ms.GateUpThreadgroups(), Group: [3]int{kernels.MoEThreads, 1, 1},
+			Reads:  append(guReads, b.whole(ids), b.whole(hid)),
+			Writes: []plan.Range{b.whole(act)},
+		})
+		db := map[int]plan.Binding{0: {Buffer: ids}, 1: {Buffer: weights}, 8: {Buffer: act}, 9: {Buffer: res}}
+		down.bind(db, 2)
+		shDown.bind(db, 5)
+		dReads = append(dReads, shDown.all()...)
+		b.add(plan.Dispatch{
+			Kernel: "moe_down_combine", Constants: ms.Constants(), Buffers: db,
+			Threadgroups: ms.DownThreadgroups(), Group: [3]int{kernels.MoEThreads, 1, 1},
+			Reads:  append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
+			Writes: []plan.Range{b.whole(res)},
+		})
+	}
+
+	// Final norm, LM head, greedy selection.
+	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
+	b.norm(res, zero, finalNorm, res, hid, H, eps)
+	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
+	b.qmv(head, hid, s.Logits)
+	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
+	b.add(plan.Dispatch{
+		Kernel: "argmax_partial", Constants: ac, Buffers: binds(s.Logits, partial),
+		Threadgroups: [3]int{kernels.ArgmaxDefaultGroups, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
+		Reads: []plan.Range{b.whole(s.Logits)}, Writes: []plan.Range{b.whole(partial)},
+	})
+	b.add(plan.Dispatch{
+		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState),
+		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
+		Reads: []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)}, Writes: []plan.Range{b.whole(s.StepBuf)},
+	})
+	if err := s.Plan.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func hasKind(c *config.Config, k config.LayerKind) bool {
+	for _, l := range c.Layers {
+		if l == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Upload writes the checkpoint's weights into the Weights buffers (bytes(i) is buffer i's host
+// view) after checking every tensor's shape and bit width against the plan.
+func (s *Step) Upload(w *model.Weights, bytes func(i int) []byte) error {
+	for _, src := range s.weights {
+		if err := src.fill(w, bytes(src.buf)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Init writes the fixed non-weight buffers (the zero vector, the RoPE table, the sampler's
+// params) and clears the sequence state, for a fresh executor.
+func (s *Step) Init(bytes func(i int) []byte) {
+	for _, c := range s.consts {
+		copy(bytes(c.buf), c.data)
+	}
+	for _, buf := range s.Session {
+		clear(bytes(buf))
+	}
+	clear(bytes(s.StepBuf))
+}

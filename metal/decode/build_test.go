@@ -1,0 +1,149 @@
+package decode
+
+import (
+	"testing"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+func productionStep(t *testing.T, ctx int) *Step {
+	t.Helper()
+	s, err := Build(ProductionConfig(), Options{MaxCtx: ctx + 1, TrafficCtx: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestProductionPlanShape: one embed, 12 dispatches per layer, final norm, LM head, two argmax.
+func TestProductionPlanShape(t *testing.T) {
+	s := productionStep(t, 4096)
+	st := s.Plan.Stats()
+	if want := 1 + 40*12 + 4; st.Dispatches != want {
+		t.Fatalf("%d dispatches, want %d", st.Dispatches, want)
+	}
+	if err := s.Plan.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ideal := plan.IdealBytes(s.Config, 4096)
+	ratio := float64(st.Bytes) / float64(ideal.Total())
+	t.Logf("ctx 4096: %d dispatches, %d barriers, %d bytes, ideal %d (ratio %.4f)", st.Dispatches, st.Barriers, st.Bytes, ideal.Total(), ratio)
+	if ratio < 1 || ratio > 1.05 {
+		t.Fatalf("traffic %.4f × ideal", ratio)
+	}
+	// Per kind, for the report: what the unfused plan moves beyond the ideal.
+	byKind := map[plan.Kind]int64{}
+	for _, d := range s.Plan.Dispatches {
+		for _, rs := range [][]plan.Range{d.Reads, d.Writes} {
+			for _, r := range rs {
+				byKind[s.Plan.Buffers[r.Buffer].Kind] += r.Len
+			}
+		}
+	}
+	t.Logf("bytes by kind (overlaps within a dispatch counted twice): weights %d (ideal %d), activations %d, state %d (ideal %d), kv %d (ideal %d), control %d",
+		byKind[plan.Weights], ideal.Weights, byKind[plan.Activations], byKind[plan.State], ideal.State, byKind[plan.KVCache], ideal.KV, byKind[plan.Control])
+}
+
+// TestBarriersExactlyWhereNeeded checks the plan's barriers independently of the builder: a
+// dispatch without a barrier conflicts (read-after-write, write-after-read or -write, by buffer)
+// with nothing since the last barrier, and one with a barrier conflicts with something there.
+func TestBarriersExactlyWhereNeeded(t *testing.T) {
+	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t)} {
+		var groupR, groupW map[int]bool
+		for i, d := range s.Plan.Dispatches {
+			r, w := map[int]bool{}, map[int]bool{}
+			for _, x := range d.Writes {
+				w[x.Buffer] = true
+			}
+			for _, b := range d.Buffers {
+				if !w[b.Buffer] {
+					r[b.Buffer] = true
+				}
+			}
+			conflict := false
+			for b := range r {
+				conflict = conflict || groupW[b]
+			}
+			for b := range w {
+				conflict = conflict || groupW[b] || groupR[b]
+			}
+			if i > 0 && conflict != d.Barrier {
+				t.Fatalf("dispatch %d (%s): barrier %v, conflict with its group %v", i, d.Kernel, d.Barrier, conflict)
+			}
+			if d.Barrier || i == 0 {
+				groupR, groupW = map[int]bool{}, map[int]bool{}
+			}
+			for b := range r {
+				groupR[b] = true
+			}
+			for b := range w {
+				groupW[b] = true
+			}
+			// Every bound buffer is in the traffic model.
+			seen := map[int]bool{}
+			for _, x := range append(d.Reads, d.Writes...) {
+				seen[x.Buffer] = true
+			}
+			for idx, b := range d.Buffers {
+				if !seen[b.Buffer] && s.Plan.Buffers[b.Buffer].Name != "sample_state" {
+					t.Fatalf("dispatch %d (%s): buffer(%d) %s has no range", i, d.Kernel, idx, s.Plan.Buffers[b.Buffer].Name)
+				}
+			}
+		}
+	}
+}
+
+// TestMoETrafficMatchesKernelModel: the MoE dispatches' weight ranges equal kernels.MoEShape.Bytes.
+func TestMoETrafficMatchesKernelModel(t *testing.T) {
+	s := productionStep(t, 16)
+	c := s.Config
+	want := (kernels.MoEShape{H: c.HiddenSize, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}).Bytes()
+	for _, d := range s.Plan.Dispatches {
+		var w int64
+		for _, r := range d.Reads {
+			if s.Plan.Buffers[r.Buffer].Kind == plan.Weights {
+				w += r.Len
+			}
+		}
+		switch d.Kernel {
+		case "moe_router":
+			if w != int64(want.RouterWeights) {
+				t.Fatalf("router weights %d, kernel model %d", w, want.RouterWeights)
+			}
+		case "moe_gate_up":
+			if w != int64(want.GateUpWeights) {
+				t.Fatalf("gate/up weights %d, kernel model %d", w, want.GateUpWeights)
+			}
+		case "moe_down_combine":
+			if w != int64(want.DownWeights) {
+				t.Fatalf("down weights %d, kernel model %d", w, want.DownWeights)
+			}
+		}
+	}
+}
+
+func tinyStep(t *testing.T) *Step {
+	t.Helper()
+	c, err := config.Load("../../testdata/golden/tiny-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Build(c, Options{MaxCtx: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBuildRejectsBadShapes(t *testing.T) {
+	c := ProductionConfig()
+	if _, err := Build(c, Options{}); err == nil {
+		t.Fatal("max context 0 accepted")
+	}
+	c.ConvKernel = 3
+	if _, err := Build(c, Options{MaxCtx: 8}); err == nil {
+		t.Fatal("conv kernel 3 accepted")
+	}
+}

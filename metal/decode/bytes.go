@@ -1,0 +1,32 @@
+package decode
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// bytesOf is the little-endian bytes of a slice of 2- or 4-byte values (every host Lily runs on,
+// x86-64 and arm64, is little-endian, as Metal's unified memory views are).
+func bytesOf[T uint16 | uint32 | float32](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
+// put copies v into dst, which must be exactly its size.
+func put[T uint16 | uint32 | float32](dst []byte, v []T, name string) error {
+	src := bytesOf(v)
+	if len(src) != len(dst) {
+		return fmt.Errorf("decode: %s: %d bytes for a buffer of %d", name, len(src), len(dst))
+	}
+	copy(dst, src)
+	return nil
+}
+
+// floatsOf reads little-endian float32 values.
+func floatsOf(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	copy(bytesOf(out), b)
+	return out
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package decode
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/model"
+)
+
+// EmuOptions configure the emulated backend (Linux only).
+type EmuOptions struct{ MaxCtx int }
+
+// NewEmu reports that the MSL emulator runs on Linux only.
+func NewEmu(*model.Weights, EmuOptions) (backend.Backend, error) {
+	return nil, fmt.Errorf("backend emu (the MSL emulator) runs on Linux only (this is %s/%s)", runtime.GOOS, runtime.GOARCH)
+}
