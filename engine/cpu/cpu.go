@@ -10,6 +10,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 )
@@ -137,21 +138,21 @@ func (m *Model) gdn(s *State, li int, g *model.GDN, in []*quant.Input) [][]float
 				acc += taps[j] * window[j*C+ch]
 			}
 			acc += taps[K-1] * p[ch]
-			u[ch] = silu(acc)
+			u[ch] = f32.Silu(acc)
 		}
 		copy(window, window[C:])
 		copy(window[(K-2)*C:], p)
 
 		q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
 		for head := range hk {
-			l2norm(q[head*dk:(head+1)*dk], qScale)
-			l2norm(k[head*dk:(head+1)*dk], 1)
+			f32.L2Norm(q[head*dk:(head+1)*dk], qScale)
+			f32.L2Norm(k[head*dk:(head+1)*dk], 1)
 		}
 		parallelFor(hv, func(head int) {
 			kh := head / (hv / hk)
 			qh, kvec := q[kh*dk:(kh+1)*dk], k[kh*dk:(kh+1)*dk]
-			beta := sigmoid(bs[t][head])
-			decay := float32(math.Exp(float64(-float32(math.Exp(float64(g.ALog[head]))) * softplus(as[t][head]+g.DtBias[head]))))
+			beta := f32.Sigmoid(bs[t][head])
+			decay := float32(math.Exp(float64(-float32(math.Exp(float64(g.ALog[head]))) * f32.Softplus(as[t][head]+g.DtBias[head]))))
 			st := S[head*dk*dv : (head+1)*dk*dv]
 			read := make([]float32, dv)
 			for kk := range dk {
@@ -176,7 +177,7 @@ func (m *Model) gdn(s *State, li int, g *model.GDN, in []*quant.Input) [][]float
 					o[j] += row[j] * qv
 				}
 			}
-			gatedNorm(o, z[t][head*dv:(head+1)*dv], g.Norm, c.RMSNormEps)
+			f32.GatedNorm(o, z[t][head*dv:(head+1)*dv], g.Norm, c.RMSNormEps)
 		})
 	}
 	out := rows(T, c.HiddenSize)
@@ -197,7 +198,7 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 	for t := range T {
 		for j := range nkv {
 			kh := k[t][j*hd : (j+1)*hd]
-			rmsNorm(kh, kh, a.KNorm, c.RMSNormEps)
+			f32.RMSNorm(kh, kh, a.KNorm, c.RMSNormEps)
 			m.rope(kh, pos0+t)
 		}
 		s.k[li] = append(s.k[li], k[t]...)
@@ -212,13 +213,13 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 		parallelFor(nh, func(head int) {
 			q := append([]float32(nil), qg[t][head*2*hd:head*2*hd+hd]...)
 			gate := qg[t][head*2*hd+hd : (head+1)*2*hd]
-			rmsNorm(q, q, a.QNorm, c.RMSNormEps)
+			f32.RMSNorm(q, q, a.QNorm, c.RMSNormEps)
 			m.rope(q, pos0+t)
 			off := (head / (nh / nkv)) * hd
 			scores := make([]float32, n)
 			maxScore := float32(math.Inf(-1))
 			for j := range n {
-				scores[j] = dot(q, keys[j*stride+off:j*stride+off+hd]) * scale
+				scores[j] = f32.Dot(q, keys[j*stride+off:j*stride+off+hd]) * scale
 				maxScore = max(maxScore, scores[j])
 			}
 			var sum float32
@@ -235,7 +236,7 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 				}
 			}
 			for d := range out {
-				out[d] *= sigmoid(gate[d])
+				out[d] *= f32.Sigmoid(gate[d])
 			}
 		})
 	}
@@ -302,7 +303,7 @@ func (m *Model) moe(mo *model.MoE, in []*quant.Input) [][]float32 {
 	gate := rows(T, 1)
 	quant.MatMul(mo.SharedExpertGate, gate, in)
 	for t := range T {
-		sg := sigmoid(gate[t][0])
+		sg := f32.Sigmoid(gate[t][0])
 		for d, val := range shared[t] {
 			y[t][d] += sg * val
 		}
@@ -310,14 +311,14 @@ func (m *Model) moe(mo *model.MoE, in []*quant.Input) [][]float32 {
 	return y
 }
 
-// swiglu returns silu(gate·x) ⊙ (up·x) for each input.
+// swiglu returns f32.Silu(gate·x) ⊙ (up·x) for each input.
 func swiglu(gate, up *quant.Matrix, in []*quant.Input) [][]float32 {
 	g, u := rows(len(in), gate.Rows), rows(len(in), up.Rows)
 	quant.MatMul(gate, g, in)
 	quant.MatMul(up, u, in)
 	for t := range g {
 		for i := range g[t] {
-			g[t][i] = silu(g[t][i]) * u[t][i]
+			g[t][i] = f32.Silu(g[t][i]) * u[t][i]
 		}
 	}
 	return g
@@ -353,7 +354,7 @@ func prepared(xs [][]float32) []*quant.Input {
 // normInto sets h = RMSNorm(x)·w row by row and prepares the matvec inputs from h.
 func normInto(h [][]float32, in []*quant.Input, x [][]float32, w []float32, eps float32) {
 	for t := range x {
-		rmsNorm(h[t], x[t], w, eps)
+		f32.RMSNorm(h[t], x[t], w, eps)
 		in[t].Set(h[t])
 	}
 }
@@ -363,42 +364,6 @@ func addRows(x, d [][]float32) {
 		for i, v := range d[t] {
 			x[t][i] += v
 		}
-	}
-}
-
-// rmsNorm: dst = x · rsqrt(mean(x²) + eps) · w (w is the stored gain; MLX keeps 1+w).
-func rmsNorm(dst, x, w []float32, eps float32) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	r := rsqrt(ss/float32(len(x)) + eps)
-	for i, v := range x {
-		dst[i] = v * r * w[i]
-	}
-}
-
-// gatedNorm: o = w ⊙ (o · rsqrt(mean(o²) + eps)) ⊙ silu(z), the GDN output norm (plain gain).
-func gatedNorm(o, z, w []float32, eps float32) {
-	var ss float32
-	for _, v := range o {
-		ss += v * v
-	}
-	r := rsqrt(ss/float32(len(o)) + eps)
-	for i, v := range o {
-		o[i] = w[i] * (v * r) * silu(z[i])
-	}
-}
-
-// l2norm scales x to unit length (eps inside the sum, as HF/fla) times scale.
-func l2norm(x []float32, scale float32) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	r := rsqrt(ss+1e-6) * scale
-	for i := range x {
-		x[i] *= r
 	}
 }
 
@@ -434,28 +399,6 @@ func topK(p []float32, k int) []int {
 		idx = append(idx, best)
 	}
 	return idx
-}
-
-func dot(a, b []float32) float32 {
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
-}
-
-func rsqrt(x float32) float32 { return float32(1 / math.Sqrt(float64(x))) }
-
-func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
-
-func silu(x float32) float32 { return x * sigmoid(x) }
-
-// softplus as torch computes it: log1p(exp(x)), linear above 20.
-func softplus(x float32) float32 {
-	if x > 20 {
-		return x
-	}
-	return float32(math.Log1p(math.Exp(float64(x))))
 }
 
 // parallelFor runs f(0..n-1) across the available cores.

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/quant"
 )
 
@@ -84,7 +85,7 @@ func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []uint16) 
 		maxScore := float32(math.Inf(-1))
 		for j := range n {
 			row(kj, kCache, kvh, j)
-			scores[j] = attnDot(qh, kj) * scale
+			scores[j] = f32.Dot(qh, kj) * scale
 			maxScore = max(maxScore, scores[j])
 		}
 		var sum float32
@@ -101,16 +102,8 @@ func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []uint16) 
 			}
 		}
 		for d := range o {
-			o[d] *= sigmoid(gate[d])
+			o[d] *= f32.Sigmoid(gate[d])
 		}
 	}
 	return out
-}
-
-func attnDot(a, b []float32) float32 {
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
 }

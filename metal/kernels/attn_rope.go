@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/quant"
 )
 
@@ -84,13 +85,13 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 	for h := range s.Heads {
 		qh := q[h*hd : (h+1)*hd]
 		copy(qh, qg[h*2*hd:h*2*hd+hd])
-		headRMSNorm(qh, qh, p.QNorm, p.Eps)
+		f32.RMSNorm(qh, qh, p.QNorm, p.Eps)
 		ropeRotate(qh, p.InvFreq, pos)
 	}
 	kh := make([]float32, hd)
 	for j := range s.KVHeads {
 		copy(kh, k[j*hd:(j+1)*hd])
-		headRMSNorm(kh, kh, p.KNorm, p.Eps)
+		f32.RMSNorm(kh, kh, p.KNorm, p.Eps)
 		ropeRotate(kh, p.InvFreq, pos)
 		if pos >= s.MaxCtx {
 			continue // as the kernel: no cache write past the end
@@ -104,18 +105,7 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 	return q
 }
 
-// The helpers below are engine/cpu's rmsNorm and rope (rope with the table passed in).
-
-func headRMSNorm(dst, x, w []float32, eps float32) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	r := rsqrt(ss/float32(len(x)) + eps)
-	for i, v := range x {
-		dst[i] = v * r * w[i]
-	}
-}
+// ropeRotate is engine/cpu's rope with the inverse-frequency table passed in.
 
 func ropeRotate(x, invFreq []float32, pos int) {
 	half := len(invFreq)

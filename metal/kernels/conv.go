@@ -1,5 +1,7 @@
 package kernels
 
+import "github.com/lilyformac/lily/engine/f32"
+
 // Conv function constant indices (conv.metal).
 const (
 	ConvChannels = 0 // uint CONV_C
@@ -15,7 +17,7 @@ const ConvThreads = 256
 
 // Conv1DStep is the Go reference of conv1d_step: engine/cpu's decode conv for one token with the
 // same float32 operations in the same order. taps is [C][4], window [3][C] (oldest first,
-// shifted in place), x the token's qkv projection; u receives silu(conv).
+// shifted in place), x the token's qkv projection; u receives f32.Silu(conv).
 func Conv1DStep(u, window, taps, x []float32) {
 	c := len(x)
 	for ch := range c {
@@ -25,7 +27,7 @@ func Conv1DStep(u, window, taps, x []float32) {
 			acc += t[j] * window[j*c+ch]
 		}
 		acc += t[ConvKernel-1] * x[ch]
-		u[ch] = silu(acc)
+		u[ch] = f32.Silu(acc)
 	}
 	copy(window, window[c:])
 	copy(window[(ConvKernel-2)*c:], x)

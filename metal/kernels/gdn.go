@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+
+	"github.com/lilyformac/lily/engine/f32"
 )
 
 // GDN function constant indices (gdn.metal).
@@ -61,15 +63,15 @@ func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 	q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
 	qScale := float32(1 / math.Sqrt(float64(dk)))
 	for head := range hk {
-		l2norm(q[head*dk:(head+1)*dk], qScale)
-		l2norm(k[head*dk:(head+1)*dk], 1)
+		f32.L2Norm(q[head*dk:(head+1)*dk], qScale)
+		f32.L2Norm(k[head*dk:(head+1)*dk], 1)
 	}
 	read := make([]float32, dv)
 	for head := range hv {
 		kh := head / (hv / hk)
 		qh, kvec := q[kh*dk:(kh+1)*dk], k[kh*dk:(kh+1)*dk]
-		beta := sigmoid(b[head])
-		decay := float32(math.Exp(float64(-float32(math.Exp(float64(p.ALog[head]))) * softplus(a[head]+p.DtBias[head]))))
+		beta := f32.Sigmoid(b[head])
+		decay := float32(math.Exp(float64(-float32(math.Exp(float64(p.ALog[head]))) * f32.Softplus(a[head]+p.DtBias[head]))))
 		st := state[head*dv*dk : (head+1)*dv*dk] // st[j*dk+kk] is engine/cpu's st[kk*dv+j]
 		clear(read)
 		for kk := range dk {
@@ -93,43 +95,6 @@ func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 				o[j] += st[j*dk+kk] * qv
 			}
 		}
-		gatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
+		f32.GatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
 	}
-}
-
-// The helpers below are engine/cpu's.
-
-func gatedNorm(o, z, w []float32, eps float32) {
-	var ss float32
-	for _, v := range o {
-		ss += v * v
-	}
-	r := rsqrt(ss/float32(len(o)) + eps)
-	for i, v := range o {
-		o[i] = w[i] * (v * r) * silu(z[i])
-	}
-}
-
-func l2norm(x []float32, scale float32) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
-	r := rsqrt(ss+1e-6) * scale
-	for i := range x {
-		x[i] *= r
-	}
-}
-
-func rsqrt(x float32) float32 { return float32(1 / math.Sqrt(float64(x))) }
-
-func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
-
-func silu(x float32) float32 { return x * sigmoid(x) }
-
-func softplus(x float32) float32 {
-	if x > 20 {
-		return x
-	}
-	return float32(math.Log1p(math.Exp(float64(x))))
 }
