@@ -3,12 +3,14 @@
 // one since the last barrier), uploads a checkpoint's weights into it, and, on Linux, runs it on
 // the MSL emulator as an engine/backend.Backend.
 //
-// One step: embed_q4 (token from the step buffer) → per layer: add_rmsnorm (input norm), the
-// mixer (GDN: qmv_q4 in_proj_qkv/z/b/a, conv1d_step, gdn_step, qmv_q4 out_proj; attention:
-// qmv_q4 q/k/v, attn_qk_rope_kv, attn_decode_partial/combine, qmv_q4 o_proj), add_rmsnorm
-// (residual add + post norm), moe_router, moe_gate_up, moe_down_combine (into the residual in
-// place) → add_rmsnorm (final norm) → qmv_q4 LM head → argmax_partial/argmax_final (writes the
-// greedy token and advances pos in the step buffer).
+// One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
+// in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added
+// into the residual in place (QMV_ADD); attention: qmv_multi_norm_q4 q/k/v, attn_qk_rope_kv,
+// attn_decode_partial/combine, qmv_q4 o_proj added into the residual), moe_router_norm and
+// moe_gate_up_norm (the post-attention norm folded in), moe_down_combine (into the residual in
+// place) → qmv_norm_q4 LM head (the final norm folded in) → argmax_partial/argmax_final (writes
+// the greedy token and advances pos in the step buffer). No dispatch writes a normed copy of the
+// residual: every consumer of a norm recomputes rsqrt(mean(x²)+eps) from the residual itself.
 package decode
 
 import (
@@ -51,7 +53,7 @@ type weightSrc struct {
 	fill func(w *model.Weights, dst []byte) error
 }
 
-// constSrc is a small non-weight buffer with fixed contents (the zero vector, the sampler's
+// constSrc is a small non-weight buffer with fixed contents (the RoPE table, the sampler's
 // params), written once per executor.
 type constSrc struct {
 	buf  int
@@ -219,21 +221,56 @@ func binds(bufs ...int) map[int]plan.Binding {
 	return out
 }
 
-func (b *builder) qmv(m qmat, x, y int) {
+// qmv is y = W·x (add: y += W·x in place).
+func (b *builder) qmv(m qmat, x, y int, add bool) {
 	bs := map[int]plan.Binding{3: {Buffer: x}, 4: {Buffer: y}}
 	m.bind(bs, 0)
+	c := map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols}
+	reads := append(m.all(), b.whole(x))
+	if add {
+		c[kernels.QMVAdd] = true
+		reads = append(reads, b.whole(y))
+	}
 	b.add(plan.Dispatch{
-		Kernel: kernels.QMVKernel(m.bits), Constants: map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols},
+		Kernel: kernels.QMVKernel(m.bits), Constants: c,
 		Buffers: bs, Threadgroups: [3]int{kernels.QMVThreadgroups(m.rows), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
-		Reads: append(m.all(), b.whole(x)), Writes: []plan.Range{b.whole(y)},
+		Reads: reads, Writes: []plan.Range{b.whole(y)},
 	})
 }
 
-func (b *builder) norm(x, d, gain, res, out int, h int, eps float32) {
+// qmvNorm is y = W·rmsnorm(x, gain): the norm computed in the GEMV.
+func (b *builder) qmvNorm(m qmat, x, gain, y int, eps float32) {
+	bs := map[int]plan.Binding{3: {Buffer: x}, 4: {Buffer: y}, kernels.QMVGain: {Buffer: gain}}
+	m.bind(bs, 0)
 	b.add(plan.Dispatch{
-		Kernel: "add_rmsnorm", Constants: map[int]any{kernels.RMSNormWidth: h, kernels.RMSNormEps: eps},
-		Buffers: binds(x, d, gain, res, out), Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.RMSNormThreads, 1, 1},
-		Reads: []plan.Range{b.whole(x), b.whole(d), b.whole(gain)}, Writes: []plan.Range{b.whole(res), b.whole(out)},
+		Kernel: kernels.QMVNormKernel(m.bits), Constants: map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols, kernels.QMVEps: eps},
+		Buffers: bs, Threadgroups: [3]int{kernels.QMVThreadgroups(m.rows), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
+		Reads: append(m.all(), b.whole(x), b.whole(gain)), Writes: []plan.Range{b.whole(y)},
+	})
+}
+
+// qmvMultiNorm is ys[j] = W_j·rmsnorm(x, gain) for 1..4 matrices of the same bit width and
+// columns, in one dispatch.
+func (b *builder) qmvMultiNorm(ms []qmat, ys []int, x, gain int, eps float32) {
+	bs := map[int]plan.Binding{kernels.QMVMultiX: {Buffer: x}, kernels.QMVMultiGain: {Buffer: gain}}
+	var rows []int
+	var reads, writes []plan.Range
+	for j := range kernels.QMVMaxMatrices {
+		k := min(j, len(ms)-1) // absent slots: bound to the last matrix, never accessed
+		ms[k].bind(bs, kernels.QMVMultiMatrix(j))
+		bs[kernels.QMVMultiMatrix(j)+3] = plan.Binding{Buffer: ys[k]}
+		if j < len(ms) {
+			rows = append(rows, ms[j].rows)
+			reads = append(reads, ms[j].all()...)
+			writes = append(writes, b.whole(ys[j]))
+		}
+	}
+	c := kernels.QMVMultiConstants(ms[0].cols, rows...)
+	c[kernels.QMVEps] = eps
+	b.add(plan.Dispatch{
+		Kernel: kernels.QMVMultiKernel(ms[0].bits, true), Constants: c,
+		Buffers: bs, Threadgroups: [3]int{kernels.QMVMultiThreadgroups(rows...), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
+		Reads: append(reads, b.whole(x), b.whole(gain)), Writes: writes,
 	})
 }
 
@@ -284,11 +321,8 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	s.StepBuf = b.buffer("step", 8, plan.Control)
 	params := b.buffer("sample_params", 4*16, plan.Control)
 	sampState := b.buffer("sample_state", 4, plan.Control)
-	zero := b.floats("zero", H, plan.Activations) // d of the norms that add nothing
 	res := b.floats("residual", H, plan.Activations)
-	hid := b.floats("normed", H, plan.Activations)
-	mix := b.floats("mixer_out", H, plan.Activations)
-	s.consts = append(s.consts, constSrc{zero, make([]byte, 4*H)}, constSrc{params, bytesOf(kernels.SampleParams{}.Words())})
+	s.consts = append(s.consts, constSrc{params, bytesOf(kernels.SampleParams{}.Words())})
 
 	var qkv, u, z, ga, gb, y int
 	if gs.HV > 0 && hasKind(c, config.LinearAttention) {
@@ -336,7 +370,6 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		layer := func(w *model.Weights) *model.Layer { return &w.Layers[li] }
 		inNorm := b.vector(p+"input_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).InputNorm })
 		postNorm := b.vector(p+"post_attention_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).PostNorm })
-		b.norm(res, zero, inNorm, res, hid, H, eps)
 
 		if kind == config.LinearAttention {
 			g := func(w *model.Weights) *model.GDN { return layer(w).GDN }
@@ -355,10 +388,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			state := b.floats(a+"state", gs.StateLen(), plan.State)
 			s.Session = append(s.Session, win, state)
 
-			b.qmv(wqkv, hid, qkv)
-			b.qmv(wz, hid, z)
-			b.qmv(wb, hid, gb)
-			b.qmv(wa, hid, ga)
+			b.qmvMultiNorm([]qmat{wqkv, wz, wb, wa}, []int{qkv, z, gb, ga}, res, inNorm, eps)
 			b.add(plan.Dispatch{
 				Kernel: "conv1d_step", Constants: map[int]any{kernels.ConvChannels: C},
 				Buffers: binds(qkv, taps, win, u), Threadgroups: [3]int{ceilDiv(C, kernels.ConvThreads), 1, 1}, Group: [3]int{kernels.ConvThreads, 1, 1},
@@ -375,7 +405,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 					b.whole(normW), b.whole(state)},
 				Writes: []plan.Range{b.whole(state), b.whole(y)},
 			})
-			b.qmv(wo, y, mix)
+			b.qmv(wo, y, res, true)
 		} else {
 			at := func(w *model.Weights) *model.Attention { return layer(w).Attn }
 			a := p + "self_attn."
@@ -390,9 +420,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			vc := b.buffer(a+"v_cache", int64(2*as.CacheLen()), plan.KVCache)
 			s.Session = append(s.Session, kc, vc)
 
-			b.qmv(wq, hid, qg)
-			b.qmv(wk, hid, ak)
-			b.qmv(wv, hid, av)
+			b.qmvMultiNorm([]qmat{wq, wk, wv}, []int{qg, ak, av}, res, inNorm, eps)
 			rowBytes := int64(2 * as.HeadDim)
 			var kvWrites, kvReads []plan.Range
 			for j := range as.KVHeads {
@@ -425,11 +453,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				Reads:  []plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
 				Writes: []plan.Range{b.whole(attnOut)},
 			})
-			b.qmv(wo, attnOut, mix)
+			b.qmv(wo, attnOut, res, true)
 		}
 
-		// Residual add + post norm, then the MoE block adding into the residual in place.
-		b.norm(res, mix, postNorm, res, hid, H, eps)
+		// The MoE block: router and gate/up normalise the residual themselves (post norm), down
+		// adds into the residual in place.
 		mo := func(w *model.Weights) *model.MoE { return &layer(w).MoE }
 		m := p + "mlp."
 		router := b.matrix(m+"gate", ms.E, H, 8, func(w *model.Weights) *quant.Matrix { return mo(w).Router })
@@ -441,13 +469,13 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		shUp := b.matrix(m+"shared_expert.up_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedUp })
 		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
 
-		rb := map[int]plan.Binding{6: {Buffer: hid}, 7: {Buffer: ids}, 8: {Buffer: weights}}
+		rb := map[int]plan.Binding{6: {Buffer: res}, 7: {Buffer: ids}, 8: {Buffer: weights}, kernels.MoERouterGain: {Buffer: postNorm}}
 		router.bind(rb, 0)
 		seg.bind(rb, 3)
 		b.add(plan.Dispatch{
-			Kernel: "moe_router", Constants: ms.Constants(), Buffers: rb,
+			Kernel: "moe_router_norm", Constants: ms.NormConstants(eps), Buffers: rb,
 			Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.MoERouterThreads, 1, 1},
-			Reads:  append(append(router.all(), seg.all()...), b.whole(hid)),
+			Reads:  append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
 			Writes: []plan.Range{b.whole(ids), b.whole(weights)},
 		})
 		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
@@ -458,7 +486,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			guReads = append(guReads, up.rowsRange(e*ms.I, ms.I)...)
 			dReads = append(dReads, down.rowsRange(e*H, H)...)
 		}
-		gub := map[int]plan.Binding{0: {Buffer: ids}, 13: {Buffer: hid}, 14: {Buffer: act}}
+		gub := map[int]plan.Binding{0: {Buffer: ids}, 13: {Buffer: res}, 14: {Buffer: act}, kernels.MoEGateUpGain: {Buffer: postNorm}}
 		gate.bind(gub, 1)
 		up.bind(gub, 4)
 		shGate.bind(gub, 7)
@@ -466,9 +494,9 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		guReads = append(guReads, shGate.all()...)
 		guReads = append(guReads, shUp.all()...)
 		b.add(plan.Dispatch{
-			Kernel: "moe_gate_up", Constants: ms.Constants(), Buffers: gub,
+			Kernel: "moe_gate_up_norm", Constants: ms.NormConstants(eps), Buffers: gub,
 			Threadgroups: ms.GateUpThreadgroups(), Group: [3]int{kernels.MoEThreads, 1, 1},
-			Reads:  append(guReads, b.whole(ids), b.whole(hid)),
+			Reads:  append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
 			Writes: []plan.Range{b.whole(act)},
 		})
 		db := map[int]plan.Binding{0: {Buffer: ids}, 1: {Buffer: weights}, 8: {Buffer: act}, 9: {Buffer: res}}
@@ -483,11 +511,10 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		})
 	}
 
-	// Final norm, LM head, greedy selection.
+	// LM head with the final norm folded in, greedy selection.
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
-	b.norm(res, zero, finalNorm, res, hid, H, eps)
 	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
-	b.qmv(head, hid, s.Logits)
+	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
 	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
 	b.add(plan.Dispatch{
 		Kernel: "argmax_partial", Constants: ac, Buffers: binds(s.Logits, partial),
@@ -525,8 +552,7 @@ func (s *Step) Upload(w *model.Weights, bytes func(i int) []byte) error {
 	return nil
 }
 
-// Init writes the fixed non-weight buffers (the zero vector, the RoPE table, the sampler's
-// params) and clears the sequence state, for a fresh executor.
+// Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the sequence state, for a fresh executor.
 func (s *Step) Init(bytes func(i int) []byte) {
 	for _, c := range s.consts {
 		copy(bytes(c.buf), c.data)

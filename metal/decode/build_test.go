@@ -17,12 +17,23 @@ func productionStep(t *testing.T, ctx int) *Step {
 	return s
 }
 
-// TestProductionPlanShape: one embed, 12 dispatches per layer, final norm, LM head, two argmax.
+// TestProductionPlanShape: one embed; per GDN layer 7 dispatches (in_proj ×4 with the input
+// norm, conv, gdn, out_proj +=, router and gate/up with the post norm, down +=), per attention
+// layer 8 (q/k/v with the norm, rope+KV, partial, combine, o_proj +=, the three MoE); the LM head
+// with the final norm; two argmax. No add_rmsnorm is left.
 func TestProductionPlanShape(t *testing.T) {
 	s := productionStep(t, 4096)
 	st := s.Plan.Stats()
-	if want := 1 + 40*12 + 4; st.Dispatches != want {
+	if want := 1 + 30*7 + 10*8 + 3; st.Dispatches != want {
 		t.Fatalf("%d dispatches, want %d", st.Dispatches, want)
+	}
+	if st.Dispatches > 300 {
+		t.Fatalf("%d dispatches per token, the target is ≤ 300", st.Dispatches)
+	}
+	for i, d := range s.Plan.Dispatches {
+		if d.Kernel == "add_rmsnorm" {
+			t.Fatalf("dispatch %d: add_rmsnorm left in the plan", i)
+		}
 	}
 	if err := s.Plan.Validate(); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 )
 
 // KernelFiles are the kernel sources the decode step uses.
-var KernelFiles = []string{"embed.metal", "rmsnorm.metal", "qmv.metal", "conv.metal", "gdn.metal",
+var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal"}
 
 // EmuOptions configure the emulated backend.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 )
@@ -16,7 +17,21 @@ const (
 	MoETopK         = 2 // uint MOE_K
 	MoEIntermediate = 3 // uint MOE_I
 	MoESharedInter  = 4 // uint MOE_SI
+	MoEEps          = 5 // float MOE_EPS: the RMSNorm epsilon of moe_router_norm / moe_gate_up_norm (optional)
 )
+
+// The _norm kernels' extra binding: the bf16 post-attention norm gain (x is then the residual).
+const (
+	MoERouterGain = 9  // moe_router_norm
+	MoEGateUpGain = 15 // moe_gate_up_norm
+)
+
+// NormConstants are the function constants of moe_router_norm and moe_gate_up_norm.
+func (s MoEShape) NormConstants(eps float32) map[int]any {
+	c := s.Constants()
+	c[MoEEps] = eps
+	return c
+}
 
 // MoE kernel geometry.
 const (
@@ -125,7 +140,7 @@ func MoERoute(logits []float32, shared float32, k int) (ids []uint32, weights []
 	for _, e := range ids {
 		weights = append(weights, p[e]/total)
 	}
-	return ids, append(weights, sigmoid32(shared))
+	return ids, append(weights, f32.Sigmoid(shared))
 }
 
 // MoERouterLogits is the Go reference of moe_router's GEMV: the E router logits and the shared
@@ -152,7 +167,7 @@ func MoEGateUp(mo *model.MoE, s MoEShape, ids []uint32, x []float32) []float32 {
 		quant.MatVec(gate, g, x)
 		quant.MatVec(up, u, x)
 		for r := range n {
-			act[slot*s.I+r] = g[r] * sigmoid32(g[r]) * u[r]
+			act[slot*s.I+r] = f32.Silu(g[r]) * u[r]
 		}
 	}
 	return act
@@ -197,4 +212,3 @@ func MoEBlock(mo *model.MoE, s MoEShape, x, res []float32) (ids []uint32, weight
 	return ids, weights
 }
 
-func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }

@@ -15,6 +15,10 @@
 //   moe_topk          moe_router's routing alone, from logits another kernel computed (qmv_q8):
 //                     the alternative to the router GEMV on one threadgroup.
 //
+//   moe_router_norm,  the same, but x is the un-normed residual: each simdgroup computes
+//   moe_gate_up_norm  r = rsqrt(mean(x²) + MOE_EPS) itself and uses x̂ = (x·r)·gain (bf16 [H], the
+//                     post-attention norm; buffer 9 / 15), add_rmsnorm's per-element product.
+//
 // x is the post-attention RMSNorm output (float32, [H]); res is the residual stream. All matrices
 // are MLX affine (see qmv.metal): uint32 words of codes, least significant first, bf16 scale and
 // bias per 64 values of a row. Every GEMV here is qmv.metal's design: a lane reads 16 consecutive
@@ -39,6 +43,8 @@ constant uint MOE_E [[function_constant(1)]];   // routed experts (256)
 constant uint MOE_K [[function_constant(2)]];   // experts per token (8)
 constant uint MOE_I [[function_constant(3)]];   // routed expert intermediate size (512)
 constant uint MOE_SI [[function_constant(4)]];  // shared expert intermediate size (512)
+constant float MOE_EPS_FC [[function_constant(5)]];  // RMSNorm epsilon of the _norm kernels
+constant float MOE_EPS = is_function_constant_defined(MOE_EPS_FC) ? MOE_EPS_FC : 0.0f;
 
 #define MOE_MAX_E 1024  // experts moe_router/moe_topk can route (32 per lane)
 #define MOE_ROWS 4      // rows per simdgroup pass
@@ -46,12 +52,18 @@ constant uint MOE_SI [[function_constant(4)]];  // shared expert intermediate si
 #define MOE_NONE 0xffffffffu
 
 // load_x reads the 16 values at x for BITS-bit codes, divided by the place value of each code
-// inside its 16-bit half-word (exact), into xs, and returns their plain sum.
-template <int BITS>
-inline float load_x(device const float* x, thread float* xs) {
+// inside its 16-bit half-word (exact), into xs, and returns their plain sum. With NORM, x is
+// first normalised: (x·inv)·gain, gain pointing at the same 16 positions.
+template <int BITS, bool NORM = false>
+inline float load_x(device const float* x, thread float* xs, device const bfloat* gain = nullptr,
+                    float inv = 1.0f) {
   float sum = 0.0f;
   for (uint i = 0; i < 16; i += 4) {
-    const float4 v = *(device const float4*)(x + i);
+    float4 v = *(device const float4*)(x + i);
+    if (NORM) {
+      const float4 g = float4(float(gain[i]), float(gain[i + 1]), float(gain[i + 2]), float(gain[i + 3]));
+      v = (v * inv) * g;  // add_rmsnorm's h * r * w
+    }
     sum += (v.x + v.y) + (v.z + v.w);
     if (BITS == 4) {
       xs[i] = v.x;
@@ -66,6 +78,17 @@ inline float load_x(device const float* x, thread float* xs) {
     }
   }
   return sum;
+}
+
+// inv_rms is rsqrt(mean(x²) + MOE_EPS) over MOE_H values, computed by one whole simdgroup.
+inline float inv_rms(device const float* x, uint lane) {
+  float ss = 0.0f;
+  for (uint i = lane * 4; i < MOE_H; i += 32 * 4) {
+    const float4 v = *(device const float4*)(x + i);
+    ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+  }
+  ss = simd_sum(ss);
+  return rsqrt(ss / float(MOE_H) + MOE_EPS);
 }
 
 // qdot is Σ q·x' over the 16 codes starting at half-word q, for xs from load_x.
@@ -139,28 +162,24 @@ inline void route(threadgroup float* p, uint lane, device uint* ids, device floa
   }
 }
 
-kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-bit codes
-                       device const bfloat* router_s [[buffer(1)]],  // [E, H/64]
-                       device const bfloat* router_b [[buffer(2)]],  // [E, H/64]
-                       device const uint* seg_w [[buffer(3)]],       // [1, H] 8-bit codes
-                       device const bfloat* seg_s [[buffer(4)]],     // [H/64]
-                       device const bfloat* seg_b [[buffer(5)]],     // [H/64]
-                       device const float* x [[buffer(6)]],          // [H]
-                       device uint* ids [[buffer(7)]],               // [K]
-                       device float* weights [[buffer(8)]],          // [K + 1]
-                       uint sg [[simdgroup_index_in_threadgroup]],
-                       uint nsg [[simdgroups_per_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float logits[MOE_MAX_E + 1];  // E router logits, then the shared gate's
+// moe_router_rows is moe_router's body; logits is its threadgroup array.
+template <bool NORM>
+inline void moe_router_rows(device const uint* router_w, device const bfloat* router_s,
+                            device const bfloat* router_b, device const uint* seg_w,
+                            device const bfloat* seg_s, device const bfloat* seg_b,
+                            device const float* x, device const bfloat* gain, device uint* ids,
+                            device float* weights, threadgroup float* logits, uint sg, uint nsg,
+                            uint lane) {
 
   const uint rows = MOE_E + 1;
+  const float inv = NORM ? inv_rms(x, lane) : 1.0f;
   const uint halves_per_row = MOE_H / 2;
   const uint groups_per_row = MOE_H / 64;
   for (uint row0 = sg * MOE_ROWS; row0 < rows; row0 += nsg * MOE_ROWS) {
     float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
       float xs[16];
-      const float xsum = load_x<8>(x + k, xs);
+      const float xsum = load_x<8, NORM>(x + k, xs, gain + k, inv);
       for (uint r = 0; r < MOE_ROWS; r++) {
         const uint row = row0 + r;
         if (row >= rows) {
@@ -198,6 +217,42 @@ kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-
   route(logits, lane, ids, weights);
 }
 
+
+kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-bit codes
+                       device const bfloat* router_s [[buffer(1)]],  // [E, H/64]
+                       device const bfloat* router_b [[buffer(2)]],  // [E, H/64]
+                       device const uint* seg_w [[buffer(3)]],       // [1, H] 8-bit codes
+                       device const bfloat* seg_s [[buffer(4)]],     // [H/64]
+                       device const bfloat* seg_b [[buffer(5)]],     // [H/64]
+                       device const float* x [[buffer(6)]],          // [H]
+                       device uint* ids [[buffer(7)]],               // [K]
+                       device float* weights [[buffer(8)]],          // [K + 1]
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint nsg [[simdgroups_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float logits[MOE_MAX_E + 1];  // E router logits, then the shared gate's
+  moe_router_rows<false>(router_w, router_s, router_b, seg_w, seg_s, seg_b, x, seg_s, ids, weights,
+                         logits, sg, nsg, lane);  // seg_s: no gain read
+}
+
+kernel void moe_router_norm(device const uint* router_w [[buffer(0)]],
+                            device const bfloat* router_s [[buffer(1)]],
+                            device const bfloat* router_b [[buffer(2)]],
+                            device const uint* seg_w [[buffer(3)]],
+                            device const bfloat* seg_s [[buffer(4)]],
+                            device const bfloat* seg_b [[buffer(5)]],
+                            device const float* x [[buffer(6)]],       // [H], the un-normed residual
+                            device uint* ids [[buffer(7)]],
+                            device float* weights [[buffer(8)]],
+                            device const bfloat* gain [[buffer(9)]],   // [H] bf16
+                            uint sg [[simdgroup_index_in_threadgroup]],
+                            uint nsg [[simdgroups_per_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float logits[MOE_MAX_E + 1];
+  moe_router_rows<true>(router_w, router_s, router_b, seg_w, seg_s, seg_b, x, gain, ids, weights,
+                        logits, sg, nsg, lane);
+}
+
 kernel void moe_topk(device const float* logits [[buffer(0)]],  // [E] router logits
                      device const float* seg [[buffer(1)]],     // [1] shared gate logit
                      device uint* ids [[buffer(2)]],            // [K]
@@ -213,30 +268,24 @@ kernel void moe_topk(device const float* logits [[buffer(0)]],  // [E] router lo
   route(p, lane, ids, weights);
 }
 
-kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
-                        device const uint* gate_w [[buffer(1)]],        // [E·I, H] 4-bit
-                        device const bfloat* gate_s [[buffer(2)]],      // [E·I, H/64]
-                        device const bfloat* gate_b [[buffer(3)]],
-                        device const uint* up_w [[buffer(4)]],          // [E·I, H] 4-bit
-                        device const bfloat* up_s [[buffer(5)]],
-                        device const bfloat* up_b [[buffer(6)]],
-                        device const uint* sh_gate_w [[buffer(7)]],     // [SI, H] 4-bit
-                        device const bfloat* sh_gate_s [[buffer(8)]],
-                        device const bfloat* sh_gate_b [[buffer(9)]],
-                        device const uint* sh_up_w [[buffer(10)]],      // [SI, H] 4-bit
-                        device const bfloat* sh_up_s [[buffer(11)]],
-                        device const bfloat* sh_up_b [[buffer(12)]],
-                        device const float* x [[buffer(13)]],           // [H]
-                        device float* act [[buffer(14)]],               // [K·I + SI]
-                        uint2 group [[threadgroup_position_in_grid]],
-                        uint sg [[simdgroup_index_in_threadgroup]],
-                        uint lane [[thread_index_in_simdgroup]]) {
+// moe_gate_up_rows is moe_gate_up's body.
+template <bool NORM>
+inline void moe_gate_up_rows(device const uint* ids, device const uint* gate_w,
+                             device const bfloat* gate_s, device const bfloat* gate_b,
+                             device const uint* up_w, device const bfloat* up_s,
+                             device const bfloat* up_b, device const uint* sh_gate_w,
+                             device const bfloat* sh_gate_s, device const bfloat* sh_gate_b,
+                             device const uint* sh_up_w, device const bfloat* sh_up_s,
+                             device const bfloat* sh_up_b, device const float* x,
+                             device const bfloat* gain, device float* act, uint2 group, uint sg,
+                             uint lane) {
   const uint slot = group.y;
   const uint n = slot < MOE_K ? MOE_I : MOE_SI;
   const uint row0 = (group.x * MOE_SIMDGROUPS + sg) * MOE_ROWS;
   if (row0 >= n) {
     return;  // the whole simdgroup; there is no barrier
   }
+  const float inv = NORM ? inv_rms(x, lane) : 1.0f;
   const uint halves_per_row = MOE_H / 4;
   const uint groups_per_row = MOE_H / 64;
   device const ushort *gq, *uq;
@@ -263,7 +312,7 @@ kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
   float au[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
     float xs[16];
-    const float xsum = load_x<4>(x + k, xs);
+    const float xsum = load_x<4, NORM>(x + k, xs, gain + k, inv);
     for (uint r = 0; r < MOE_ROWS; r++) {
       if (row0 + r >= n) {
         break;  // the same for the whole simdgroup
@@ -281,6 +330,52 @@ kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
       act[slot * MOE_I + row0 + r] = g * (1.0f / (1.0f + exp(-g))) * u;
     }
   }
+}
+
+kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
+                        device const uint* gate_w [[buffer(1)]],        // [E·I, H] 4-bit
+                        device const bfloat* gate_s [[buffer(2)]],      // [E·I, H/64]
+                        device const bfloat* gate_b [[buffer(3)]],
+                        device const uint* up_w [[buffer(4)]],          // [E·I, H] 4-bit
+                        device const bfloat* up_s [[buffer(5)]],
+                        device const bfloat* up_b [[buffer(6)]],
+                        device const uint* sh_gate_w [[buffer(7)]],     // [SI, H] 4-bit
+                        device const bfloat* sh_gate_s [[buffer(8)]],
+                        device const bfloat* sh_gate_b [[buffer(9)]],
+                        device const uint* sh_up_w [[buffer(10)]],      // [SI, H] 4-bit
+                        device const bfloat* sh_up_s [[buffer(11)]],
+                        device const bfloat* sh_up_b [[buffer(12)]],
+                        device const float* x [[buffer(13)]],           // [H]
+                        device float* act [[buffer(14)]],               // [K·I + SI]
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint sg [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+  moe_gate_up_rows<false>(ids, gate_w, gate_s, gate_b, up_w, up_s, up_b, sh_gate_w, sh_gate_s,
+                          sh_gate_b, sh_up_w, sh_up_s, sh_up_b, x, gate_s, act, group, sg,
+                          lane);  // gate_s: no gain read
+}
+
+kernel void moe_gate_up_norm(device const uint* ids [[buffer(0)]],
+                             device const uint* gate_w [[buffer(1)]],
+                             device const bfloat* gate_s [[buffer(2)]],
+                             device const bfloat* gate_b [[buffer(3)]],
+                             device const uint* up_w [[buffer(4)]],
+                             device const bfloat* up_s [[buffer(5)]],
+                             device const bfloat* up_b [[buffer(6)]],
+                             device const uint* sh_gate_w [[buffer(7)]],
+                             device const bfloat* sh_gate_s [[buffer(8)]],
+                             device const bfloat* sh_gate_b [[buffer(9)]],
+                             device const uint* sh_up_w [[buffer(10)]],
+                             device const bfloat* sh_up_s [[buffer(11)]],
+                             device const bfloat* sh_up_b [[buffer(12)]],
+                             device const float* x [[buffer(13)]],       // [H], the un-normed residual
+                             device float* act [[buffer(14)]],
+                             device const bfloat* gain [[buffer(15)]],   // [H] bf16
+                             uint2 group [[threadgroup_position_in_grid]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]]) {
+  moe_gate_up_rows<true>(ids, gate_w, gate_s, gate_b, up_w, up_s, up_b, sh_gate_w, sh_gate_s,
+                         sh_gate_b, sh_up_w, sh_up_s, sh_up_b, x, gain, act, group, sg, lane);
 }
 
 kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K]

@@ -6,10 +6,16 @@ import (
 	"github.com/lilyformac/lily/engine/quant"
 )
 
-// QMV function constant indices (qmv.metal).
+// QMV function constant indices (qmv.metal). QMVRows and QMVCols are required; the others are
+// optional (unset: off / 0). The norm variants are separate kernels (they bind the gain).
 const (
-	QMVRows = 0 // uint QMV_N
-	QMVCols = 1 // uint QMV_K
+	QMVRows  = 0 // uint QMV_N: rows (of matrix 0 in qmv_multi)
+	QMVCols  = 1 // uint QMV_K
+	QMVEps   = 3 // float: the RMSNorm epsilon of the norm kernels
+	QMVAdd   = 4 // bool: y += W·x in place
+	QMVRows1 = 5 // uint: rows of qmv_multi's matrix 1 (0: absent)
+	QMVRows2 = 6 // uint: matrix 2
+	QMVRows3 = 7 // uint: matrix 3
 )
 
 // QMV geometry: 64-thread threadgroups of 8 rows.
@@ -18,11 +24,61 @@ const (
 	QMVRowsPerGroup = 8
 )
 
+// QMV buffer indices. qmv: 0-2 the matrix, 3 x, 4 y; qmv_norm: the same and 5 the bf16 gain.
+// qmv_multi: matrix j at QMVMultiMatrix(j) (codes, scales, biases), its output at
+// QMVMultiMatrix(j)+3, x at QMVMultiX; qmv_multi_norm: the same and the gain at QMVMultiGain.
+// Absent matrices' slots of qmv_multi must be bound to some buffer (never accessed).
+const (
+	QMVGain        = 5
+	QMVMultiX      = 16
+	QMVMultiGain   = 17
+	QMVMaxMatrices = 4
+)
+
+// QMVMultiMatrix is the first buffer index of qmv_multi's matrix j.
+func QMVMultiMatrix(j int) int { return 4 * j }
+
 // QMVKernel names the kernel for a bit width: qmv_q4 or qmv_q8.
 func QMVKernel(bits int) string { return fmt.Sprintf("qmv_q%d", bits) }
 
+// QMVNormKernel names the RMSNorm-folding kernel: qmv_norm_q4 or qmv_norm_q8.
+func QMVNormKernel(bits int) string { return fmt.Sprintf("qmv_norm_q%d", bits) }
+
+// QMVMultiKernel names the multi-matrix kernel: qmv_multi_q4/q8, or with norm qmv_multi_norm_q4/q8.
+func QMVMultiKernel(bits int, norm bool) string {
+	if norm {
+		return fmt.Sprintf("qmv_multi_norm_q%d", bits)
+	}
+	return fmt.Sprintf("qmv_multi_q%d", bits)
+}
+
 // QMVThreadgroups is the number of threadgroups for a matrix of n rows.
 func QMVThreadgroups(n int) int { return (n + QMVRowsPerGroup - 1) / QMVRowsPerGroup }
+
+// QMVMultiThreadgroups is qmv_multi's (flattened) grid for matrices of rows[j] rows.
+func QMVMultiThreadgroups(rows ...int) int {
+	t := 0
+	for _, n := range rows {
+		t += QMVThreadgroups(n)
+	}
+	return t
+}
+
+// QMVMultiConstants are qmv_multi's row constants for 1 to 4 matrices (plus QMVCols = k).
+func QMVMultiConstants(k int, rows ...int) map[int]any {
+	if len(rows) < 1 || len(rows) > QMVMaxMatrices {
+		panic(fmt.Sprintf("kernels: qmv_multi of %d matrices", len(rows)))
+	}
+	c := map[int]any{QMVCols: k}
+	for j, idx := range []int{QMVRows, QMVRows1, QMVRows2, QMVRows3} {
+		if j < len(rows) {
+			c[idx] = rows[j]
+		} else {
+			c[idx] = 0
+		}
+	}
+	return c
+}
 
 // QMV is the Go reference of qmv_q4/qmv_q8: engine/quant's matrix-vector product. Buffers 0-2 of
 // the kernel are m.Words, m.Scales and m.Biases as they are; buffer 3 is x, buffer 4 y.
@@ -30,4 +86,12 @@ func QMV(m *quant.Matrix, x []float32) []float32 {
 	y := make([]float32, m.Rows)
 	quant.MatVec(m, y, x)
 	return y
+}
+
+// QMVNormed is the Go reference of qmv_norm: add_rmsnorm's output for x (nothing added)
+// and the bf16 gain, then W·x̂.
+func QMVNormed(m *quant.Matrix, x []float32, gain []uint16, eps float32) []float32 {
+	res, xn := make([]float32, len(x)), make([]float32, len(x))
+	AddRMSNorm(res, xn, x, make([]float32, len(x)), gain, eps)
+	return QMV(m, xn)
 }

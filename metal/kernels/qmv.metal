@@ -13,31 +13,64 @@
 // 4 lanes share a group's scale and bias. Rows are reduced with simd_sum, lane 0 writes them.
 // Grid: ceil(N / 8) threadgroups. K must be a multiple of 64 (any, not only of 512); x must be
 // 16-byte aligned.
+//
+// Fused variants (the decode plan's):
+//   qmv_norm_q4/q8    x is the un-normed residual: each simdgroup computes r = rsqrt(mean(x²) +
+//                     QMV_EPS) over all K values itself (K floats, read through the caches) and uses
+//                     x̂ = (x·r)·gain (gain: bf16 [K], buffer 5), add_rmsnorm's per-element product,
+//                     so the result equals add_rmsnorm + qmv up to r's rounding.
+//   QMV_ADD           (function constant, any kernel) y[row] += W·x in place: the residual add of
+//                     an out-projection.
+//   qmv_multi_q4/q8,  up to 4 matrices over the same x in one dispatch: matrix j has QMV_N_j rows
+//   qmv_multi_norm_*  (QMV_N, QMV_N1, QMV_N2, QMV_N3; 0 = absent) and buffers 4j (codes), 4j+1
+//                     (scales), 4j+2 (biases), 4j+3 (y_j); x is buffer 16, the gain (norm variant)
+//                     buffer 17. An absent matrix's four buffers must still be bound (any buffer:
+//                     they are never accessed). Threadgroups are flattened: ceil(N_0/8) for
+//                     matrix 0, then ceil(N_1/8) for matrix 1, ...
+// Bindings never exceed 18 of Metal's 31.
+
 #include <metal_stdlib>
 using namespace metal;
 
-constant uint QMV_N [[function_constant(0)]];  // rows of W: output features
+constant uint QMV_N [[function_constant(0)]];  // rows of W (of matrix 0 in qmv_multi)
 constant uint QMV_K [[function_constant(1)]];  // columns of W: input features, a multiple of 64
+constant float QMV_EPS_FC [[function_constant(3)]];
+constant bool QMV_ADD_FC [[function_constant(4)]];
+constant uint QMV_N1_FC [[function_constant(5)]];
+constant uint QMV_N2_FC [[function_constant(6)]];
+constant uint QMV_N3_FC [[function_constant(7)]];
+constant float QMV_EPS = is_function_constant_defined(QMV_EPS_FC) ? QMV_EPS_FC : 0.0f;
+constant bool QMV_ADD = is_function_constant_defined(QMV_ADD_FC) && QMV_ADD_FC;
+constant uint QMV_N1 = is_function_constant_defined(QMV_N1_FC) ? QMV_N1_FC : 0u;
+constant uint QMV_N2 = is_function_constant_defined(QMV_N2_FC) ? QMV_N2_FC : 0u;
+constant uint QMV_N3 = is_function_constant_defined(QMV_N3_FC) ? QMV_N3_FC : 0u;
 
 #define QMV_ROWS 4
 #define QMV_SIMDGROUPS 2
 #define QMV_VALUES 16  // values per lane per step
 
-template <int BITS>
-[[kernel]] void qmv(device const uint* w [[buffer(0)]],
-                    device const bfloat* scales [[buffer(1)]],
-                    device const bfloat* biases [[buffer(2)]],
-                    device const float* x [[buffer(3)]],
-                    device float* y [[buffer(4)]],
-                    uint group [[threadgroup_position_in_grid]],
-                    uint sg [[simdgroup_index_in_threadgroup]],
-                    uint lane [[thread_index_in_simdgroup]]) {
+// qmv_inv_rms is rsqrt(mean(x²) + QMV_EPS) over QMV_K values, computed by one whole simdgroup.
+inline float qmv_inv_rms(device const float* x, uint lane) {
+  float ss = 0.0f;
+  for (uint i = lane * 4; i < QMV_K; i += 32 * 4) {
+    const float4 v = *(device const float4*)(x + i);
+    ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+  }
+  ss = simd_sum(ss);
+  return rsqrt(ss / float(QMV_K) + QMV_EPS);
+}
+
+// qmv_rows computes rows row0 .. row0+3 (those below n) of one matrix; run by a whole simdgroup.
+template <int BITS, bool NORM>
+inline void qmv_rows(device const uint* w, device const bfloat* scales, device const bfloat* biases,
+                     device const float* x, device const bfloat* gain, device float* y, uint n,
+                     uint row0, uint lane) {
   constexpr uint PER_HALF = 16 / BITS;         // values per 16-bit half-word
   constexpr uint HALVES = QMV_VALUES / PER_HALF;  // half-words per row per step
   const uint halves_per_row = QMV_K / PER_HALF;
   const uint groups_per_row = QMV_K / 64;
-  const uint row0 = (group * QMV_SIMDGROUPS + sg) * QMV_ROWS;
   device const ushort* codes = (device const ushort*)w;
+  const float inv = NORM ? qmv_inv_rms(x, lane) : 1.0f;
 
   float acc[QMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (uint k = lane * QMV_VALUES; k < QMV_K; k += 32 * QMV_VALUES) {
@@ -45,7 +78,12 @@ template <int BITS>
     float xs[QMV_VALUES];
     float xsum = 0.0f;
     for (uint i = 0; i < QMV_VALUES; i += 4) {
-      const float4 v = *(device const float4*)(x + k + i);
+      float4 v = *(device const float4*)(x + k + i);
+      if (NORM) {
+        const float4 g = float4(float(gain[k + i]), float(gain[k + i + 1]), float(gain[k + i + 2]),
+                                float(gain[k + i + 3]));
+        v = (v * inv) * g;  // add_rmsnorm's h * r * w
+      }
       xsum += (v.x + v.y) + (v.z + v.w);
       if (BITS == 4) {
         xs[i] = v.x;
@@ -62,7 +100,7 @@ template <int BITS>
     const uint g = k / 64;
     for (uint r = 0; r < QMV_ROWS; r++) {
       const uint row = row0 + r;
-      if (row >= QMV_N) {
+      if (row >= n) {
         break;  // the same for the whole simdgroup
       }
       device const ushort* q = codes + ulong(row) * halves_per_row + k / PER_HALF;
@@ -82,11 +120,134 @@ template <int BITS>
   }
   for (uint r = 0; r < QMV_ROWS; r++) {
     const float s = simd_sum(acc[r]);
-    if (lane == 0 && row0 + r < QMV_N) {
-      y[row0 + r] = s;
+    if (lane == 0 && row0 + r < n) {
+      y[row0 + r] = QMV_ADD ? y[row0 + r] + s : s;
     }
   }
 }
 
+template <int BITS>
+[[kernel]] void qmv(device const uint* w [[buffer(0)]],
+                    device const bfloat* scales [[buffer(1)]],
+                    device const bfloat* biases [[buffer(2)]],
+                    device const float* x [[buffer(3)]],
+                    device float* y [[buffer(4)]],
+                    uint group [[threadgroup_position_in_grid]],
+                    uint sg [[simdgroup_index_in_threadgroup]],
+                    uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (group * QMV_SIMDGROUPS + sg) * QMV_ROWS;
+  if (row0 >= QMV_N) {
+    return;  // the whole simdgroup; there is no barrier
+  }
+  qmv_rows<BITS, false>(w, scales, biases, x, scales, y, QMV_N, row0, lane);  // no gain read
+}
+
+template <int BITS>
+[[kernel]] void qmv_norm(device const uint* w [[buffer(0)]],
+                         device const bfloat* scales [[buffer(1)]],
+                         device const bfloat* biases [[buffer(2)]],
+                         device const float* x [[buffer(3)]],
+                         device float* y [[buffer(4)]],
+                         device const bfloat* gain [[buffer(5)]],
+                         uint group [[threadgroup_position_in_grid]],
+                         uint sg [[simdgroup_index_in_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (group * QMV_SIMDGROUPS + sg) * QMV_ROWS;
+  if (row0 >= QMV_N) {
+    return;  // the whole simdgroup; there is no barrier
+  }
+  qmv_rows<BITS, true>(w, scales, biases, x, gain, y, QMV_N, row0, lane);
+}
+
+// qmv_multi_rows picks group's matrix and rows and computes them.
+template <int BITS, bool NORM>
+inline void qmv_multi_rows(device const uint* w0, device const bfloat* s0, device const bfloat* b0,
+                           device float* y0, device const uint* w1, device const bfloat* s1,
+                           device const bfloat* b1, device float* y1, device const uint* w2,
+                           device const bfloat* s2, device const bfloat* b2, device float* y2,
+                           device const uint* w3, device const bfloat* s3, device const bfloat* b3,
+                           device float* y3, device const float* x, device const bfloat* gain,
+                           uint group, uint sg, uint lane) {
+  const uint rows_per_group = QMV_SIMDGROUPS * QMV_ROWS;
+  const uint t0 = (QMV_N + rows_per_group - 1) / rows_per_group;
+  const uint t1 = t0 + (QMV_N1 + rows_per_group - 1) / rows_per_group;
+  const uint t2 = t1 + (QMV_N2 + rows_per_group - 1) / rows_per_group;
+  device const uint* w;
+  device const bfloat *s, *b;
+  device float* y;
+  uint n, first;
+  if (group < t0) {
+    w = w0, s = s0, b = b0, y = y0, n = QMV_N, first = 0;
+  } else if (group < t1) {
+    w = w1, s = s1, b = b1, y = y1, n = QMV_N1, first = t0;
+  } else if (group < t2) {
+    w = w2, s = s2, b = b2, y = y2, n = QMV_N2, first = t1;
+  } else {
+    w = w3, s = s3, b = b3, y = y3, n = QMV_N3, first = t2;
+  }
+  const uint row0 = ((group - first) * QMV_SIMDGROUPS + sg) * QMV_ROWS;
+  if (row0 >= n) {
+    return;  // the whole simdgroup (also a grid larger than the matrices need)
+  }
+  qmv_rows<BITS, NORM>(w, s, b, x, gain, y, n, row0, lane);
+}
+
+template <int BITS>
+[[kernel]] void qmv_multi(device const uint* w0 [[buffer(0)]],
+                          device const bfloat* s0 [[buffer(1)]],
+                          device const bfloat* b0 [[buffer(2)]],
+                          device float* y0 [[buffer(3)]],
+                          device const uint* w1 [[buffer(4)]],
+                          device const bfloat* s1 [[buffer(5)]],
+                          device const bfloat* b1 [[buffer(6)]],
+                          device float* y1 [[buffer(7)]],
+                          device const uint* w2 [[buffer(8)]],
+                          device const bfloat* s2 [[buffer(9)]],
+                          device const bfloat* b2 [[buffer(10)]],
+                          device float* y2 [[buffer(11)]],
+                          device const uint* w3 [[buffer(12)]],
+                          device const bfloat* s3 [[buffer(13)]],
+                          device const bfloat* b3 [[buffer(14)]],
+                          device float* y3 [[buffer(15)]],
+                          device const float* x [[buffer(16)]],
+                          uint group [[threadgroup_position_in_grid]],
+                          uint sg [[simdgroup_index_in_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]]) {
+  qmv_multi_rows<BITS, false>(w0, s0, b0, y0, w1, s1, b1, y1, w2, s2, b2, y2, w3, s3, b3, y3, x,
+                              s0, group, sg, lane);  // no gain read
+}
+
+template <int BITS>
+[[kernel]] void qmv_multi_norm(device const uint* w0 [[buffer(0)]],
+                               device const bfloat* s0 [[buffer(1)]],
+                               device const bfloat* b0 [[buffer(2)]],
+                               device float* y0 [[buffer(3)]],
+                               device const uint* w1 [[buffer(4)]],
+                               device const bfloat* s1 [[buffer(5)]],
+                               device const bfloat* b1 [[buffer(6)]],
+                               device float* y1 [[buffer(7)]],
+                               device const uint* w2 [[buffer(8)]],
+                               device const bfloat* s2 [[buffer(9)]],
+                               device const bfloat* b2 [[buffer(10)]],
+                               device float* y2 [[buffer(11)]],
+                               device const uint* w3 [[buffer(12)]],
+                               device const bfloat* s3 [[buffer(13)]],
+                               device const bfloat* b3 [[buffer(14)]],
+                               device float* y3 [[buffer(15)]],
+                               device const float* x [[buffer(16)]],
+                               device const bfloat* gain [[buffer(17)]],
+                               uint group [[threadgroup_position_in_grid]],
+                               uint sg [[simdgroup_index_in_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]]) {
+  qmv_multi_rows<BITS, true>(w0, s0, b0, y0, w1, s1, b1, y1, w2, s2, b2, y2, w3, s3, b3, y3, x,
+                             gain, group, sg, lane);
+}
+
 template [[host_name("qmv_q4")]] [[kernel]] decltype(qmv<4>) qmv<4>;
 template [[host_name("qmv_q8")]] [[kernel]] decltype(qmv<8>) qmv<8>;
+template [[host_name("qmv_norm_q4")]] [[kernel]] decltype(qmv_norm<4>) qmv_norm<4>;
+template [[host_name("qmv_norm_q8")]] [[kernel]] decltype(qmv_norm<8>) qmv_norm<8>;
+template [[host_name("qmv_multi_q4")]] [[kernel]] decltype(qmv_multi<4>) qmv_multi<4>;
+template [[host_name("qmv_multi_q8")]] [[kernel]] decltype(qmv_multi<8>) qmv_multi<8>;
+template [[host_name("qmv_multi_norm_q4")]] [[kernel]] decltype(qmv_multi_norm<4>) qmv_multi_norm<4>;
+template [[host_name("qmv_multi_norm_q8")]] [[kernel]] decltype(qmv_multi_norm<8>) qmv_multi_norm<8>;
