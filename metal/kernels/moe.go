@@ -211,4 +211,3 @@ func MoEBlock(mo *model.MoE, s MoEShape, x, res []float32) (ids []uint32, weight
 	MoEDownCombine(mo, s, ids, weights, MoEGateUp(mo, s, ids, x), res, false)
 	return ids, weights
 }
-
