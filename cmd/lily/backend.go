@@ -10,8 +10,9 @@ import (
 	"github.com/lilyformac/lily/metal/decode"
 )
 
-// backends are the executors `--backend` can name.
-var backends = []string{"cpu", "emu"}
+// backends are the executors `--backend` can name: the Go reference, the Metal kernels on the MSL
+// emulator (Linux), and the Metal kernels on the GPU (macOS).
+var backends = []string{"cpu", "emu", "metal"}
 
 // openBackend loads the checkpoint in dir for the named backend.
 func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
@@ -28,13 +29,21 @@ func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
 		if runtime.GOOS != "darwin" {
 			return nil, nil, fmt.Errorf("backend metal needs macOS on Apple silicon (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
 		}
-		return nil, nil, fmt.Errorf("backend metal is not available in this build yet: use --backend cpu")
 	default:
 		return nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
 	}
 	w, err := model.Load(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if name == "metal" {
+		// The same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac).
+		b, err := decode.NewMetal(w, 0)
+		if err != nil {
+			w.Close()
+			return nil, nil, fmt.Errorf("backend metal: %w", err)
+		}
+		return b, w, nil
 	}
 	if name == "emu" {
 		// The decode plan run on the emulator: KV caches sized for the model's context, at most

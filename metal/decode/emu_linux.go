@@ -3,22 +3,11 @@
 package decode
 
 import (
-	"fmt"
-	"slices"
-	"sync"
-
-	"github.com/lilyformac/lily/engine/backend"
-	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
-	"github.com/lilyformac/lily/metal/plan"
 )
-
-// KernelFiles are the kernel sources the decode step uses.
-var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
-	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal"}
 
 // EmuOptions configure the emulated backend.
 type EmuOptions struct {
@@ -29,32 +18,14 @@ type EmuOptions struct {
 	Emu        emu.Options
 }
 
-// DefaultMaxCtx caps the emulated backend's KV caches when EmuOptions.MaxCtx is 0.
-const DefaultMaxCtx = 4096
+// Emu is the GPU backend on the MSL emulator; EmuSession its session.
+type (
+	Emu        = GPU
+	EmuSession = Session
+)
 
-// Emu is the decode plan run on the MSL emulator: an engine/backend.Backend whose sessions each
-// own an executor (their activations, GDN state and KV caches) over weight buffers uploaded once
-// and shared.
-type Emu struct {
-	w    *model.Weights
-	step *Step
-	dev  *sharedDevice
-	mu   sync.Mutex // one step at a time (the executors share the weight buffers and the library)
-}
-
-// NewEmu compiles the kernels, builds the decode plan for w and uploads the weights.
+// NewEmu compiles the kernels for the emulator, builds the decode plan for w and uploads the weights.
 func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
-	maxCtx := o.MaxCtx
-	if maxCtx <= 0 {
-		maxCtx = DefaultMaxCtx
-		if w.Config.MaxPositions > 0 {
-			maxCtx = min(maxCtx, w.Config.MaxPositions)
-		}
-	}
-	step, err := Build(w.Config, Options{MaxCtx: maxCtx})
-	if err != nil {
-		return nil, err
-	}
 	var srcs []emu.Source
 	for _, n := range KernelFiles {
 		srcs = append(srcs, emu.Source{Name: kernels.Path(n), Code: kernels.Source(n)})
@@ -63,173 +34,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev := &sharedDevice{
-		Device:  &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed},
-		weights: map[string]exec.Memory{}, pipes: map[string]exec.Pipeline{},
-	}
-	e := &Emu{w: w, step: step, dev: dev}
-	x, err := exec.New(dev, step.Plan) // allocates (and from now on shares) the weight buffers
-	if err != nil {
-		return nil, err
-	}
-	if err := step.Upload(w, x.Bytes); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// Step is the plan the backend runs.
-func (e *Emu) Step() *Step { return e.step }
-
-// Name identifies the backend.
-func (e *Emu) Name() string { return "emu" }
-
-// Config is the model's configuration.
-func (e *Emu) Config() *config.Config { return e.w.Config }
-
-// NewSession starts an empty sequence (its own executor over the shared weights).
-func (e *Emu) NewSession() backend.Session {
-	s, err := e.newSession()
-	if err != nil {
-		return &EmuSession{err: err}
-	}
-	return s
-}
-
-func (e *Emu) newSession() (*EmuSession, error) {
-	x, err := exec.New(e.dev, e.step.Plan)
-	if err != nil {
-		return nil, err
-	}
-	e.step.Init(x.Bytes)
-	return &EmuSession{e: e, x: x}, nil
-}
-
-// EmuSession is one sequence on the emulated backend.
-type EmuSession struct {
-	e   *Emu
-	x   *exec.Executor
-	pos int
-	err error // the session could not be created
-}
-
-// Forward runs the decode step once per token (prefill is token by token for now) and returns
-// the logits rows.
-func (s *EmuSession) Forward(tokens []int, all bool) ([][]float32, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	c := s.e.w.Config
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("forward: no tokens")
-	}
-	for _, id := range tokens {
-		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("forward: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
-		}
-	}
-	if s.pos+len(tokens) > s.e.step.MaxCtx {
-		return nil, fmt.Errorf("forward: %d positions exceed the emulated backend's KV cache of %d", s.pos+len(tokens), s.e.step.MaxCtx)
-	}
-	s.e.mu.Lock()
-	defer s.e.mu.Unlock()
-	var out [][]float32
-	for i, id := range tokens {
-		st := s.x.Bytes(s.e.step.StepBuf)
-		copy(st, bytesOf([]uint32{uint32(s.pos), uint32(id)}))
-		if err := s.x.Step(); err != nil {
-			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
-		}
-		s.pos++
-		if all || i == len(tokens)-1 {
-			out = append(out, floatsOf(s.x.Bytes(s.e.step.Logits)))
-		}
-	}
-	return out, nil
-}
-
-// NextToken is the greedy token the last step chose on the GPU (argmax_final's output).
-func (s *EmuSession) NextToken() int {
-	b := s.x.Bytes(s.e.step.StepBuf)
-	return int(uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24)
-}
-
-// Pos is the number of tokens consumed.
-func (s *EmuSession) Pos() int { return s.pos }
-
-// Clone copies the session: a new executor over the same weights with the state buffers (GDN
-// state, conv windows, KV caches) copied.
-func (s *EmuSession) Clone() backend.Session {
-	if s.err != nil {
-		return &EmuSession{err: s.err}
-	}
-	c, err := s.e.newSession()
-	if err != nil {
-		return &EmuSession{err: err}
-	}
-	for _, buf := range append(slices.Clone(s.e.step.Session), s.e.step.StepBuf) {
-		copy(c.x.Bytes(buf), s.x.Bytes(buf))
-	}
-	c.pos = s.pos
-	return c
-}
-
-// Bytes is the device memory of the session's state buffers (the full KV cache allocation, not
-// the part in use).
-func (s *EmuSession) Bytes() int64 {
-	if s.err != nil {
-		return 0
-	}
-	var n int64
-	for _, buf := range s.e.step.Session {
-		n += s.e.step.Plan.Buffers[buf].Size
-	}
-	return n
-}
-
-// sharedDevice allocates each Weights buffer once (by name) and caches pipelines, so every
-// session's executor shares them.
-type sharedDevice struct {
-	exec.Device
-	mu      sync.Mutex
-	weights map[string]exec.Memory
-	pipes   map[string]exec.Pipeline
-}
-
-func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
-	if b.Kind != plan.Weights {
-		return d.Device.Alloc(b)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if m, ok := d.weights[b.Name]; ok {
-		return m, nil
-	}
-	m, err := d.Device.Alloc(b)
-	if err == nil {
-		d.weights[b.Name] = m
-	}
-	return m, err
-}
-
-func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipeline, error) {
-	keys := make([]int, 0, len(constants))
-	for k := range constants {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	key := kernel
-	for _, k := range keys {
-		key += fmt.Sprintf(" %d=%v", k, constants[k])
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p, ok := d.pipes[key]; ok {
-		return p, nil
-	}
-	p, err := d.Device.Pipeline(kernel, constants)
-	if err == nil {
-		d.pipes[key] = p
-	}
-	return p, err
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, o.MaxCtx)
 }

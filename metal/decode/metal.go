@@ -1,0 +1,21 @@
+package decode
+
+import (
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
+)
+
+// NewMetal compiles the kernels on the default Metal device, builds the decode plan for w and
+// uploads the weights (macOS; elsewhere it fails with metal/mtl's "only on macOS" error).
+func NewMetal(w *model.Weights, maxCtx int) (*GPU, error) {
+	srcs := map[string]string{}
+	for _, n := range KernelFiles {
+		srcs[n] = kernels.Source(n)
+	}
+	dev, err := exec.NewMetalDevice(srcs)
+	if err != nil {
+		return nil, err
+	}
+	return NewGPU("metal", w, dev, maxCtx)
+}
