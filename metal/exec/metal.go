@@ -14,6 +14,9 @@ type MetalDevice struct {
 	dev   *mtl.Device
 	queue *mtl.CommandQueue
 	libs  map[string]*mtl.Library // kernel name → the library of the .metal file defining it
+	// Warnings collects what went wrong with the on-disk pipeline cache (the pipelines were then
+	// built without it): worth a log line, never fatal.
+	Warnings []error
 }
 
 // NewMetalDevice compiles each source on the default device. sources maps file names to text.
@@ -106,7 +109,12 @@ func (m *MetalDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, 
 	if err != nil {
 		return nil, err
 	}
-	return m.dev.NewPipeline(fn)
+	// Binary archives under the user cache directory make the second start skip GPU compilation.
+	p, warning, err := m.dev.NewPipelineCached(fn, "")
+	if warning != nil {
+		m.Warnings = append(m.Warnings, warning)
+	}
+	return p, err
 }
 
 // Begin opens a command buffer with a concurrent compute encoder.
