@@ -19,13 +19,20 @@ type doctorOutput struct {
 
 func newDoctorCmd() *cobra.Command {
 	var output, model string
+	var selftest bool
 	cmd := &cobra.Command{
-		Use:   "doctor [--output json] [--model DIR]",
+		Use:   "doctor [--output json] [--model DIR] [--selftest]",
 		Short: "Check that this machine can run Lily, and how to fix what it cannot",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runDoctor(cmd, output, model) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if selftest {
+				return runSelftest(cmd, output)
+			}
+			return runDoctor(cmd, output, model)
+		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&selftest, "selftest", false, "run every kernel on the GPU against its Go reference, then a tiny checkpoint against the CPU backend")
 	f.StringVar(&output, "output", "text", "text or json")
 	f.StringVar(&model, "model", "", "checkpoint directory to check (default: the pulled one)")
 	return cmd

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/selftest"
+)
+
+// selftestOutput is the JSON of `lily doctor --selftest --output json`.
+type selftestOutput struct {
+	OK       bool            `json:"ok"`
+	Device   string          `json:"device"`   // "metal" or "emu"
+	Emulated bool            `json:"emulated"` // the kernels ran on the MSL emulator, not a GPU
+	Checks   []selftestCheck `json:"checks"`
+}
+
+type selftestCheck struct {
+	Kernel     string   `json:"kernel"`
+	Shape      string   `json:"shape"`
+	Pass       bool     `json:"pass"`
+	WorstError *float64 `json:"worst_error"` // null when NaN (unwritten output, or the check did not run)
+	Tolerance  float64  `json:"tolerance"`
+	Ms         float64  `json:"ms"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// selftestGPU is the GPU decode backend the end-to-end check compares with engine/cpu: Metal on
+// macOS, the emulator elsewhere (decode.NewEmu fails off Linux).
+func selftestGPU(w *model.Weights) (backend.Backend, error) {
+	const maxCtx = 64
+	if runtime.GOOS == "darwin" {
+		b, err := decode.NewMetal(w, maxCtx)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	b, err := decode.NewEmu(w, decode.EmuOptions{MaxCtx: maxCtx})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// selftestOnly restricts the checks (tests); nil runs them all.
+var selftestOnly []string
+
+// runSelftest is `lily doctor --selftest`: every kernel against its Go reference on the device,
+// then the demo checkpoint end to end against the CPU backend.
+func runSelftest(cmd *cobra.Command, output string) error {
+	if output != "json" && output != "text" {
+		return fmt.Errorf("--output %q: expected json or text", output)
+	}
+	out := cmd.OutOrStdout()
+	start := time.Now()
+	dev, name, err := selftest.DefaultDevice()
+	if err != nil {
+		return fmt.Errorf("selftest: device: %w", err)
+	}
+	emulated := name != "metal"
+	if output == "text" {
+		if emulated {
+			fmt.Fprintf(out, "selftest on %s: the MSL emulator on the CPU (%s/%s), not a GPU — run it on a Mac to test Metal\n", name, runtime.GOOS, runtime.GOARCH)
+		} else {
+			fmt.Fprintln(out, "selftest on the Metal GPU")
+		}
+	}
+	opts := selftest.Options{Only: selftestOnly, GPU: selftestGPU}
+	if output == "text" {
+		opts.Progress = func(r selftest.Result) { printSelftest(out, r) }
+	}
+	var loadErr error
+	if dir, err := demoDir(); err != nil {
+		loadErr = fmt.Errorf("demo checkpoint: %w", err)
+	} else if w, err := model.Load(dir); err != nil {
+		loadErr = fmt.Errorf("demo checkpoint: %w", err)
+	} else {
+		defer w.Close()
+		opts.Weights = w
+	}
+	results := selftest.Run(cmd.Context(), dev, opts)
+	if loadErr != nil {
+		r := selftest.Result{Kernel: "e2e", WorstError: math.NaN(), Err: loadErr}
+		if opts.Progress != nil {
+			opts.Progress(r)
+		}
+		results = append(results, r)
+	}
+	failed := selftest.Failed(results)
+	if output == "json" {
+		o := selftestOutput{OK: failed == 0, Device: name, Emulated: emulated, Checks: []selftestCheck{}}
+		for _, r := range results {
+			c := selftestCheck{Kernel: r.Kernel, Shape: r.Shape, Pass: r.Pass, Tolerance: r.Tolerance, Ms: float64(r.Duration.Microseconds()) / 1000}
+			if !math.IsNaN(r.WorstError) && !math.IsInf(r.WorstError, 0) {
+				c.WorstError = &r.WorstError
+			}
+			if r.Err != nil {
+				c.Error = r.Err.Error()
+			}
+			o.Checks = append(o.Checks, c)
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(o); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "%d of %d checks passed in %.1f s\n", len(results)-failed, len(results), time.Since(start).Seconds())
+	}
+	if failed > 0 {
+		return fmt.Errorf("selftest: %d of %d checks failed", failed, len(results))
+	}
+	return nil
+}
+
+func printSelftest(w io.Writer, r selftest.Result) {
+	status := "PASS"
+	if !r.Pass {
+		status = "FAIL"
+	}
+	fmt.Fprintf(w, "%s  %-18s worst=%-9.3g tol=%-7.3g %6d ms  %s\n", status, r.Kernel, r.WorstError, r.Tolerance, r.Duration.Milliseconds(), r.Shape)
+	if r.Err != nil {
+		fmt.Fprintf(w, "      %s: %v\n", r.Kernel, r.Err)
+	}
+}

@@ -1,0 +1,627 @@
+package selftest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/engine/sample"
+	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
+)
+
+type qmatrix = *quant.Matrix
+
+const eps = 1e-6 // the model's RMSNorm epsilon
+
+// Shapes: the model's widths where a check stays cheap on the emulator.
+var (
+	gdnShape  = kernels.GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}                                 // the model's
+	attnShape = kernels.AttnShape{Heads: 16, KVHeads: 2, HeadDim: 256, RotaryDim: 64, MaxCtx: 512} // the model's heads, a 512-position cache
+	moeRouter = kernels.MoEShape{H: 2048, E: 64, K: 8, I: 512, SI: 512}                            // E 64 instead of 256
+	moeSmall  = kernels.MoEShape{H: 2048, E: 8, K: 4, I: 512, SI: 512}                             // E 8, top-4
+)
+
+func randQ(r *rand.Rand, rows, cols, bits int) qmatrix {
+	return quant.Quantize(randFloats(r, rows*cols, 0.05), rows, cols, bits)
+}
+
+func randGain(r *rand.Rand, n int) []uint16 {
+	g := make([]uint16, n)
+	for i := range g {
+		g[i] = quant.F32ToBF16(1 + 0.5*float32(r.NormFloat64()))
+	}
+	return g
+}
+
+// normed is add_rmsnorm's output for x (nothing added), the input the _norm kernels fold in.
+func normed(x []float32, gain []uint16) []float32 {
+	res, xn := make([]float32, len(x)), make([]float32, len(x))
+	kernels.AddRMSNorm(res, xn, x, make([]float32, len(x)), gain, eps)
+	return xn
+}
+
+// Tolerances. The emulator's measured errors are 2-5x below the kernels' test tolerances; the
+// Metal margins below cover fast math (see each constant).
+const (
+	// qmv*: |kernel − quant.MatVec| / max(Σ|w·x̂|, |y₀|). Tests: 4e-6 (float32 sums of k terms in
+	// two orders, one ulp of rsqrt). Metal may contract into FMAs and use its own rsqrt: 1e-5.
+	qmvTol = 1e-5
+	// embed_q4: the dequantized row, relative to max|row|. Bit-exact on the emulator; Metal may
+	// fuse scale·q + bias into one FMA (half an ulp): 1e-6.
+	embedTol = 1e-6
+	// add_rmsnorm: out relative to max|out| (test 2e-6; fast rsqrt): 1e-5. The residual is exact.
+	rmsTol = 1e-5
+	// conv1d_step: u relative to max|u| (test 1e-6; fast exp in SiLU): 1e-5. The window is exact.
+	convTol = 1e-5
+	// gdn_step / gdn_conv_step: max(y, state) relative error after one token (tests 1e-5; fast
+	// exp in the decay and gates, rsqrt in the norms): 1e-4.
+	gdnTol = 1e-4
+	// attn_qk_rope_kv: rotated q relative to max|q| (test 2e-6; fast sin/cos of angles up to a
+	// few hundred radians, rsqrt): 1e-4. K must be within 2 bf16 steps (test: 1), V exact.
+	ropeTol = 1e-4
+	// attn_decode_partial+combine vs AttnDecode, relative to max|out| (test 1e-5; fast exp): 1e-4.
+	attnTol = 1e-4
+	// moe_router(_norm): max |weight − reference| (weights ≤ 1; test 2e-6; fast exp): 1e-5. The
+	// chosen ids must match, except experts whose reference probabilities tie within 1e-5.
+	routerTol = 1e-5
+	// moe_gate_up(_norm): act relative to max|act| (test 5e-6; fast exp in SiLU, FMAs): 2e-5.
+	gateUpTol = 2e-5
+	// moe_down_combine: res error relative to max|MoE output| (test 5e-6): 2e-5.
+	downTol = 2e-5
+	// argmax and the sampler choose ids: the error is the number of wrong choices; none pass.
+	idTol = 0
+)
+
+func checks() []check {
+	return []check{
+		qmvCheck("qmv_q4", 4, []int{2048}, 2048, false, false, false),
+		qmvCheck("qmv_q8", 8, []int{256}, 2048, false, false, false),
+		qmvCheck("qmv_q4+add", 4, []int{2048}, 1024, false, true, false),
+		qmvCheck("qmv_norm_q4", 4, []int{1024}, 2048, true, false, false),
+		qmvCheck("qmv_norm_q8", 8, []int{256}, 2048, true, false, false),
+		qmvCheck("qmv_multi_q8+add", 8, []int{256, 64}, 2048, false, true, true),
+		qmvCheck("qmv_multi_norm_q4", 4, []int{1024, 512, 32, 32}, 2048, true, false, true),
+		{"embed_q4", "vocab 1000 × hidden 2048, token 777", embedTol, checkEmbed},
+		{"add_rmsnorm", "hidden 2048", rmsTol, checkRMSNorm},
+		{"conv1d_step", "8192 channels", convTol, checkConv},
+		{"gdn_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDN},
+		{"gdn_conv_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDNConv},
+		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, checkRope},
+		{"attn_decode", "partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, checkAttnDecode},
+		{"moe_router", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, false) }},
+		{"moe_router_norm", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, true) }},
+		{"moe_gate_up", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), gateUpTol, func(e *env) (float64, error) { return checkGateUp(e, false) }},
+		{"moe_gate_up_norm", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), gateUpTol, func(e *env) (float64, error) { return checkGateUp(e, true) }},
+		{"moe_down_combine", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), downTol, checkDown},
+		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
+		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
+	}
+}
+
+// ---- qmv --------------------------------------------------------------------------------------
+
+func qmvCheck(name string, bits int, rows []int, k int, norm, add, multi bool) check {
+	return check{name: name, shape: fmt.Sprintf("%v × %d", rows, k), tol: qmvTol, run: func(e *env) (float64, error) {
+		r := e.r
+		x := randFloats(r, k, 3)
+		gain := randGain(r, k)
+		xn := x
+		if norm {
+			xn = normed(x, gain)
+		}
+		b := newPB()
+		bs := map[int]int{}
+		consts := map[int]any{kernels.QMVRows: rows[0], kernels.QMVCols: k}
+		if multi {
+			consts = kernels.QMVMultiConstants(k, rows...)
+		}
+		if norm {
+			consts[kernels.QMVEps] = float32(eps)
+		}
+		if add {
+			consts[kernels.QMVAdd] = true
+		}
+		var ms []qmatrix
+		var ys []int
+		var y0s [][]float32
+		for j, n := range rows {
+			m := randQ(r, n, k, bits)
+			y0 := make([]float32, n)
+			var y int
+			if add {
+				y0 = randFloats(r, n, 1)
+				y = b.inout(fmt.Sprintf("y%d", j), y0)
+			} else {
+				y = b.out(fmt.Sprintf("y%d", j), 4*n)
+			}
+			first, out := 0, 4
+			if multi {
+				first, out = kernels.QMVMultiMatrix(j), kernels.QMVMultiMatrix(j)+3
+			}
+			b.qm(fmt.Sprintf("m%d", j), m, bs, first)
+			bs[out] = y
+			ms, ys, y0s = append(ms, m), append(ys, y), append(y0s, y0)
+		}
+		if multi { // absent slots: bound to the last matrix, never accessed
+			for j := len(rows); j < kernels.QMVMaxMatrices; j++ {
+				last := kernels.QMVMultiMatrix(len(rows) - 1)
+				for o := range 4 {
+					bs[kernels.QMVMultiMatrix(j)+o] = bs[last+o]
+				}
+			}
+		}
+		xi, gi, kernel, groups := 3, kernels.QMVGain, kernels.QMVKernel(bits), kernels.QMVThreadgroups(rows[0])
+		if norm {
+			kernel = kernels.QMVNormKernel(bits)
+		}
+		if multi {
+			xi, gi, kernel, groups = kernels.QMVMultiX, kernels.QMVMultiGain, kernels.QMVMultiKernel(bits, norm), kernels.QMVMultiThreadgroups(rows...)
+		}
+		bs[xi] = b.in("x", x)
+		if norm {
+			bs[gi] = b.in("gain", gain)
+		}
+		b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: [3]int{groups}, group: kernels.QMVThreads})
+		x2, err := b.run(e, 1, nil, nil)
+		if err != nil {
+			return math.NaN(), err
+		}
+		var worst float64
+		row := make([]float32, k)
+		for j, m := range ms {
+			got := f32s(x2.Bytes(ys[j]))
+			want := kernels.QMV(m, xn)
+			var scale float64
+			for i := range m.Rows {
+				m.DequantRow(i, row)
+				var mag float64
+				for c, w := range row {
+					mag += math.Abs(float64(w) * float64(xn[c]))
+				}
+				scale = max(scale, mag, math.Abs(float64(y0s[j][i])))
+				want[i] += y0s[j][i] // zero unless add
+			}
+			for i := range want {
+				if math.IsNaN(float64(got[i])) {
+					return math.NaN(), fmt.Errorf("matrix %d row %d: NaN (not written?)", j, i)
+				}
+				worst = max(worst, math.Abs(float64(got[i])-float64(want[i]))/scale)
+			}
+		}
+		return worst, nil
+	}}
+}
+
+// ---- embed, rmsnorm, conv ---------------------------------------------------------------------
+
+func checkEmbed(e *env) (float64, error) {
+	const V, H, token = 1000, 2048, 777
+	m := randQ(e.r, V, H, 4)
+	b := newPB()
+	bs := map[int]int{}
+	b.qm("embed", m, bs, 0)
+	bs[3] = b.in("step", []uint32{17, token})
+	bs[4] = b.out("out", 4*H)
+	b.add(dispatch{kernel: "embed_q4", consts: map[int]any{kernels.EmbedHidden: H, kernels.EmbedVocab: V}, binds: bs,
+		threadgroups: [3]int{(kernels.EmbedThreadsGrid(H) + kernels.EmbedThreads - 1) / kernels.EmbedThreads}, group: kernels.EmbedThreads})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(x.Bytes(bs[4])), kernels.Embed(m, token)), nil
+}
+
+func checkRMSNorm(e *env) (float64, error) {
+	const H = 2048
+	xs, d, w := randFloats(e.r, H, 3), randFloats(e.r, H, 1), randGain(e.r, H)
+	b := newPB()
+	bs := map[int]int{0: b.in("x", xs), 1: b.in("d", d), 2: b.in("w", w), 3: b.out("res", 4*H), 4: b.out("out", 4*H)}
+	b.add(dispatch{kernel: "add_rmsnorm", consts: map[int]any{kernels.RMSNormWidth: H, kernels.RMSNormEps: float32(eps)}, binds: bs,
+		threadgroups: [3]int{1}, group: kernels.RMSNormThreads})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	res, out := make([]float32, H), make([]float32, H)
+	kernels.AddRMSNorm(res, out, xs, d, w, eps)
+	if re := relErr(f32s(x.Bytes(bs[3])), res); re != 0 {
+		return math.NaN(), fmt.Errorf("residual differs (relative %.2g), want exact", re)
+	}
+	return relErr(f32s(x.Bytes(bs[4])), out), nil
+}
+
+func checkConv(e *env) (float64, error) {
+	C := gdnShape.Channels()
+	taps, window, xs := randFloats(e.r, C*kernels.ConvKernel, 0.5), randFloats(e.r, (kernels.ConvKernel-1)*C, 1), randFloats(e.r, C, 1)
+	b := newPB()
+	bs := map[int]int{0: b.in("x", xs), 1: b.in("taps", taps), 2: b.inout("window", window), 3: b.out("u", 4*C)}
+	b.add(dispatch{kernel: "conv1d_step", consts: map[int]any{kernels.ConvChannels: C}, binds: bs,
+		threadgroups: [3]int{(C + kernels.ConvThreads - 1) / kernels.ConvThreads}, group: kernels.ConvThreads})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	u := make([]float32, C)
+	kernels.Conv1DStep(u, window, taps, xs)
+	if we := relErr(f32s(x.Bytes(bs[2])), window); we != 0 {
+		return math.NaN(), fmt.Errorf("window differs (relative %.2g), want exact", we)
+	}
+	return relErr(f32s(x.Bytes(bs[3])), u), nil
+}
+
+// ---- Gated DeltaNet -----------------------------------------------------------------------------
+
+func gdnInputs(r *rand.Rand, s kernels.GDNShape) (p kernels.GDNParams, state, z, a, bb []float32) {
+	p = kernels.GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: eps}
+	for i := range p.ALog {
+		p.ALog[i] = float32(math.Log(1 + 15*r.Float64()))
+	}
+	for i := range p.NormW {
+		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
+	}
+	state = randFloats(r, s.StateLen(), 0.1)
+	z, a, bb = randFloats(r, s.HV*s.DV, 1), randFloats(r, s.HV, 1), randFloats(r, s.HV, 1)
+	a[0], a[len(a)-1] = 25, -30 // both softplus special cases
+	return
+}
+
+func gdnConsts(s kernels.GDNShape) map[int]any {
+	return map[int]any{kernels.GDNKeyHeads: s.HK, kernels.GDNValueHeads: s.HV, kernels.GDNKeyDim: s.DK, kernels.GDNValueDim: s.DV, kernels.GDNEps: float32(eps)}
+}
+
+func checkGDN(e *env) (float64, error) {
+	s := gdnShape
+	p, state, z, a, bb := gdnInputs(e.r, s)
+	qkv := randFloats(e.r, s.Channels(), 1)
+	b := newPB()
+	bs := map[int]int{0: b.in("qkv", qkv), 1: b.in("z", z), 2: b.in("a", a), 3: b.in("b", bb), 4: b.in("A_log", p.ALog),
+		5: b.in("dt_bias", p.DtBias), 6: b.in("norm", p.NormW), 7: b.inout("state", state), 8: b.out("y", 4*s.HV*s.DV)}
+	b.add(dispatch{kernel: "gdn_step", consts: gdnConsts(s), binds: bs, tgMem: map[int]int{0: s.ThreadgroupMem()},
+		threadgroups: [3]int{s.HV}, group: 32 * kernels.GDNSimdgroups})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	y := make([]float32, s.HV*s.DV)
+	kernels.GDNStep(s, p, state, y, qkv, z, a, bb)
+	return nanMax(relErr(f32s(x.Bytes(bs[8])), y), relErr(f32s(x.Bytes(bs[7])), state)), nil
+}
+
+func checkGDNConv(e *env) (float64, error) {
+	s := gdnShape
+	C := s.Channels()
+	p, state, z, a, bb := gdnInputs(e.r, s)
+	taps, window, xs := randFloats(e.r, C*kernels.ConvKernel, 0.5), randFloats(e.r, (kernels.ConvKernel-1)*C, 1), randFloats(e.r, C, 1)
+	b := newPB()
+	bs := map[int]int{
+		kernels.GDNConvX: b.in("x", xs), kernels.GDNConvZ: b.in("z", z), kernels.GDNConvA: b.in("a", a), kernels.GDNConvB: b.in("b", bb),
+		kernels.GDNConvALog: b.in("A_log", p.ALog), kernels.GDNConvDtBias: b.in("dt_bias", p.DtBias), kernels.GDNConvNormW: b.in("norm", p.NormW),
+		kernels.GDNConvState: b.inout("state", state), kernels.GDNConvY: b.out("y", 4*s.HV*s.DV), kernels.GDNConvTaps: b.in("taps", taps),
+		kernels.GDNConvWinIn: b.in("win_in", window), kernels.GDNConvWinOut: b.out("win_out", 4*len(window)),
+	}
+	b.add(dispatch{kernel: "gdn_conv_step", consts: gdnConsts(s), binds: bs, tgMem: s.GDNConvTGMem(),
+		threadgroups: [3]int{s.HV}, group: 32 * kernels.GDNSimdgroups})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	win := slices.Clone(window)
+	y := make([]float32, s.HV*s.DV)
+	kernels.GDNConvStep(s, p, state, y, win, taps, xs, z, a, bb)
+	if we := relErr(f32s(x.Bytes(bs[kernels.GDNConvWinOut])), win); we != 0 {
+		return math.NaN(), fmt.Errorf("out window differs (relative %.2g), want exact", we)
+	}
+	if !slices.Equal(f32s(x.Bytes(bs[kernels.GDNConvWinIn])), window) {
+		return math.NaN(), fmt.Errorf("the in window was written")
+	}
+	return nanMax(relErr(f32s(x.Bytes(bs[kernels.GDNConvY])), y), relErr(f32s(x.Bytes(bs[kernels.GDNConvState])), state)), nil
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+func bf16Steps(a, b uint16) int {
+	ia, ib := int(int16(a)), int(int16(b))
+	if ia < 0 {
+		ia = math.MinInt16 - ia
+	}
+	if ib < 0 {
+		ib = math.MinInt16 - ib
+	}
+	if ia > ib {
+		return ia - ib
+	}
+	return ib - ia
+}
+
+func checkRope(e *env) (float64, error) {
+	s, r := attnShape, e.r
+	const pos = 300
+	p := kernels.AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: kernels.RopeInvFreq(s.RotaryDim, 1e7), Eps: eps}
+	for i := range p.QNorm {
+		p.QNorm[i], p.KNorm[i] = 1+0.2*float32(r.NormFloat64()), 1+0.2*float32(r.NormFloat64())
+	}
+	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
+	k, v := randFloats(r, s.KVHeads*s.HeadDim, 1), randFloats(r, s.KVHeads*s.HeadDim, 1)
+	kWant, vWant := make([]uint16, s.CacheLen()), make([]uint16, s.CacheLen())
+	for i := range kWant {
+		kWant[i], vWant[i] = 0xFFFF, 0xFFFF
+	}
+	b := newPB()
+	bs := map[int]int{0: b.in("qg", qg), 1: b.in("k", k), 2: b.in("v", v), 3: b.in("q_norm", p.QNorm), 4: b.in("k_norm", p.KNorm),
+		5: b.in("inv_freq", p.InvFreq), 6: b.in("step", []uint32{pos, 7}), 7: b.out("q_rot", 4*s.Heads*s.HeadDim),
+		8: b.inout("k_cache", kWant), 9: b.inout("v_cache", vWant)}
+	b.add(dispatch{kernel: "attn_qk_rope_kv", consts: s.Constants(eps), binds: bs, threadgroups: [3]int{s.Heads + s.KVHeads}, group: kernels.AttnRopeThreads})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	qWant := kernels.AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
+	kGot, vGot := u16s(x.Bytes(bs[8])), u16s(x.Bytes(bs[9]))
+	for i := range vWant {
+		if vGot[i] != vWant[i] {
+			return math.NaN(), fmt.Errorf("V cache [%d] = %#x, want %#x", i, vGot[i], vWant[i])
+		}
+		if (kGot[i] == 0xFFFF) != (kWant[i] == 0xFFFF) {
+			return math.NaN(), fmt.Errorf("K cache [%d] = %#x, want %#x (written where it should not be, or not written)", i, kGot[i], kWant[i])
+		}
+		if d := bf16Steps(kGot[i], kWant[i]); d > 2 {
+			return math.NaN(), fmt.Errorf("K cache [%d] = %#x, want %#x: %d bf16 steps apart, at most 2 allowed", i, kGot[i], kWant[i], d)
+		}
+	}
+	return relErr(f32s(x.Bytes(bs[7])), qWant), nil
+}
+
+func checkAttnDecode(e *env) (float64, error) {
+	s, r := attnShape, e.r
+	const n = 300
+	cache := func() []uint16 {
+		c := make([]uint16, s.CacheLen())
+		for kvh := range s.KVHeads {
+			for j := range s.MaxCtx {
+				base := (kvh*s.MaxCtx + j) * s.HeadDim
+				for d := range s.HeadDim {
+					c[base+d] = 0xFFFF // NaN past pos: reading it poisons the output
+					if j < n {
+						c[base+d] = quant.F32ToBF16(float32(r.NormFloat64()))
+					}
+				}
+			}
+		}
+		return c
+	}
+	kc, vc := cache(), cache()
+	q, qg := randFloats(r, s.Heads*s.HeadDim, 2.5), randFloats(r, s.Heads*2*s.HeadDim, 1)
+	splits := kernels.AttnSplits(s.MaxCtx)
+	oLen, mlLen := s.AttnPartialLens(splits)
+	b := newPB()
+	bq, bk, bv, step := b.in("q", q), b.in("k_cache", kc), b.in("v_cache", vc), b.in("step", []uint32{n - 1, 3})
+	bo, bml, bqg, out := b.out("o_part", 4*oLen), b.out("ml_part", 4*mlLen), b.in("qg", qg), b.out("out", 4*s.Heads*s.HeadDim)
+	consts := s.AttnDecodeConstants(splits)
+	b.add(dispatch{kernel: "attn_decode_partial", consts: consts, binds: map[int]int{0: bq, 1: bk, 2: bv, 3: step, 4: bo, 5: bml},
+		tgMem: map[int]int{0: s.AttnPartialThreadgroupMem()}, threadgroups: [3]int{s.KVHeads, splits}, group: s.AttnPartialThreads()})
+	b.add(dispatch{kernel: "attn_decode_combine", consts: consts, binds: map[int]int{0: bo, 1: bml, 2: bqg, 3: step, 4: out},
+		threadgroups: [3]int{s.Heads}, group: kernels.AttnCombineThreads, barrier: true})
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(x.Bytes(out)), kernels.AttnDecode(s, n-1, q, qg, kc, vc)), nil
+}
+
+// ---- MoE ----------------------------------------------------------------------------------------
+
+// routeErr compares the kernel's routing with the reference's: ids in the same order, except
+// that an id may differ from the reference's when their probabilities tie within routerTol (a
+// near-tie fast math may break either way); the error is max |weight difference|.
+func routeErr(ids []uint32, weights []float32, logits []float32, shared float32, k int) (float64, error) {
+	wantIDs, wantW := kernels.MoERoute(logits, shared, k)
+	if !slices.Equal(ids, wantIDs) {
+		// probabilities of every expert, as MoERoute computes them
+		_, all := kernels.MoERoute(logits, shared, len(logits))
+		order, _ := kernels.MoERoute(logits, shared, len(logits))
+		p := make([]float32, len(logits))
+		for i, id := range order {
+			p[id] = all[i]
+		}
+		for i := range ids {
+			if int(ids[i]) >= len(p) || math.Abs(float64(p[ids[i]]-p[wantIDs[i]])) > routerTol {
+				return math.NaN(), fmt.Errorf("expert ids %v, want %v", ids, wantIDs)
+			}
+		}
+	}
+	return absErr(weights, wantW), nil
+}
+
+func checkRouter(e *env, norm bool) (float64, error) {
+	s, r := moeRouter, e.r
+	mo := &model.MoE{Router: randQ(r, s.E, s.H, 8), SharedExpertGate: randQ(r, 1, s.H, 8)}
+	x, gain := randFloats(r, s.H, 1), randGain(r, s.H)
+	b := newPB()
+	bs := map[int]int{6: b.in("x", x), 7: b.out("ids", 4*s.K), 8: b.out("weights", 4*(s.K+1))}
+	b.qm("router", mo.Router, bs, 0)
+	b.qm("shared_gate", mo.SharedExpertGate, bs, 3)
+	kernel, consts, xn := "moe_router", s.Constants(), x
+	if norm {
+		kernel, consts, xn = "moe_router_norm", s.NormConstants(eps), normed(x, gain)
+		bs[kernels.MoERouterGain] = b.in("gain", gain)
+	}
+	b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: [3]int{1}, group: kernels.MoERouterThreads})
+	ex, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	logits, shared := kernels.MoERouterLogits(mo, xn)
+	return routeErr(u32s(ex.Bytes(bs[7])), f32s(ex.Bytes(bs[8])), logits, shared, s.K)
+}
+
+func randIDs(r *rand.Rand, s kernels.MoEShape) []uint32 {
+	var ids []uint32
+	for _, e := range r.Perm(s.E)[:s.K] {
+		ids = append(ids, uint32(e))
+	}
+	return ids
+}
+
+func checkGateUp(e *env, norm bool) (float64, error) {
+	s, r := moeSmall, e.r
+	mo := &model.MoE{Gate: randQ(r, s.E*s.I, s.H, 4), Up: randQ(r, s.E*s.I, s.H, 4), SharedGate: randQ(r, s.SI, s.H, 4), SharedUp: randQ(r, s.SI, s.H, 4)}
+	ids, x, gain := randIDs(r, s), randFloats(r, s.H, 1), randGain(r, s.H)
+	b := newPB()
+	bs := map[int]int{0: b.in("ids", ids), 13: b.in("x", x), 14: b.out("act", 4*s.ActLen())}
+	b.qm("gate", mo.Gate, bs, 1)
+	b.qm("up", mo.Up, bs, 4)
+	b.qm("shared_gate", mo.SharedGate, bs, 7)
+	b.qm("shared_up", mo.SharedUp, bs, 10)
+	kernel, consts, xn := "moe_gate_up", s.Constants(), x
+	if norm {
+		kernel, consts, xn = "moe_gate_up_norm", s.NormConstants(eps), normed(x, gain)
+		bs[kernels.MoEGateUpGain] = b.in("gain", gain)
+	}
+	b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: s.GateUpThreadgroups(), group: kernels.MoEThreads})
+	ex, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(ex.Bytes(bs[14])), kernels.MoEGateUp(mo, s, ids, xn)), nil
+}
+
+func checkDown(e *env) (float64, error) {
+	s, r := moeSmall, e.r
+	mo := &model.MoE{Down: randQ(r, s.E*s.H, s.I, 4), SharedDown: randQ(r, s.H, s.SI, 4)}
+	ids := randIDs(r, s)
+	weights := make([]float32, s.K+1)
+	for i := range weights {
+		weights[i] = float32(r.Float64())
+	}
+	act, res0 := randFloats(r, s.ActLen(), 1), randFloats(r, s.H, 1)
+	b := newPB()
+	bs := map[int]int{0: b.in("ids", ids), 1: b.in("weights", weights), 8: b.in("act", act), 9: b.inout("res", res0)}
+	b.qm("down", mo.Down, bs, 2)
+	b.qm("shared_down", mo.SharedDown, bs, 5)
+	b.add(dispatch{kernel: "moe_down_combine", consts: s.Constants(), binds: bs, threadgroups: s.DownThreadgroups(), group: kernels.MoEThreads})
+	ex, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	want := slices.Clone(res0)
+	kernels.MoEDownCombine(mo, s, ids, weights, act, want, true)
+	got := f32s(ex.Bytes(bs[9]))
+	var diff, scale float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) {
+			return math.NaN(), fmt.Errorf("res[%d] is NaN", i)
+		}
+		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
+		scale = max(scale, math.Abs(float64(want[i])-float64(res0[i])))
+	}
+	return diff / scale, nil
+}
+
+// ---- selection ----------------------------------------------------------------------------------
+
+// modelLogits are logits with a bulk near 0 and a few strong candidates, as a model produces.
+func modelLogits(r *rand.Rand, x []float32) {
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 2)
+	}
+	for range 6 {
+		x[r.IntN(len(x))] = float32(15 + r.NormFloat64()*3)
+	}
+}
+
+func checkArgmax(e *env) (float64, error) {
+	const n = 248320
+	groups := kernels.ArgmaxDefaultGroups
+	x := make([]float32, n+64)
+	modelLogits(e.r, x)
+	for i := n; i < len(x); i++ {
+		x[i] = 1e30 // past the vocab limit: never chosen
+	}
+	b := newPB()
+	logits, partial, step := b.in("logits", x), b.out("partial", 8*groups), b.inout("step", []uint32{9, 77})
+	params, state := b.in("params", kernels.SampleParams{}.Words()), b.in("state", []uint32{0})
+	c := map[int]any{kernels.ArgmaxVocab: n, kernels.ArgmaxGroups: groups}
+	b.add(dispatch{kernel: "argmax_partial", consts: c, binds: map[int]int{0: logits, 1: partial}, threadgroups: [3]int{groups}, group: kernels.ArgmaxThreads})
+	b.add(dispatch{kernel: "argmax_final", consts: c, binds: map[int]int{0: partial, 1: step, 2: params, 3: state}, threadgroups: [3]int{1}, group: kernels.ArgmaxThreads, barrier: true})
+	ex, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	st := u32s(ex.Bytes(step))
+	if st[0] != 10 {
+		return math.NaN(), fmt.Errorf("step.pos 9 -> %d, want 10", st[0])
+	}
+	if want := kernels.Argmax(x, n); int(st[1]) != want {
+		return 1, fmt.Errorf("chose id %d, want %d", st[1], want)
+	}
+	return 0, nil
+}
+
+func checkSample(e *env) (float64, error) {
+	const n, chunk, steps, pos0 = 65536, kernels.SampleDefaultChunk, 3, 41
+	seed := e.r.Uint64()
+	p := sample.Params{Temperature: 1, TopP: 0.95, TopK: 20, PresencePenalty: 1.5, VocabLimit: n, Seed: &seed}
+	prompt := []int{1, 5, 5, n - 1, 4242}
+	setup, err := kernels.NewSampleSetup(p, prompt, n, pos0, 64)
+	if err != nil {
+		return math.NaN(), err
+	}
+	cpu := sample.New(p, prompt)
+	bias, pen := setup.Bias, setup.Pen
+	if bias == nil {
+		bias = []float32{0}
+	}
+	if pen == nil {
+		pen = []float32{0}
+	}
+	b := newPB()
+	logits := b.in("logits", make([]float32, n+3))
+	params, state, bb, pt := b.in("params", setup.Params.Words()), b.inout("state", setup.State), b.in("bias", bias), b.in("penalties", pen)
+	adj, cand := b.out("adjusted", 4*n), b.out("candidates", 8*kernels.SampleCandLen(n, chunk))
+	step, stat := b.inout("step", []uint32{pos0, 0}), b.out("status", 4)
+	c := map[int]any{kernels.SampleVocab: n, kernels.SampleChunk: chunk, kernels.SampleProbeOp: 0}
+	b.add(dispatch{kernel: "sample_penalties", consts: c, binds: map[int]int{0: logits, 1: params, 2: state, 3: bb, 4: pt, 5: adj},
+		threadgroups: [3]int{(n + kernels.SamplePenaltyThreads - 1) / kernels.SamplePenaltyThreads}, group: kernels.SamplePenaltyThreads})
+	b.add(dispatch{kernel: "sample_select", consts: c, binds: map[int]int{0: adj, 1: params, 2: cand},
+		threadgroups: [3]int{kernels.SampleGroups(n, chunk)}, group: kernels.SampleThreads, barrier: true})
+	b.add(dispatch{kernel: "sample_final", consts: c, binds: map[int]int{1: params, 2: cand, 3: step, 4: state, 5: stat},
+		threadgroups: [3]int{1}, group: kernels.SampleThreads, barrier: true})
+	x := make([]float32, n+3)
+	wrong := 0
+	var firstErr error
+	errStop := errors.New("stop")
+	_, err = b.run(e, steps, func(ex *exec.Executor, s int) {
+		modelLogits(e.r, x)
+		for i := n; i < len(x); i++ {
+			x[i] = 1e30
+		}
+		copy(ex.Bytes(logits), enc(x))
+	}, func(ex *exec.Executor, s int) error {
+		want := cpu.Next(x).ID
+		st := u32s(ex.Bytes(step))
+		if st[0] != uint32(pos0+s+1) {
+			return fmt.Errorf("step %d: step.pos %d, want %d", s, st[0], pos0+s+1)
+		}
+		if status := u32s(ex.Bytes(stat))[0]; status != 0 {
+			return fmt.Errorf("step %d: status %#x, want 0 (no CPU redo at top-k 20)", s, status)
+		}
+		if int(st[1]) != want {
+			wrong++
+			firstErr = fmt.Errorf("step %d: chose id %d, engine/sample chose %d", s, st[1], want)
+			return errStop // the token states now differ: stop comparing
+		}
+		return nil
+	})
+	if firstErr != nil {
+		return float64(wrong), firstErr
+	}
+	if err != nil {
+		return math.NaN(), err
+	}
+	return float64(wrong), firstErr
+}

@@ -1,0 +1,362 @@
+// Package selftest checks Lily's Metal kernels on a device against their Go references, and the
+// whole GPU decode step against engine/cpu on a tiny checkpoint. It is device-agnostic: `lily
+// doctor --selftest` runs it on the real GPU (macOS), CI runs it on the MSL emulator (Linux).
+//
+// Each kernel check builds a one- or few-dispatch plan.Plan at a moderate shape (production widths
+// where cheap), fills the inputs with seeded random data through exec.Executor.Bytes, runs one
+// Step and compares the outputs with the kernel's Go reference (metal/kernels). Output buffers are
+// pre-filled with 0xFF, so an element the kernel does not write reads as NaN and fails the check.
+//
+// Tolerances are the kernels' own test tolerances (measured on the emulator: IEEE float32, libm),
+// loosened where Metal's fast math (approximate exp/rsqrt/sin/cos, FMA contraction,
+// reassociation) may legitimately differ; each check documents its own.
+package selftest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// KernelFiles are every kernel source the checks use (a superset of metal/decode's).
+var KernelFiles = []string{"argmax.metal", "attn_decode.metal", "attn_rope.metal", "conv.metal", "embed.metal",
+	"gdn.metal", "gdn_conv.metal", "moe.metal", "qmv.metal", "rmsnorm.metal", "sample.metal"}
+
+// Sources maps each file of KernelFiles to its text (the argument of exec.NewMetalDevice).
+func Sources() map[string]string {
+	m := map[string]string{}
+	for _, n := range KernelFiles {
+		m[n] = kernels.Source(n)
+	}
+	return m
+}
+
+// Result is the outcome of one check.
+type Result struct {
+	Kernel     string        // the check's name: the kernel(s) it runs, and a mode
+	Shape      string        // what it ran on
+	Pass       bool          // ran without error and WorstError <= Tolerance
+	WorstError float64       // the check's error measure (each check defines it)
+	Tolerance  float64       // the largest WorstError that passes
+	Duration   time.Duration // building the plan, the inputs, the run and the comparison
+	Err        error         // the check could not run, or failed a structural test (unwritten output, wrong id)
+}
+
+// GPUBackend makes the GPU decode backend for a checkpoint (decode.NewMetal or decode.NewEmu).
+type GPUBackend func(w *model.Weights) (backend.Backend, error)
+
+// Options configure Run.
+type Options struct {
+	Seed uint64 // random inputs (0: 1)
+	// Only, when set, names the checks to run (Result.Kernel); the end-to-end check is "e2e".
+	Only []string
+	// Weights and GPU enable the end-to-end check: GPU(Weights) against engine/cpu on Weights.
+	Weights *model.Weights
+	GPU     GPUBackend
+	E2E     E2EOptions
+	// Progress, when set, is called after each check.
+	Progress func(Result)
+
+	// corrupt, for tests, alters a check's output buffers after the step, before the comparison.
+	corrupt func(check string, out []byte)
+}
+
+// check is one kernel check: run returns the worst error and an error for structural failures.
+type check struct {
+	name, shape string
+	tol         float64
+	run         func(c *env) (float64, error)
+}
+
+// env is what a check runs with.
+type env struct {
+	dev     exec.Device
+	r       *rand.Rand
+	name    string
+	corrupt func(string, []byte)
+}
+
+// Names lists the kernel checks Run performs, in order (the end-to-end check, "e2e", comes last).
+func Names() []string {
+	var out []string
+	for _, c := range checks() {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// Run performs every kernel check on dev, then the end-to-end check when opts has Weights and GPU.
+// A cancelled ctx stops before the next check.
+func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
+	seed := opts.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	want := func(name string) bool {
+		if len(opts.Only) == 0 {
+			return true
+		}
+		for _, n := range opts.Only {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	var out []Result
+	emit := func(r Result) {
+		out = append(out, r)
+		if opts.Progress != nil {
+			opts.Progress(r)
+		}
+	}
+	for i, c := range checks() {
+		if !want(c.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			emit(Result{Kernel: c.name, Shape: c.shape, Tolerance: c.tol, Err: err})
+			continue
+		}
+		e := &env{dev: dev, r: rand.New(rand.NewPCG(seed, uint64(i))), name: c.name, corrupt: opts.corrupt}
+		start := time.Now()
+		worst, err := runCheck(c, e)
+		r := Result{Kernel: c.name, Shape: c.shape, WorstError: worst, Tolerance: c.tol, Duration: time.Since(start), Err: err}
+		r.Pass = err == nil && worst <= c.tol // NaN fails
+		emit(r)
+	}
+	if opts.Weights != nil && opts.GPU != nil && want("e2e") {
+		if err := ctx.Err(); err != nil {
+			emit(Result{Kernel: "e2e", Err: err})
+		} else {
+			emit(EndToEnd(ctx, opts.Weights, opts.GPU, opts.E2E))
+		}
+	}
+	return out
+}
+
+// runCheck turns a panic in a check (a reference given a bad shape) into its error.
+func runCheck(c check, e *env) (worst float64, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			worst, err = math.NaN(), fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return c.run(e)
+}
+
+// Failed counts the results that did not pass.
+func Failed(rs []Result) int {
+	n := 0
+	for _, r := range rs {
+		if !r.Pass {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- plan building ----------------------------------------------------------------------------
+
+// pb builds a small plan with its input data.
+type pb struct {
+	p       plan.Plan
+	data    map[int][]byte // initial contents
+	outputs []int          // buffers the comparison reads (corrupted by tests)
+}
+
+func newPB() *pb { return &pb{data: map[int][]byte{}} }
+
+// in declares a buffer holding v ([]float32, []uint32, []uint16).
+func (b *pb) in(name string, v any) int {
+	raw := enc(v)
+	b.p.Buffers = append(b.p.Buffers, plan.Buffer{Name: name, Size: int64(max(len(raw), 4)), Kind: plan.Activations})
+	i := len(b.p.Buffers) - 1
+	b.data[i] = raw
+	return i
+}
+
+// inout declares a buffer holding v that the kernels update (compared afterwards).
+func (b *pb) inout(name string, v any) int {
+	i := b.in(name, v)
+	b.outputs = append(b.outputs, i)
+	return i
+}
+
+// out declares an output of n bytes, pre-filled with 0xFF (NaN floats) so unwritten elements show.
+func (b *pb) out(name string, n int) int {
+	raw := make([]byte, n)
+	for i := range raw {
+		raw[i] = 0xFF
+	}
+	b.p.Buffers = append(b.p.Buffers, plan.Buffer{Name: name, Size: int64(n), Kind: plan.Activations})
+	i := len(b.p.Buffers) - 1
+	b.data[i] = raw
+	b.outputs = append(b.outputs, i)
+	return i
+}
+
+// qm declares a quantized matrix's three buffers and binds them at first, first+1, first+2 of bs.
+func (b *pb) qm(name string, m qmatrix, bs map[int]int, first int) {
+	bs[first], bs[first+1], bs[first+2] = b.in(name+".w", m.Words), b.in(name+".s", m.Scales), b.in(name+".b", m.Biases)
+}
+
+type dispatch struct {
+	kernel       string
+	consts       map[int]any
+	binds        map[int]int
+	tgMem        map[int]int
+	threadgroups [3]int
+	group        int
+	barrier      bool
+}
+
+func (b *pb) add(d dispatch) {
+	bs := map[int]plan.Binding{}
+	for idx, buf := range d.binds {
+		bs[idx] = plan.Binding{Buffer: buf}
+	}
+	tg := d.threadgroups
+	for i := range tg {
+		tg[i] = max(tg[i], 1)
+	}
+	b.p.Dispatches = append(b.p.Dispatches, plan.Dispatch{
+		Kernel: d.kernel, Constants: d.consts, Buffers: bs, ThreadgroupMem: d.tgMem,
+		Threadgroups: tg, Group: [3]int{d.group, 1, 1}, Barrier: d.barrier,
+	})
+}
+
+// run makes the executor, uploads the data, runs steps steps (before(i) first, when set) and
+// applies the test corruption to the outputs.
+func (b *pb) run(e *env, steps int, before func(x *exec.Executor, step int), after func(x *exec.Executor, step int) error) (*exec.Executor, error) {
+	x, err := exec.New(e.dev, &b.p)
+	if err != nil {
+		return nil, err
+	}
+	for i, raw := range b.data {
+		copy(x.Bytes(i), raw)
+	}
+	for s := range steps {
+		if before != nil {
+			before(x, s)
+		}
+		if err := x.Step(); err != nil {
+			return nil, err
+		}
+		if e.corrupt != nil {
+			for _, o := range b.outputs {
+				e.corrupt(e.name, x.Bytes(o))
+			}
+		}
+		if after != nil {
+			if err := after(x, s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return x, nil
+}
+
+// ---- encoding and comparison ------------------------------------------------------------------
+
+func enc(v any) []byte {
+	switch s := v.(type) {
+	case []float32:
+		out := make([]byte, 4*len(s))
+		for i, f := range s {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+		}
+		return out
+	case []uint32:
+		out := make([]byte, 4*len(s))
+		for i, w := range s {
+			binary.LittleEndian.PutUint32(out[4*i:], w)
+		}
+		return out
+	case []uint16:
+		out := make([]byte, 2*len(s))
+		for i, w := range s {
+			binary.LittleEndian.PutUint16(out[2*i:], w)
+		}
+		return out
+	}
+	panic(fmt.Sprintf("selftest: cannot encode %T", v))
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func u32s(b []byte) []uint32 {
+	out := make([]uint32, len(b)/4)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return out
+}
+
+func u16s(b []byte) []uint16 {
+	out := make([]uint16, len(b)/2)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
+	return out
+}
+
+func randFloats(r *rand.Rand, n int, scale float32) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(r.NormFloat64()) * scale
+	}
+	return s
+}
+
+// relErr is max|got-want| / max|want| (max|got-want| when want is all zero); NaN when got holds
+// a NaN (an unwritten or poisoned element).
+func relErr(got, want []float32) float64 {
+	var diff, scale float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) {
+			return math.NaN()
+		}
+		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
+		scale = max(scale, math.Abs(float64(want[i])))
+	}
+	if scale == 0 {
+		return diff
+	}
+	return diff / scale
+}
+
+// absErr is max|got-want|, NaN when got holds a NaN.
+func absErr(got, want []float32) float64 {
+	var d float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) {
+			return math.NaN()
+		}
+		d = max(d, math.Abs(float64(got[i])-float64(want[i])))
+	}
+	return d
+}
+
+// nanMax is max that propagates NaN (a NaN error must fail the check).
+func nanMax(a, b float64) float64 {
+	if math.IsNaN(a) || math.IsNaN(b) {
+		return math.NaN()
+	}
+	return max(a, b)
+}
