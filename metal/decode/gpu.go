@@ -74,12 +74,13 @@ func (e *GPU) NewSession() backend.Session {
 }
 
 func (e *GPU) newSession() (*Session, error) {
-	x, err := exec.New(e.dev, e.step.Plan)
+	p, rb := withReadback(e.step.Plan)
+	x, err := exec.New(e.dev, p)
 	if err != nil {
 		return nil, err
 	}
 	e.step.Init(x.Bytes)
-	return &Session{e: e, x: x}, nil
+	return &Session{e: e, x: x, plan: p, readback: rb}, nil
 }
 
 // Session is one sequence on a GPU backend.
@@ -87,7 +88,10 @@ type Session struct {
 	e   *GPU
 	x   *exec.Executor
 	pos int
-	err error // the session could not be created
+	err error // the session could not be created, or a step of Generate failed
+
+	plan     *plan.Plan // the step plan plus the readback dispatch (generate.go), this session's own copy
+	readback int        // index of the readback dispatch in plan
 }
 
 // Forward runs the decode step once per token (prefill is token by token for now) and returns

@@ -102,7 +102,14 @@ func (e *emuEncoder) Barrier() {
 	e.group = e.group[:0]
 }
 
+// Commit runs the remaining group: the emulator runs a step to completion when it is committed,
+// which is one of the orders Metal may run committed steps in (commit order).
+func (e *emuEncoder) Commit() { e.Barrier() }
+
+// Wait returns the error of the committed work.
+func (e *emuEncoder) Wait() error { return e.err }
+
 func (e *emuEncoder) Finish() error {
-	e.Barrier()
-	return e.err
+	e.Commit()
+	return e.Wait()
 }

@@ -25,7 +25,10 @@ type Memory interface{ Bytes() []byte }
 // Pipeline is a device's compiled, specialised kernel.
 type Pipeline any
 
-// Encoder records one step's dispatches; Finish submits them and waits.
+// Encoder records one step's dispatches; Commit submits them without waiting, Wait waits for
+// them and returns their error, Finish is Commit then Wait. Work committed on one device runs in
+// commit order (one Metal command queue), so a step may read what the step committed before it
+// wrote without the host waiting in between.
 type Encoder interface {
 	SetPipeline(p Pipeline)
 	SetBuffer(m Memory, offset int64, index int)
@@ -34,6 +37,8 @@ type Encoder interface {
 	// Barrier orders everything encoded before it before everything after it; dispatches
 	// between two barriers may run concurrently.
 	Barrier()
+	Commit()
+	Wait() error
 	Finish() error
 }
 
@@ -92,9 +97,26 @@ func (e *Executor) Bytes(i int) []byte { return e.mem[i].Bytes() }
 
 // Step encodes every dispatch of the plan in order, with its barriers, and runs them.
 func (e *Executor) Step() error {
-	enc, err := e.dev.Begin()
+	p, err := e.Submit()
 	if err != nil {
 		return err
+	}
+	return p.Wait()
+}
+
+// Pending is a submitted step.
+type Pending struct{ enc Encoder }
+
+// Wait waits for the step to complete and returns its error.
+func (p Pending) Wait() error { return p.enc.Wait() }
+
+// Submit encodes every dispatch of the plan, as Step does, and commits them without waiting.
+// The plan is read at Submit time: changing a dispatch's bindings afterwards affects only later
+// submissions.
+func (e *Executor) Submit() (Pending, error) {
+	enc, err := e.dev.Begin()
+	if err != nil {
+		return Pending{}, err
 	}
 	for i := range e.p.Dispatches {
 		d := &e.p.Dispatches[i]
@@ -110,5 +132,6 @@ func (e *Executor) Step() error {
 		}
 		enc.Dispatch(d.Threadgroups, d.Group)
 	}
-	return enc.Finish()
+	enc.Commit()
+	return Pending{enc}, nil
 }

@@ -153,10 +153,20 @@ func (e *metalEncoder) Dispatch(threadgroups, group [3]int) {
 
 func (e *metalEncoder) Barrier() { e.enc.Barrier() }
 
-func (e *metalEncoder) Finish() error {
+// Commit ends the encoder and commits the command buffer; it does not wait.
+func (e *metalEncoder) Commit() {
 	e.enc.End()
 	e.cb.Commit()
+}
+
+// Wait waits for the committed command buffer, releases it and returns its error. Call it once.
+func (e *metalEncoder) Wait() error {
 	e.cb.WaitUntilCompleted()
 	defer e.cb.Release()
 	return e.cb.Err()
+}
+
+func (e *metalEncoder) Finish() error {
+	e.Commit()
+	return e.Wait()
 }

@@ -1,0 +1,164 @@
+//go:build linux
+
+package decode
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lilyformac/lily/engine/model"
+)
+
+// TestGenerate runs Generate on tiny-a after the prompt (one prefill, cloned per case): its
+// tokens are HF's greedy ids and Forward-driven greedy decoding's; a stop id ends it with that
+// token; cancelling from onToken after k tokens returns exactly k; and the session afterwards
+// has consumed every returned token (the state rule), so Forward continues correctly.
+func TestGenerate(t *testing.T) {
+	dir := "../../testdata/golden/tiny-a"
+	g, _, decode := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := newEmu(t, w, EmuOptions{MaxCtx: 128})
+	start := time.Now()
+	base := e.NewSession().(*Session)
+	if _, err := base.Forward(g.PromptIDs, false); err != nil {
+		t.Fatal(err)
+	}
+	P, V := len(g.PromptIDs), g.VocabSize
+	ctx := context.Background()
+
+	// Full greedy run against HF, streaming order checked through onToken.
+	full := base.Clone().(*Session)
+	var streamed []int
+	toks, err := full.Generate(ctx, len(g.GreedyIDs), nil, func(id int) bool { streamed = append(streamed, id); return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(toks, g.GreedyIDs) || !slices.Equal(streamed, toks) {
+		t.Fatalf("Generate %v (streamed %v), HF greedy %v", toks, streamed, g.GreedyIDs)
+	}
+	if full.Pos() != P+len(toks) {
+		t.Fatalf("pos %d after generating %d tokens from %d, want every token consumed", full.Pos(), len(toks), P)
+	}
+
+	// Forward-driven greedy decoding (the GPU's argmax), consuming the same tokens: same ids,
+	// same continuation and bit-identical logits after both.
+	fwd := base.Clone().(*Session)
+	var byForward []int
+	for range len(g.GreedyIDs) {
+		id := fwd.NextToken()
+		byForward = append(byForward, id)
+		if _, err := fwd.Forward([]int{id}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(byForward, toks) {
+		t.Fatalf("Forward-driven greedy %v, Generate %v", byForward, toks)
+	}
+	if fwd.NextToken() != full.NextToken() {
+		t.Fatalf("continuation: Forward %d, Generate %d", fwd.NextToken(), full.NextToken())
+	}
+	a, err := fwd.Forward([]int{7}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := full.Forward([]int{7}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxAbsDiff(a[0], b[0]); d != 0 {
+		t.Fatalf("after the same tokens, Generate's session differs from Forward's by %g", d)
+	}
+
+	// A stop id ends generation with that token (first occurrence of greedy[3]).
+	stop := g.GreedyIDs[3]
+	if slices.Index(g.GreedyIDs, stop) != 3 {
+		t.Fatal("tiny-a's greedy[3] occurs earlier")
+	}
+	s := base.Clone().(*Session)
+	toks, err = s.Generate(ctx, 20, []int{999999, stop}, nil)
+	if err != nil || !slices.Equal(toks, g.GreedyIDs[:4]) || s.Pos() != P+4 {
+		t.Fatalf("stop id %d: tokens %v, pos %d, err %v; want %v, pos %d", stop, toks, s.Pos(), err, g.GreedyIDs[:4], P+4)
+	}
+
+	// maxTokens ends it (nothing in flight then: Generate commits the last token's step itself).
+	s = base.Clone().(*Session)
+	toks, err = s.Generate(ctx, 2, nil, nil)
+	if err != nil || !slices.Equal(toks, g.GreedyIDs[:2]) || s.Pos() != P+2 || s.NextToken() != g.GreedyIDs[2] {
+		t.Fatalf("maxTokens 2: tokens %v, pos %d, next %d, err %v", toks, s.Pos(), s.NextToken(), err)
+	}
+
+	// Cancel from onToken after k tokens: exactly k, ctx's error, and the session continues.
+	const k = 3
+	s = base.Clone().(*Session)
+	cctx, cancel := context.WithCancel(ctx)
+	n := 0
+	toks, err = s.Generate(cctx, 20, nil, func(int) bool {
+		if n++; n == k {
+			cancel()
+		}
+		return false
+	})
+	cancel()
+	if !errors.Is(err, context.Canceled) || !slices.Equal(toks, g.GreedyIDs[:k]) || s.Pos() != P+k {
+		t.Fatalf("cancel after %d: tokens %v, pos %d, err %v", k, toks, s.Pos(), err)
+	}
+	if s.NextToken() != g.GreedyIDs[k] {
+		t.Fatalf("after cancel: next token %d, HF %d", s.NextToken(), g.GreedyIDs[k])
+	}
+	out, err := s.Forward([]int{g.GreedyIDs[k]}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxAbsDiff(out[0], decode[k*V:(k+1)*V]); d > tolerance || argmax(out[0]) != g.GreedyIDs[k+1] {
+		t.Fatalf("Forward after cancel: max |logit − HF| %.3g, greedy %d (HF %d)", d, argmax(out[0]), g.GreedyIDs[k+1])
+	}
+	// Generate continues after the cancelled run.
+	toks, err = s.Generate(ctx, 3, nil, nil)
+	if err != nil || !slices.Equal(toks, g.GreedyIDs[k+1:k+4]) {
+		t.Fatalf("Generate after cancel: %v, %v; HF %v", toks, err, g.GreedyIDs[k+1:k+4])
+	}
+
+	// An already-cancelled context returns the pending token only, consumed.
+	s = base.Clone().(*Session)
+	dead, kill := context.WithCancel(ctx)
+	kill()
+	toks, err = s.Generate(dead, 20, nil, nil)
+	if !errors.Is(err, context.Canceled) || !slices.Equal(toks, g.GreedyIDs[:1]) || s.Pos() != P+1 {
+		t.Fatalf("cancelled context: tokens %v, pos %d, err %v", toks, s.Pos(), err)
+	}
+	t.Logf("tiny-a: %v", time.Since(start))
+}
+
+// TestGenerateLimits: no prompt is an error; a full KV cache ends generation with ErrContextFull
+// and the tokens that fit.
+func TestGenerateLimits(t *testing.T) {
+	dir := "../../testdata/golden/tiny-a"
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := newEmu(t, w, EmuOptions{MaxCtx: 8})
+	s := e.NewSession().(*Session)
+	if _, err := s.Generate(context.Background(), 4, nil, nil); err == nil {
+		t.Fatal("Generate without a prompt succeeded")
+	}
+	if _, err := s.Forward(g.PromptIDs[:5], false); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := s.Generate(context.Background(), 10, nil, nil)
+	if !errors.Is(err, ErrContextFull) || len(toks) != 3 || s.Pos() != 8 {
+		t.Fatalf("full cache: tokens %v, pos %d, err %v", toks, s.Pos(), err)
+	}
+	if _, err := s.Generate(context.Background(), 1, nil, nil); !errors.Is(err, ErrContextFull) {
+		t.Fatalf("Generate on a full cache: %v", err)
+	}
+}
