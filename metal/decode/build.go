@@ -51,6 +51,9 @@ type Step struct {
 type weightSrc struct {
 	buf  int
 	fill func(w *model.Weights, dst []byte) error
+	// view, when set, is the buffer's exact bytes as the checkpoint stores them (a slice of the
+	// mapped file), which a device able to wrap host memory serves without a copy.
+	view func(w *model.Weights) []byte
 }
 
 // constSrc is a small non-weight buffer with fixed contents (the RoPE table, the sampler's
@@ -144,9 +147,12 @@ func (b *builder) matrix(name string, rows, cols, bits int, get func(*model.Weig
 	}})
 	// The three buffers are filled together from the matrix: the checks above run first.
 	b.s.weights = append(b.s.weights,
-		weightSrc{buf: m.words, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Words, name) }},
-		weightSrc{buf: m.scales, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Scales, name) }},
-		weightSrc{buf: m.biases, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Biases, name) }})
+		weightSrc{buf: m.words, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Words, name) },
+			view: func(w *model.Weights) []byte { return bytesOf(get(w).Words) }},
+		weightSrc{buf: m.scales, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Scales, name) },
+			view: func(w *model.Weights) []byte { return bytesOf(get(w).Scales) }},
+		weightSrc{buf: m.biases, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Biases, name) },
+			view: func(w *model.Weights) []byte { return bytesOf(get(w).Biases) }})
 	return m
 }
 
@@ -543,13 +549,30 @@ func hasKind(c *config.Config, k config.LayerKind) bool {
 
 // Upload writes the checkpoint's weights into the Weights buffers (bytes(i) is buffer i's host
 // view) after checking every tensor's shape and bit width against the plan.
-func (s *Step) Upload(w *model.Weights, bytes func(i int) []byte) error {
+func (s *Step) Upload(w *model.Weights, bytes func(i int) []byte, wrapped func(buf int) bool) error {
 	for _, src := range s.weights {
-		if err := src.fill(w, bytes(src.buf)); err != nil {
+		dst := bytes(src.buf)
+		if wrapped != nil && wrapped(src.buf) {
+			dst = nil // served from the checkpoint itself: fill only runs its checks
+		}
+		if err := src.fill(w, dst); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Views are the weight buffers a device can serve straight from the checkpoint, by buffer name.
+func (s *Step) Views(w *model.Weights) map[string][]byte {
+	out := map[string][]byte{}
+	for _, src := range s.weights {
+		if src.view != nil {
+			if v := src.view(w); len(v) == int(s.Plan.Buffers[src.buf].Size) {
+				out[s.Plan.Buffers[src.buf].Name] = v
+			}
+		}
+	}
+	return out
 }
 
 // Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the sequence state, for a fresh executor.

@@ -14,8 +14,12 @@ func bytesOf[T uint16 | uint32 | float32](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
 }
 
-// put copies v into dst, which must be exactly its size.
+// put copies v into dst, which must be exactly its size. A nil dst is a buffer served from the
+// checkpoint itself (Step.Views): nothing to copy.
 func put[T uint16 | uint32 | float32](dst []byte, v []T, name string) error {
+	if dst == nil {
+		return nil
+	}
 	src := bytesOf(v)
 	if len(src) != len(dst) {
 		return fmt.Errorf("decode: %s: %d bytes for a buffer of %d", name, len(src), len(dst))

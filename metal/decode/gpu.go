@@ -44,12 +44,16 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, maxCtx int) (*GPU, e
 		return nil, err
 	}
 	shared := &sharedDevice{Device: dev, weights: map[string]exec.Memory{}, pipes: map[string]exec.Pipeline{}}
+	if _, ok := dev.(exec.Wrapper); ok {
+		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
+	}
 	e := &GPU{name: name, w: w, step: step, dev: shared}
 	x, err := exec.New(shared, step.Plan) // allocates (and from now on shares) the weight buffers
 	if err != nil {
 		return nil, err
 	}
-	if err := step.Upload(w, x.Bytes); err != nil {
+	wrapped := func(buf int) bool { _, ok := shared.weights[step.Plan.Buffers[buf].Name].(exec.View); return ok }
+	if err := step.Upload(w, x.Bytes, wrapped); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -175,6 +179,7 @@ type sharedDevice struct {
 	mu      sync.Mutex
 	weights map[string]exec.Memory
 	pipes   map[string]exec.Pipeline
+	views   map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
 }
 
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
@@ -185,6 +190,14 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	defer d.mu.Unlock()
 	if m, ok := d.weights[b.Name]; ok {
 		return m, nil
+	}
+	if data, ok := d.views[b.Name]; ok {
+		// A failed wrap (e.g. the device refuses the pages) falls back to a copy.
+		if mem, off, err := d.Device.(exec.Wrapper).Wrap(data); err == nil {
+			v := exec.View{Mem: mem, Offset: off, Size: b.Size}
+			d.weights[b.Name] = v
+			return v, nil
+		}
 	}
 	m, err := d.Device.Alloc(b)
 	if err == nil {

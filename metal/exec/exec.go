@@ -22,6 +22,24 @@ type Device interface {
 // Memory is a device buffer.
 type Memory interface{ Bytes() []byte }
 
+// Wrapper is a Device that can serve existing host memory as a buffer without copying it (Metal
+// over the memory-mapped checkpoint). The returned Memory starts at the page boundary below
+// data; offset is where data begins inside it.
+type Wrapper interface {
+	Wrap(data []byte) (m Memory, offset int64, err error)
+}
+
+// View is a Memory that begins offset bytes into another device buffer, as Wrapper returns them;
+// the executor binds the underlying buffer at offset + the binding's own offset.
+type View struct {
+	Mem    Memory
+	Offset int64
+	Size   int64
+}
+
+// Bytes is the view's part of the underlying buffer.
+func (v View) Bytes() []byte { return v.Mem.Bytes()[v.Offset : v.Offset+v.Size] }
+
 // Pipeline is a device's compiled, specialised kernel.
 type Pipeline any
 
@@ -95,6 +113,14 @@ func sortedConstants(c map[int]any) []any {
 // Bytes is the host view of plan buffer i (to upload weights, read logits).
 func (e *Executor) Bytes(i int) []byte { return e.mem[i].Bytes() }
 
+// binding resolves a plan buffer to the device buffer to bind and the offset of its first byte.
+func (e *Executor) binding(i int) (Memory, int64) {
+	if v, ok := e.mem[i].(View); ok {
+		return v.Mem, v.Offset
+	}
+	return e.mem[i], 0
+}
+
 // Step encodes every dispatch of the plan in order, with its barriers, and runs them.
 func (e *Executor) Step() error {
 	p, err := e.Submit()
@@ -125,7 +151,8 @@ func (e *Executor) Submit() (Pending, error) {
 		}
 		enc.SetPipeline(e.pipes[i])
 		for idx, b := range d.Buffers {
-			enc.SetBuffer(e.mem[b.Buffer], b.Offset, idx)
+			m, base := e.binding(b.Buffer)
+			enc.SetBuffer(m, base+b.Offset, idx)
 		}
 		for idx, n := range d.ThreadgroupMem {
 			enc.SetThreadgroupMemory(n, idx)

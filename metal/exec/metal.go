@@ -3,7 +3,9 @@ package exec
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
+	"unsafe"
 
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
@@ -75,6 +77,29 @@ func (m *MetalDevice) Alloc(b plan.Buffer) (Memory, error) {
 		return nil, err
 	}
 	return metalMemory{buf}, nil
+}
+
+// Wrap serves data — a tensor inside the memory-mapped checkpoint — as a no-copy buffer over the
+// whole pages that hold it (the mapping covers whole pages, so rounding out to page boundaries
+// stays inside it). The caller keeps the mapping alive while the buffer is in use.
+func (m *MetalDevice) Wrap(data []byte) (Memory, int64, error) {
+	if len(data) == 0 {
+		return nil, 0, fmt.Errorf("exec: nothing to wrap")
+	}
+	page := uintptr(os.Getpagesize())
+	addr := uintptr(unsafe.Pointer(&data[0]))
+	head := addr & (page - 1)
+	if head%16 != 0 {
+		// The kernels load 16-byte vectors: a tensor at an odd place in the file is copied instead.
+		return nil, 0, fmt.Errorf("exec: tensor at %#x is not 16-byte aligned", addr)
+	}
+	n := (head + uintptr(len(data)) + page - 1) &^ (page - 1)
+	window := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(&data[0]), -int(head))), n)
+	buf, err := m.dev.NewBufferNoCopy(window, mtl.StorageModeShared)
+	if err != nil {
+		return nil, 0, err
+	}
+	return metalMemory{buf}, int64(head), nil
 }
 
 // Pipeline specialises kernel with constants (bool, int, uint32, float32 values).
