@@ -14,6 +14,16 @@ import (
 // emulator (Linux), and the Metal kernels on the GPU (macOS).
 var backends = []string{"cpu", "emu", "metal"}
 
+const backendHelp = "executor: cpu (Go reference), emu (the Metal kernels on the MSL emulator, Linux) or metal (the GPU, macOS; the default there)"
+
+// defaultBackend is metal on macOS, the Go reference elsewhere.
+func defaultBackend() string {
+	if runtime.GOOS == "darwin" {
+		return "metal"
+	}
+	return "cpu"
+}
+
 // openBackend loads the checkpoint in dir for the named backend.
 func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
 	if dir == "" {

@@ -36,3 +36,9 @@ func TestUnknownBackendListsEmu(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+func TestDefaultBackendOffMacOS(t *testing.T) {
+	if got := defaultBackend(); got != "cpu" {
+		t.Fatalf("default backend on linux is %q, want cpu", got)
+	}
+}

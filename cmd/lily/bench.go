@@ -48,7 +48,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory")
-	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu or emu (Linux: the Metal kernels on the MSL emulator)")
+	f.StringVar(&o.backend, "backend", defaultBackend(), backendHelp)
 	f.IntVar(&o.ctx, "ctx", 128, "prompt length (context at the start of decode)")
 	f.IntVar(&o.steps, "decode-steps", 64, "measured greedy decode steps")
 	f.BoolVar(&o.warmup, "warmup", true, "run an exact-shape prefill and one decode step first")

@@ -49,7 +49,7 @@ func newRunCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors)")
-	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
+	f.StringVar(&o.backend, "backend", defaultBackend(), backendHelp)
 	f.StringVar(&o.promptIDs, "prompt-ids", "", "comma-separated prompt token ids")
 	f.StringVar(&o.prompt, "prompt", "", "prompt text, tokenized with the checkpoint's tokenizer.json")
 	f.BoolVar(&o.chat, "chat", false, "with --prompt: send it as a user message through the chat template")

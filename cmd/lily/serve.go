@@ -47,7 +47,7 @@ func newServeCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory")
 	f.BoolVar(&o.demo, "demo", false, "serve the built-in tiny demo model (random weights, real tokenizer and chat template)")
-	f.StringVar(&o.backend, "backend", "cpu", "executor: cpu")
+	f.StringVar(&o.backend, "backend", defaultBackend(), backendHelp)
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind (anything but loopback needs --api-key)")
 	f.IntVar(&o.port, "port", 8000, "port")
 	f.StringVar(&o.apiKey, "api-key", os.Getenv("LILY_API_KEY"), "require this bearer key (default $LILY_API_KEY)")
