@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lilyformac/lily/internal/goldens"
 )
 
 func execute(t *testing.T, args ...string) (string, error) {
@@ -26,15 +27,11 @@ func execute(t *testing.T, args ...string) (string, error) {
 
 func readFloats(t *testing.T, path string) []float32 {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	v, err := goldens.ReadF32(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
+	return v
 }
 
 // TestRunContractAgainstHF drives `lily run` exactly as other tools will and compares its ids and

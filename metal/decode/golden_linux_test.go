@@ -3,18 +3,35 @@
 package decode
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"math"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/internal/goldens"
 	"github.com/lilyformac/lily/metal/emu"
 )
+
+func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32) {
+	t.Helper()
+	g, err := goldens.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, g.Prefill, g.Decode
+}
+
+func readF32(t *testing.T, path string) []float32 {
+	t.Helper()
+	v, err := goldens.ReadF32(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var maxAbsDiff = goldens.MaxAbsDiff
 
 // tolerance bounds max |logit − HF| at every position. The CPU reference (float32 everywhere)
 // matches HF to 2e-3; the decode step stores K and V in bf16 (8 significant bits, relative
@@ -25,51 +42,6 @@ import (
 // 3e-2 leaves ~20% margin over the worst measured row while staying far below the logit gaps
 // that change a greedy choice (which is checked separately, exactly).
 const tolerance = 3e-2
-
-type golden struct {
-	PromptIDs   []int `json:"prompt_ids"`
-	GreedyIDs   []int `json:"greedy_ids"`
-	VocabSize   int   `json:"vocab_size"`
-	DecodeSteps int   `json:"decode_steps"`
-}
-
-func readGolden(t *testing.T, dir string) (golden, []float32, []float32) {
-	t.Helper()
-	var g golden
-	data, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &g); err != nil {
-		t.Fatal(err)
-	}
-	return g, readF32(t, filepath.Join(dir, "prefill_logits.f32")), readF32(t, filepath.Join(dir, "decode_logits.f32"))
-}
-
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
-
-func maxAbsDiff(a, b []float32) float64 {
-	var worst float64
-	for i := range a {
-		d := math.Abs(float64(a[i]) - float64(b[i]))
-		if math.IsNaN(d) {
-			return math.Inf(1)
-		}
-		worst = max(worst, d)
-	}
-	return worst
-}
 
 func argmax(x []float32) int {
 	best := 0
