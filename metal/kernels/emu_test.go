@@ -4,8 +4,6 @@ package kernels
 
 import (
 	"errors"
-	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -57,27 +55,8 @@ func pipeline(t testing.TB, lib *emu.Library, kernel string, constants map[int]a
 	return p
 }
 
-func randFloats(r *rand.Rand, n int, scale float32) []float32 {
-	s := make([]float32, n)
-	for i := range s {
-		s[i] = float32(r.NormFloat64()) * scale
-	}
-	return s
-}
-
-// relErr returns max|got-want| / max|want| (max|got-want| when want is all zero), and a NaN
-// when got holds one.
-func relErr(got, want []float32) float64 {
-	var diff, scale float64
-	for i := range want {
-		if math.IsNaN(float64(got[i])) {
-			return math.NaN()
-		}
-		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
-		scale = max(scale, math.Abs(float64(want[i])))
-	}
-	if scale == 0 {
-		return diff
-	}
-	return diff / scale
-}
+// The kernel checks' random inputs and error measure.
+var (
+	randFloats = RandFloats
+	relErr     = RelErr
+)

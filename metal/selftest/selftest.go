@@ -316,31 +316,6 @@ func u16s(b []byte) []uint16 {
 	return out
 }
 
-func randFloats(r *rand.Rand, n int, scale float32) []float32 {
-	s := make([]float32, n)
-	for i := range s {
-		s[i] = float32(r.NormFloat64()) * scale
-	}
-	return s
-}
-
-// relErr is max|got-want| / max|want| (max|got-want| when want is all zero); NaN when got holds
-// a NaN (an unwritten or poisoned element).
-func relErr(got, want []float32) float64 {
-	var diff, scale float64
-	for i := range want {
-		if math.IsNaN(float64(got[i])) {
-			return math.NaN()
-		}
-		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
-		scale = max(scale, math.Abs(float64(want[i])))
-	}
-	if scale == 0 {
-		return diff
-	}
-	return diff / scale
-}
-
 // absErr is max|got-want|, NaN when got holds a NaN.
 func absErr(got, want []float32) float64 {
 	var d float64
@@ -360,3 +335,9 @@ func nanMax(a, b float64) float64 {
 	}
 	return max(a, b)
 }
+
+// The kernel checks' random inputs and error measure.
+var (
+	randFloats = kernels.RandFloats
+	relErr     = kernels.RelErr
+)
