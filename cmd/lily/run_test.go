@@ -25,14 +25,7 @@ func execute(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func readFloats(t *testing.T, path string) []float32 {
-	t.Helper()
-	v, err := goldens.ReadF32(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+var readFloats = goldens.MustReadF32
 
 // TestRunContractAgainstHF drives `lily run` exactly as other tools will and compares its ids and
 // --logits-out rows with the Hugging Face goldens.

@@ -10,24 +10,14 @@ import (
 )
 
 func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32) {
-	t.Helper()
-	g, err := goldens.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := goldens.MustLoad(t, dir)
 	return g, g.Prefill, g.Decode
 }
 
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	v, err := goldens.ReadF32(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-var maxAbsDiff = goldens.MaxAbsDiff
+var (
+	readF32    = goldens.MustReadF32
+	maxAbsDiff = goldens.MaxAbsDiff
+)
 
 // tolerance is the acceptance bound of |logit − HF| at every position and step.
 const tolerance = 2e-3

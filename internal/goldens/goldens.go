@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // Golden is one checkpoint's reference run.
@@ -74,4 +75,24 @@ func MaxAbsDiff(a, b []float32) float64 {
 		worst = max(worst, d)
 	}
 	return worst
+}
+
+// MustLoad is Load for tests: a failure ends the test.
+func MustLoad(t testing.TB, dir string) *Golden {
+	t.Helper()
+	g, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// MustReadF32 is ReadF32 for tests: a failure ends the test.
+func MustReadF32(t testing.TB, path string) []float32 {
+	t.Helper()
+	v, err := ReadF32(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -14,24 +14,14 @@ import (
 )
 
 func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32) {
-	t.Helper()
-	g, err := goldens.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := goldens.MustLoad(t, dir)
 	return g, g.Prefill, g.Decode
 }
 
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	v, err := goldens.ReadF32(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-var maxAbsDiff = goldens.MaxAbsDiff
+var (
+	readF32    = goldens.MustReadF32
+	maxAbsDiff = goldens.MaxAbsDiff
+)
 
 // tolerance bounds max |logit − HF| at every position. The CPU reference (float32 everywhere)
 // matches HF to 2e-3; the decode step stores K and V in bf16 (8 significant bits, relative
