@@ -333,14 +333,11 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		abortWith(c, badRequest(err.Error(), "top_logprobs"))
 		return
 	}
-	t, err := s.sched.enqueue()
-	if err != nil {
-		abortWith(c, err)
+	t, ctx, done, ok := s.admit(c)
+	if !ok {
 		return
 	}
-	defer t.release()
-	ctx, cancel := contextWithTimeout(c, s.cfg.RequestTimeout)
-	defer cancel()
+	defer done()
 
 	parser := parse.NewStream(parse.Options{PromptEndsInThink: thinking && strings.HasSuffix(text, "<think>\n"), Tools: plan.parsed})
 	g := genRequest{prompt: prompt, maxTokens: maxTokens, params: params, stops: stops, logprobs: logprobs, topLogprobs: top, ticket: t}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -228,6 +227,14 @@ func generationError(ctx context.Context, err error) error {
 	return err
 }
 
-func contextWithTimeout(c *gin.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request.Context(), d)
+// admit takes the request's place in the queue (answering 429 when it is full) and gives it the
+// per-request deadline; done releases both.
+func (s *Server) admit(c *gin.Context) (*ticket, context.Context, func(), bool) {
+	t, err := s.sched.enqueue()
+	if err != nil {
+		abortWith(c, err)
+		return nil, nil, nil, false
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout)
+	return t, ctx, func() { cancel(); t.release() }, true
 }

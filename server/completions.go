@@ -92,14 +92,11 @@ func (s *Server) completions(c *gin.Context) {
 		}
 		params.Logprobs, params.TopLogprobs = true, *req.Logprobs
 	}
-	t, err := s.sched.enqueue()
-	if err != nil {
-		abortWith(c, err)
+	t, ctx, done, ok := s.admit(c)
+	if !ok {
 		return
 	}
-	defer t.release()
-	ctx, cancel := contextWithTimeout(c, s.cfg.RequestTimeout)
-	defer cancel()
+	defer done()
 	g := genRequest{prompt: prompt, maxTokens: maxTokens, params: params, stops: stops, logprobs: req.Logprobs != nil, topLogprobs: params.TopLogprobs, ticket: t}
 	id, created := newID("cmpl-"), time.Now().Unix()
 	lp := &textLogprobs{on: req.Logprobs != nil, tok: m.Tokenizer}
