@@ -10,6 +10,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -84,10 +85,11 @@ func (a *addedSet) find(s string, from int) (start int, tok *added) {
 
 // split calls f for the text between added tokens and appends each token's id, as tokenizers'
 // AddedVocabulary does: single_word tokens must not touch word characters on either side;
-// lstrip/rstrip tokens swallow the white space before/after them.
-func (a *addedSet) split(s string, ids []int, f func(string, []int) []int) []int {
+// lstrip/rstrip tokens swallow the white space before/after them. It stops once ids holds more
+// than limit.
+func (a *addedSet) split(s string, ids []int, limit int, f func(string, []int) []int) []int {
 	start := 0
-	for pos := 0; ; {
+	for pos := 0; len(ids) <= limit; {
 		m, tok := a.find(s, pos)
 		if tok == nil {
 			break
@@ -105,12 +107,14 @@ func (a *addedSet) split(s string, ids []int, f func(string, []int) []int) []int
 			pos = e
 		}
 		if m > start {
-			ids = f(s[start:m], ids)
+			if ids = f(s[start:m], ids); len(ids) > limit {
+				return ids
+			}
 		}
 		ids = append(ids, tok.id)
 		start = e
 	}
-	if start < len(s) {
+	if start < len(s) && len(ids) <= limit {
 		ids = f(s[start:], ids)
 	}
 	return ids
@@ -290,6 +294,15 @@ type scratch struct {
 // Encode returns the ids of text, without adding special tokens. Invalid UTF-8 is first
 // replaced by U+FFFD as Decode does (tokenizers only accepts valid strings).
 func (t *Tokenizer) Encode(text string) []int {
+	ids, _ := t.EncodeLimit(text, math.MaxInt)
+	return ids
+}
+
+// EncodeLimit is Encode that gives up once text is known to have more than limit tokens: it
+// then returns ok=false and a prefix of the ids (more than limit of them). Work and memory stay
+// proportional to the text consumed, so a 15 MB prompt against a 32k context costs a few
+// hundred kilobytes of tokenizing, not the whole text.
+func (t *Tokenizer) EncodeLimit(text string, limit int) (ids []int, ok bool) {
 	if !utf8.ValidString(text) {
 		text = string(appendLossy(nil, []byte(text)))
 	}
@@ -298,30 +311,57 @@ func (t *Tokenizer) Encode(text string) []int {
 		sc = new(scratch)
 	}
 	defer t.scratch.Put(sc)
-	ids := make([]int, 0, len(text)/4+4)
-	return t.raw.split(text, ids, func(s string, ids []int) []int {
+	ids = make([]int, 0, min(len(text)/4, limit)+4)
+	ids = t.raw.split(text, ids, limit, func(s string, ids []int) []int {
 		s = t.normalize(s)
-		return t.normed.split(s, ids, func(s string, ids []int) []int { return t.encodeWords(s, ids, sc) })
+		return t.normed.split(s, ids, limit, func(s string, ids []int) []int { return t.encodeWords(s, ids, sc, limit) })
 	})
+	return ids, len(ids) <= limit
 }
 
-// encodeWords pre-tokenizes normalized text and BPE-encodes each piece.
-func (t *Tokenizer) encodeWords(s string, ids []int, sc *scratch) []int {
-	pieces := append(sc.pieces[:0], s)
-	for _, sp := range t.splits {
-		sc.tmp = sc.tmp[:0]
-		for _, p := range pieces {
-			sc.tmp = sp.split(p, sc.tmp)
+// piecesPerBatch bounds the first pre-tokenizer stage's output held at once.
+const piecesPerBatch = 4096
+
+// encodeWords pre-tokenizes normalized text and BPE-encodes each piece, stopping between
+// batches of pieces once ids holds more than limit.
+func (t *Tokenizer) encodeWords(s string, ids []int, sc *scratch, limit int) []int {
+	for from := 0; from < len(s) && len(ids) <= limit; {
+		var pieces []string
+		pieces, from = t.firstPieces(s, from, sc.pieces[:0])
+		for _, sp := range t.splits[min(1, len(t.splits)):] {
+			sc.tmp = sc.tmp[:0]
+			for _, p := range pieces {
+				sc.tmp = sp.split(p, sc.tmp)
+			}
+			pieces, sc.tmp = sc.tmp, pieces
 		}
-		pieces, sc.tmp = sc.tmp, pieces
+		for _, w := range pieces {
+			ids = t.encodeWord(w, ids, sc)
+		}
+		clear(pieces) // don't keep the caller's text alive from the pool
+		clear(sc.tmp)
+		sc.pieces = pieces[:0]
 	}
-	for _, w := range pieces {
-		ids = t.encodeWord(w, ids, sc)
-	}
-	clear(pieces) // don't keep the caller's text alive from the pool
-	clear(sc.tmp)
-	sc.pieces = pieces[:0]
 	return ids
+}
+
+// firstPieces appends the first stage's pieces of s from byte from on and returns where they
+// end: a batch of them when the stage is a scanner (which yields one piece at a time), all of
+// them for a regexp2 splitter, or the whole rest when there is no split stage.
+func (t *Tokenizer) firstPieces(s string, from int, dst []string) ([]string, int) {
+	if len(t.splits) == 0 {
+		return append(dst, s[from:]), len(s)
+	}
+	sc, ok := t.splits[0].(*scanner)
+	if !ok {
+		return t.splits[0].split(s[from:], dst), len(s)
+	}
+	for n := 0; n < piecesPerBatch && from < len(s); n++ {
+		end := sc.next(s, from)
+		dst = append(dst, s[from:end])
+		from = end
+	}
+	return dst, from
 }
 
 const (

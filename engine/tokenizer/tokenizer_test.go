@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -474,5 +476,76 @@ func BenchmarkLoad(b *testing.B) {
 	fixtures(b)
 	for b.Loop() {
 		LoadJSON(rawQwen3)
+	}
+}
+
+// unbatched encodes text the way Encode did before the first split stage was batched: every
+// stage over the whole of each normalized segment at once.
+func unbatched(tok *Tokenizer, text string) []int {
+	sc := new(scratch)
+	return tok.raw.split(text, nil, math.MaxInt, func(s string, ids []int) []int {
+		return tok.normed.split(tok.normalize(s), ids, math.MaxInt, func(s string, ids []int) []int {
+			pieces := []string{s}
+			for _, sp := range tok.splits {
+				var next []string
+				for _, p := range pieces {
+					next = sp.split(p, next)
+				}
+				pieces = next
+			}
+			for _, w := range pieces {
+				ids = tok.encodeWord(w, ids, sc)
+			}
+			return ids
+		})
+	})
+}
+
+// TestEncodeLimit: batching the first split stage changes no id (a text of many batches encodes
+// as the unbatched pipeline does); a limit ends encoding early with ok=false and a prefix of
+// the ids; and the work done is proportional to the text consumed, not to the whole text.
+func TestEncodeLimit(t *testing.T) {
+	t3, t35, v := fixtures(t)
+	var b strings.Builder
+	for b.Len() < 1<<19 {
+		for _, c := range v.Cases {
+			b.WriteString(c.Text)
+			b.WriteString("\n")
+		}
+	}
+	long := b.String()
+	for name, tok := range map[string]*Tokenizer{"qwen3": t3, "qwen35": t35} {
+		want := unbatched(tok, long)
+		if len(want) < 4*piecesPerBatch {
+			t.Fatalf("%s: only %d ids: the text spans too few batches", name, len(want))
+		}
+		if got, ok := tok.EncodeLimit(long, len(want)); !ok || !slices.Equal(got, want) {
+			t.Fatalf("%s: EncodeLimit at the exact count: ok %v, %d ids equal %v", name, ok, len(got), slices.Equal(got, want))
+		}
+		if got := tok.Encode(long); !slices.Equal(got, want) {
+			t.Fatalf("%s: Encode differs from the unbatched pipeline", name)
+		}
+		for _, limit := range []int{0, 1, 100, len(want) / 2, len(want) - 1} {
+			got, ok := tok.EncodeLimit(long, limit)
+			if ok || len(got) <= limit || !slices.Equal(got, want[:len(got)]) {
+				t.Fatalf("%s limit %d: ok %v, %d ids, prefix %v", name, limit, ok, len(got), len(got) <= len(want) && slices.Equal(got, want[:len(got)]))
+			}
+		}
+	}
+	// 15 MB of NFC ASCII code against a 32k context: the allocations are those of the ids and a
+	// batch of pieces, far below the text's size (all of it tokenized allocates ~350 MB).
+	huge := strings.Repeat("func f(x int) int { return x*2 + 1 } // comment\n", (15<<20)/49)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ids, ok := t3.EncodeLimit(huge, 32768)
+	runtime.ReadMemStats(&after)
+	if ok || len(ids) <= 32768 {
+		t.Fatalf("15 MB text within 32768 tokens? ok %v, %d ids", ok, len(ids))
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("EncodeLimit(15 MB, 32768): %d ids, %d bytes allocated", len(ids), alloc)
+	if alloc > 4<<20 {
+		t.Fatalf("EncodeLimit(15 MB, 32768) allocated %d bytes", alloc)
 	}
 }
