@@ -33,9 +33,26 @@ type chatRequest struct {
 	ParallelToolCalls   *bool                      `json:"parallel_tool_calls"`
 	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
 	ReasoningEffort     *string                    `json:"reasoning_effort"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	ResponseFormat      *responseFormat            `json:"response_format"`
+}
+
+type responseFormat struct {
+	Type string `json:"type"`
+}
+
+// checkResponseFormat accepts text and json_object (json_object is not enforced: there is no
+// constrained decoding yet) and names anything else.
+func checkResponseFormat(f *responseFormat) error {
+	if f == nil {
+		return nil
+	}
+	switch f.Type {
+	case "text", "json_object":
+		return nil
+	case "json_schema":
+		return badRequest("response_format json_schema is not supported yet (no constrained decoding); use json_object or describe the schema in the prompt", "response_format")
+	}
+	return badRequest(fmt.Sprintf("response_format.type %q: expected text, json_object or json_schema", f.Type), "response_format.type")
 }
 
 type streamOptions struct {
@@ -161,14 +178,18 @@ func checkMessages(raw json.RawMessage) error {
 			continue
 		}
 		var parts []struct {
-			Type string `json:"type"`
+			Type string          `json:"type"`
+			Text json.RawMessage `json:"text"`
 		}
 		if err := json.Unmarshal(c, &parts); err != nil {
 			return badRequest(fmt.Sprintf("messages[%d].content must be a string or an array of content parts", i), "messages")
 		}
-		for _, p := range parts {
+		for j, p := range parts {
 			if p.Type != "text" {
 				return badRequest(fmt.Sprintf("messages[%d]: content part type %q is not supported: Lily serves a text-only model", i, p.Type), "messages")
+			}
+			if t := bytes.TrimSpace(p.Text); len(t) == 0 || t[0] != '"' {
+				return badRequest(fmt.Sprintf("messages[%d].content[%d].text must be a string", i, j), fmt.Sprintf("messages[%d].content[%d].text", i, j))
 			}
 		}
 	}
@@ -266,90 +287,122 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if m == nil {
 		return
 	}
+	a, ok := s.startAdmission(c)
+	if !ok {
+		return
+	}
+	defer a.end()
 	var req chatRequest
 	if err := decodeBody(c, &req); err != nil {
 		abortWith(c, err)
 		return
 	}
+	p, err := s.planChat(m, &req)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	if !a.enqueue() {
+		return
+	}
+	text, err := renderChat(m, &req, p)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	req.Messages = nil // the rendered text replaces it; let a long conversation be collected
+	if p.g.prompt, err = encodePrompt(m, text); err != nil {
+		abortWith(c, err)
+		return
+	}
+	if p.g.maxTokens, err = s.budget(m, len(p.g.prompt), req.MaxCompletionTokens, req.MaxTokens); err != nil {
+		abortWith(c, err)
+		return
+	}
+	ctx, ticket := a.admitted()
+	p.g.ticket = ticket
+	parser := parse.NewStream(parse.Options{PromptEndsInThink: p.thinking && strings.HasSuffix(text, "<think>\n"), Tools: p.tools.parsed})
+	cc := &chatCall{s: s, m: m, id: newID("chatcmpl-"), created: time.Now().Unix(), parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, logprobs: p.g.logprobs}
+	if p.tools.force != "" {
+		cc.pending = parser.Feed(p.tools.force) // the forced opening is part of the answer
+	}
+	if req.Stream {
+		cc.stream(c, ctx, p.g, parser, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+	} else {
+		cc.once(c, ctx, p.g, parser)
+	}
+}
+
+// chatPlan is what a chat request asks for, checked before any rendering.
+type chatPlan struct {
+	tools    toolPlan
+	thinking bool
+	g        genRequest // sampling, stops and logprobs; prompt and limits come later
+}
+
+// planChat validates everything a chat request says that costs nothing to check.
+func (s *Server) planChat(m *Model, req *chatRequest) (chatPlan, error) {
+	var p chatPlan
 	if err := checkMessages(req.Messages); err != nil {
-		abortWith(c, err)
-		return
+		return p, err
 	}
-	if req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" {
-		abortWith(c, badRequest("response_format json_schema is not supported yet (no constrained decoding); use json_object or describe the schema in the prompt", "response_format"))
-		return
+	if err := checkResponseFormat(req.ResponseFormat); err != nil {
+		return p, err
 	}
-	plan, err := planTools(&req)
-	if err != nil {
-		abortWith(c, err)
-		return
+	var err error
+	if p.tools, err = planTools(req); err != nil {
+		return p, err
 	}
-	thinking, err := thinkingEnabled(&req)
-	if err != nil {
-		abortWith(c, err)
-		return
+	if p.thinking, err = thinkingEnabled(req); err != nil {
+		return p, err
 	}
-	if plan.force != "" {
-		thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
+	if p.tools.force != "" {
+		p.thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
 	}
+	g := &p.g
+	if g.params, g.stops, err = req.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
+		return p, err
+	}
+	g.logprobs = req.Logprobs != nil && *req.Logprobs
+	if req.TopLogprobs != nil {
+		if !g.logprobs {
+			return p, badRequest("top_logprobs requires logprobs: true", "top_logprobs")
+		}
+		g.topLogprobs = *req.TopLogprobs
+	}
+	g.params.Logprobs, g.params.TopLogprobs = g.logprobs, g.topLogprobs
+	if err := g.params.Validate(); err != nil {
+		return p, badRequest(err.Error(), "top_logprobs")
+	}
+	return p, nil
+}
+
+// renderChat renders the conversation through the model's chat template.
+func renderChat(m *Model, req *chatRequest, p chatPlan) (string, error) {
 	kwargs := map[string]json.RawMessage{}
 	for k, v := range req.ChatTemplateKwargs {
 		kwargs[k] = v
 	}
-	kwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(thinking))
-	text, err := m.Template.Render(req.Messages, plan.tools, true, kwargs)
+	kwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(p.thinking))
+	text, err := m.Template.Render(req.Messages, p.tools.tools, true, kwargs)
 	if err != nil {
 		var te *TemplateError
 		if errors.As(err, &te) {
-			abortWith(c, badRequest("chat template: "+te.Msg, "messages"))
-		} else {
-			abortWith(c, fmt.Errorf("chat template: %w", err))
+			return "", badRequest("chat template: "+te.Msg, "messages")
 		}
-		return
+		return "", fmt.Errorf("chat template: %w", err)
 	}
-	text += plan.force
-	params, stops, err := req.params(qwenDefaults(thinking), m.Tokenizer.VocabSize())
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	prompt := m.Tokenizer.Encode(text)
-	maxTokens, err := s.budget(m, len(prompt), req.MaxCompletionTokens, req.MaxTokens)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	logprobs := req.Logprobs != nil && *req.Logprobs
-	top := 0
-	if req.TopLogprobs != nil {
-		if !logprobs {
-			abortWith(c, badRequest("top_logprobs requires logprobs: true", "top_logprobs"))
-			return
-		}
-		top = *req.TopLogprobs
-	}
-	params.Logprobs, params.TopLogprobs = logprobs, top
-	if err := params.Validate(); err != nil {
-		abortWith(c, badRequest(err.Error(), "top_logprobs"))
-		return
-	}
-	t, ctx, done, ok := s.admit(c)
-	if !ok {
-		return
-	}
-	defer done()
+	return text + p.tools.force, nil
+}
 
-	parser := parse.NewStream(parse.Options{PromptEndsInThink: thinking && strings.HasSuffix(text, "<think>\n"), Tools: plan.parsed})
-	g := genRequest{prompt: prompt, maxTokens: maxTokens, params: params, stops: stops, logprobs: logprobs, topLogprobs: top, ticket: t}
-	cc := &chatCall{s: s, m: m, id: newID("chatcmpl-"), created: time.Now().Unix(), parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, logprobs: logprobs}
-	if plan.force != "" {
-		cc.pending = parser.Feed(plan.force) // the forced opening is part of the answer
+// encodePrompt tokenizes a prompt, giving up as soon as it cannot leave room for one token of
+// output: an over-long prompt costs the tokenizer only the part that fits.
+func encodePrompt(m *Model, text string) ([]int, error) {
+	ids, ok := m.Tokenizer.EncodeLimit(text, m.Context-1)
+	if !ok {
+		return nil, contextExceeded(fmt.Sprintf("the prompt is more than %d tokens; this model's context is %d tokens", m.Context-1, m.Context))
 	}
-	if req.Stream {
-		cc.stream(c, ctx, g, parser, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-	} else {
-		cc.once(c, ctx, g, parser)
-	}
+	return ids, nil
 }
 
 // budget resolves the completion-token limit against the context window.

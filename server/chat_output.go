@@ -219,22 +219,12 @@ func (cc *chatCall) once(c *gin.Context, ctx context.Context, g genRequest, pars
 	})
 }
 
-// generationError maps a failed generation to the error the client sees.
+// generationError maps a failed generation to the error the client sees: the cause its context
+// ended with (the request timeout, a shutdown), else the error itself.
 func generationError(ctx context.Context, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return errTimeout
+	var ae *apiError
+	if errors.As(context.Cause(ctx), &ae) {
+		return ae
 	}
 	return err
-}
-
-// admit takes the request's place in the queue (answering 429 when it is full) and gives it the
-// per-request deadline; done releases both.
-func (s *Server) admit(c *gin.Context) (*ticket, context.Context, func(), bool) {
-	t, err := s.sched.enqueue()
-	if err != nil {
-		abortWith(c, err)
-		return nil, nil, nil, false
-	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.RequestTimeout)
-	return t, ctx, func() { cancel(); t.release() }, true
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -23,18 +24,21 @@ type completionRequest struct {
 }
 
 // promptIDs reads `prompt`: a string, a one-element list of strings, or a list of token ids.
-func promptIDs(raw json.RawMessage, tok Tokenizer) ([]int, string, error) {
+func promptIDs(raw json.RawMessage, m *Model) ([]int, string, error) {
+	tok := m.Tokenizer
 	raw = bytes.TrimSpace(raw)
 	var text string
 	if json.Unmarshal(raw, &text) == nil {
-		return tok.Encode(text), text, nil
+		ids, err := encodePrompt(m, text)
+		return ids, text, err
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil {
 		if len(texts) != 1 {
 			return nil, "", badRequest("prompt: exactly one prompt per request", "prompt")
 		}
-		return tok.Encode(texts[0]), texts[0], nil
+		ids, err := encodePrompt(m, texts[0])
+		return ids, texts[0], err
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
@@ -53,25 +57,28 @@ func (s *Server) completions(c *gin.Context) {
 	if m == nil {
 		return
 	}
+	a, ok := s.startAdmission(c)
+	if !ok {
+		return
+	}
+	defer a.end()
 	var req completionRequest
 	if err := decodeBody(c, &req); err != nil {
 		abortWith(c, err)
 		return
 	}
-	if req.Suffix != nil && *req.Suffix != "" {
-		abortWith(c, badRequest("suffix is not supported", "suffix"))
-		return
-	}
-	prompt, promptText, err := promptIDs(req.Prompt, m.Tokenizer)
+	g, err := planCompletion(m, &req)
 	if err != nil {
 		abortWith(c, err)
 		return
 	}
-	if len(prompt) == 0 {
-		abortWith(c, badRequest("prompt is empty", "prompt"))
+	if !a.enqueue() {
 		return
 	}
-	params, stops, err := req.params(qwenDefaults(false), m.Tokenizer.VocabSize())
+	prompt, promptText, err := promptIDs(req.Prompt, m)
+	if err == nil && len(prompt) == 0 {
+		err = badRequest("prompt is empty", "prompt")
+	}
 	if err != nil {
 		abortWith(c, err)
 		return
@@ -80,56 +87,82 @@ func (s *Server) completions(c *gin.Context) {
 	if req.MaxTokens != nil {
 		limit = *req.MaxTokens
 	}
-	maxTokens, err := s.budget(m, len(prompt), &limit)
-	if err != nil {
+	if g.maxTokens, err = s.budget(m, len(prompt), &limit); err != nil {
 		abortWith(c, err)
 		return
 	}
+	ctx, ticket := a.admitted()
+	g.prompt, g.ticket = prompt, ticket
+	tc := &textCall{s: s, m: m, id: newID("cmpl-"), created: time.Now().Unix(), lp: &textLogprobs{on: g.logprobs, tok: m.Tokenizer}}
+	if req.Stream {
+		tc.stream(c, ctx, g, req.Echo, promptText, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+	} else {
+		tc.once(c, ctx, g, req.Echo, promptText)
+	}
+}
+
+// planCompletion validates a text completion's options.
+func planCompletion(m *Model, req *completionRequest) (genRequest, error) {
+	var g genRequest
+	if req.Suffix != nil && *req.Suffix != "" {
+		return g, badRequest("suffix is not supported", "suffix")
+	}
+	var err error
+	if g.params, g.stops, err = req.params(qwenDefaults(false), m.Tokenizer.VocabSize()); err != nil {
+		return g, err
+	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > 5 {
-			abortWith(c, badRequest("logprobs must be between 0 and 5", "logprobs"))
-			return
+			return g, badRequest("logprobs must be between 0 and 5", "logprobs")
 		}
-		params.Logprobs, params.TopLogprobs = true, *req.Logprobs
+		g.params.Logprobs, g.params.TopLogprobs = true, *req.Logprobs
 	}
-	t, ctx, done, ok := s.admit(c)
-	if !ok {
+	g.logprobs, g.topLogprobs = req.Logprobs != nil, g.params.TopLogprobs
+	return g, nil
+}
+
+// textCall carries one text completion's output state.
+type textCall struct {
+	s       *Server
+	m       *Model
+	id      string
+	created int64
+	lp      *textLogprobs
+}
+
+func (tc *textCall) chunk(text string, finish *string) gin.H {
+	return gin.H{"id": tc.id, "object": "text_completion", "created": tc.created, "model": tc.m.ID,
+		"choices": []any{gin.H{"text": text, "index": 0, "logprobs": tc.lp.take(), "finish_reason": finish}}}
+}
+
+func (tc *textCall) stream(c *gin.Context, ctx context.Context, g genRequest, echo bool, promptText string, includeUsage bool) {
+	w := startSSE(c, tc.s.cfg.KeepAlive)
+	if echo {
+		w.data(tc.chunk(promptText, nil))
+	}
+	outcome, err := tc.s.generate(ctx, tc.m, g, func(p textPiece) error {
+		tc.lp.add(p)
+		return w.data(tc.chunk(p.Text, nil))
+	})
+	if err != nil {
+		w.fail(generationError(ctx, err))
 		return
 	}
-	defer done()
-	g := genRequest{prompt: prompt, maxTokens: maxTokens, params: params, stops: stops, logprobs: req.Logprobs != nil, topLogprobs: params.TopLogprobs, ticket: t}
-	id, created := newID("cmpl-"), time.Now().Unix()
-	lp := &textLogprobs{on: req.Logprobs != nil, tok: m.Tokenizer}
-	choice := func(text string, finish *string) gin.H {
-		return gin.H{"text": text, "index": 0, "logprobs": lp.take(), "finish_reason": finish}
+	finish := outcome.finish
+	w.data(tc.chunk("", &finish))
+	if includeUsage {
+		w.data(gin.H{"id": tc.id, "object": "text_completion", "created": tc.created, "model": tc.m.ID, "choices": []any{}, "usage": usageOf(outcome)})
 	}
-	if req.Stream {
-		w := startSSE(c, s.cfg.KeepAlive)
-		if req.Echo {
-			w.data(gin.H{"id": id, "object": "text_completion", "created": created, "model": m.ID, "choices": []any{choice(promptText, nil)}})
-		}
-		outcome, err := s.generate(ctx, m, g, func(p textPiece) error {
-			lp.add(p)
-			return w.data(gin.H{"id": id, "object": "text_completion", "created": created, "model": m.ID, "choices": []any{choice(p.Text, nil)}})
-		})
-		if err != nil {
-			w.fail(generationError(ctx, err))
-			return
-		}
-		finish := outcome.finish
-		w.data(gin.H{"id": id, "object": "text_completion", "created": created, "model": m.ID, "choices": []any{choice("", &finish)}})
-		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-			w.data(gin.H{"id": id, "object": "text_completion", "created": created, "model": m.ID, "choices": []any{}, "usage": usageOf(outcome)})
-		}
-		w.close()
-		return
-	}
+	w.close()
+}
+
+func (tc *textCall) once(c *gin.Context, ctx context.Context, g genRequest, echo bool, promptText string) {
 	var text bytes.Buffer
-	if req.Echo {
+	if echo {
 		text.WriteString(promptText)
 	}
-	outcome, err := s.generate(ctx, m, g, func(p textPiece) error {
-		lp.add(p)
+	outcome, err := tc.s.generate(ctx, tc.m, g, func(p textPiece) error {
+		tc.lp.add(p)
 		text.WriteString(p.Text)
 		return nil
 	})
@@ -138,8 +171,9 @@ func (s *Server) completions(c *gin.Context) {
 		return
 	}
 	finish := outcome.finish
-	c.JSON(http.StatusOK, gin.H{"id": id, "object": "text_completion", "created": created, "model": m.ID,
-		"choices": []any{choice(text.String(), &finish)}, "usage": usageOf(outcome)})
+	resp := tc.chunk(text.String(), &finish)
+	resp["usage"] = usageOf(outcome)
+	c.JSON(http.StatusOK, resp)
 }
 
 // textLogprobs accumulates the legacy completions logprobs object.

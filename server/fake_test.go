@@ -106,13 +106,16 @@ func testServer(t testing.TB, b *scripted, cfg Config) (*Server, *httptest.Serve
 		StopIDs:   []int{end, eot},
 		Context:   b.cfg.MaxPositions,
 	})
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
-	return s, ts
+	return s, startHTTP(t, s)
 }
 
-func newHTTPTest(t testing.TB, s *Server) string {
-	ts := httptest.NewServer(s)
+// startHTTP serves s on a loopback port with the http.Server settings lily serve uses.
+func startHTTP(t testing.TB, s *Server) *httptest.Server {
+	ts := httptest.NewUnstartedServer(s)
+	ts.Config = s.HTTPServer()
+	ts.Start()
 	t.Cleanup(ts.Close)
-	return ts.URL
+	return ts
 }
+
+func newHTTPTest(t testing.TB, s *Server) string { return startHTTP(t, s).URL }

@@ -26,6 +26,7 @@ func FuzzChatRequest(f *testing.F) {
 	s, _ := testServer(f, b, Config{})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(string(body)))
+		req.Host = "localhost:8000"
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)
 		switch rec.Code {

@@ -3,41 +3,51 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // scheduler admits one generation at a time behind a bounded FIFO queue. Admission is decided at
 // once (so a full queue is a plain 429 before any streaming starts); the wait comes after.
 type scheduler struct {
 	mu      sync.Mutex
-	holder  *ticket   // the running request's ticket
-	waiting []*ticket // FIFO
-	limit   int       // maximum waiting requests
+	holder  *ticket       // the running request's ticket
+	waiting []*ticket     // FIFO
+	limit   int           // maximum waiting requests
+	held    time.Duration // moving average of how long a request holds the slot
 }
 
 // ticket is one request's place: granted once turn is closed.
 type ticket struct {
-	s    *scheduler
-	turn chan struct{}
-	done bool
+	s       *scheduler
+	turn    chan struct{}
+	granted time.Time
+	done    bool
 }
 
 func newScheduler(limit int) *scheduler { return &scheduler{limit: limit} }
 
-// enqueue takes a place in the queue, or fails with errQueueFull.
+// enqueue takes a place in the queue, or fails with a 429 whose Retry-After is the time a place
+// is expected to free: the running request's usual time in the slot.
 func (s *scheduler) enqueue() (*ticket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := &ticket{s: s, turn: make(chan struct{})}
 	switch {
 	case s.holder == nil:
-		s.holder = t
-		close(t.turn)
+		s.grant(t)
 	case len(s.waiting) >= s.limit:
-		return nil, errQueueFull
+		e := *errQueueFull
+		e.RetryAfter = min(max(s.held, time.Second), time.Minute)
+		return nil, &e
 	default:
 		s.waiting = append(s.waiting, t)
 	}
 	return t, nil
+}
+
+func (s *scheduler) grant(t *ticket) {
+	s.holder, t.granted = t, time.Now()
+	close(t.turn)
 }
 
 // wait blocks until the ticket holds the generation slot or ctx ends.
@@ -69,9 +79,11 @@ func (t *ticket) release() {
 		return
 	}
 	s.holder = nil
+	s.held += (time.Since(t.granted) - s.held) / 4
 	if len(s.waiting) > 0 {
-		s.holder, s.waiting = s.waiting[0], s.waiting[1:]
-		close(s.holder.turn)
+		next := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.grant(next)
 	}
 }
 

@@ -3,11 +3,14 @@
 package server
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
-	"slices"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +25,8 @@ import (
 // Tokenizer is what the server needs from the model's tokenizer.
 type Tokenizer interface {
 	Encode(text string) []int
+	// EncodeLimit stops once text has more than limit tokens (ok=false).
+	EncodeLimit(text string, limit int) (ids []int, ok bool)
 	Decode(ids []int) string
 	NewStream() TextStream
 	VocabSize() int
@@ -53,13 +58,18 @@ type Model struct {
 	Context   int   // maximum positions (prompt + output)
 }
 
-// Config holds the server's limits and security settings.
+// Config holds the server's limits and security settings. Zero values take the defaults New
+// names, except QueueLimit, which is used as given.
 type Config struct {
 	APIKey         string
-	CORSOrigins    []string // exact origins, or "*"
-	MaxBodyBytes   int64
-	QueueLimit     int
+	CORSOrigins    []string // browser origins allowed besides the defaults: exact, "scheme://*", or "*"
+	AllowedHosts   []string // Host names accepted besides this machine's: exact, ".domain" (it and its subdomains), or "*"
+	BindHost       string   // the address the listener is bound to ("" or loopback: this machine only)
+	MaxBodyBytes   int64    // largest request body (default 16 MiB)
+	QueueLimit     int      // requests that may wait while one generates; more get 429 (0: none may wait)
 	RequestTimeout time.Duration
+	StallTimeout   time.Duration // a client that accepts no response bytes, or sends no more of its body, for this long is dropped (default 30 s)
+	IdleTimeout    time.Duration // an idle keep-alive connection is closed after this (default 2 min)
 	KeepAlive      time.Duration // SSE comment interval while a request waits for its first token
 	Status         func() any    // the lifecycle status (phase, progress, error); nil: derived from the model
 	Retry          func() error  // restarts a failed startup (POST /status/retry); nil: not offered
@@ -70,8 +80,12 @@ type Server struct {
 	cfg     Config
 	model   atomic.Pointer[Model]
 	sched   *scheduler
+	prep    *prepBudget
+	guard   *guard
 	metrics *metrics
 	started time.Time
+	life    context.Context // cancelled (with errShuttingDown) by Drain
+	drain   context.CancelCauseFunc
 	handler http.Handler
 	observe func(genRequest) // tests: sees each generation as admitted
 }
@@ -81,20 +95,26 @@ func New(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
-	if cfg.QueueLimit <= 0 {
-		cfg.QueueLimit = 16
-	}
+	cfg.QueueLimit = max(cfg.QueueLimit, 0)
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Minute
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 30 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 2 * time.Minute
 	}
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 10 * time.Second
 	}
-	s := &Server{cfg: cfg, sched: newScheduler(cfg.QueueLimit), started: time.Now()}
+	s := &Server{cfg: cfg, sched: newScheduler(cfg.QueueLimit), prep: newPrepBudget(cfg.MaxBodyBytes), started: time.Now()}
+	s.guard = newGuard(cfg.BindHost, cfg.AllowedHosts, cfg.CORSOrigins)
+	s.life, s.drain = context.WithCancelCause(context.Background())
 	s.metrics = newMetrics(s)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.cors, s.count)
+	r.Use(gin.Recovery(), s.count, s.guard.check)
 	r.GET("/health", s.health)
 	api := r.Group("/", s.auth, s.limitBody)
 	api.GET("/status", s.status)
@@ -114,8 +134,17 @@ func New(cfg Config) *Server {
 // SetModel makes m the served model (nil: not ready).
 func (s *Server) SetModel(m *Model) { s.model.Store(m) }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler, with deadlines on the connection (see conn.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, r, finish := s.withDeadlines(w, r)
+	defer finish()
+	s.handler.ServeHTTP(w, r)
+}
+
+// Drain starts a shutdown: running generations end now (a stream gets an error event and
+// [DONE], a plain request a 503), and new ones are refused. http.Server.Shutdown then finds
+// every handler returning at once.
+func (s *Server) Drain() { s.drain(errShuttingDown) }
 
 func (s *Server) cacheStats() runner.Stats {
 	if m := s.model.Load(); m != nil && m.Runner != nil {
@@ -124,21 +153,58 @@ func (s *Server) cacheStats() runner.Stats {
 	return runner.Stats{}
 }
 
+// ready returns the served model, or answers 503 (with Retry-After) while there is none.
 func (s *Server) ready(c *gin.Context) *Model {
+	if s.life.Err() != nil {
+		abortWith(c, errShuttingDown)
+		return nil
+	}
 	m := s.model.Load()
 	if m == nil {
-		abortWith(c, errNotReady)
+		e, _ := s.notReady()
+		abortWith(c, e)
 	}
 	return m
 }
 
+// notReady says why there is no model: the startup phase, or its failure (failed).
+func (s *Server) notReady() (e *apiError, failed bool) {
+	ne := *errNotReady
+	phase, failure := s.startup()
+	switch {
+	case failure != "":
+		ne.Message = "the model could not be started: " + failure + " (POST /status/retry tries again)"
+	case phase != "":
+		ne.Message = fmt.Sprintf("the model is not ready yet (startup phase %s; GET /status shows progress)", phase)
+	}
+	return &ne, failure != ""
+}
+
+// startup reads the phase and error out of Config.Status.
+func (s *Server) startup() (phase, failure string) {
+	if s.cfg.Status == nil {
+		return "", ""
+	}
+	var st struct{ Phase, Error string }
+	if raw, err := json.Marshal(s.cfg.Status()); err == nil {
+		json.Unmarshal(raw, &st)
+	}
+	return st.Phase, st.Error
+}
+
+// auth checks the API key, sent as `Authorization: Bearer <key>` (the scheme in any case, as
+// RFC 9110 has it) or as `x-api-key` (Anthropic's clients).
 func (s *Server) auth(c *gin.Context) {
 	if s.cfg.APIKey == "" {
 		return
 	}
-	got := strings.TrimPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if got == "" {
-		got = c.GetHeader("x-api-key")
+	got := c.GetHeader("x-api-key")
+	if h := c.GetHeader("Authorization"); h != "" {
+		scheme, token, _ := strings.Cut(strings.TrimSpace(h), " ")
+		got = ""
+		if strings.EqualFold(scheme, "bearer") {
+			got = strings.TrimSpace(token)
+		}
 	}
 	if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
 		abortWith(c, errUnauthorized)
@@ -153,28 +219,6 @@ func (s *Server) limitBody(c *gin.Context) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
 }
 
-func (s *Server) cors(c *gin.Context) {
-	origin := c.GetHeader("Origin")
-	if origin == "" || len(s.cfg.CORSOrigins) == 0 {
-		return
-	}
-	if !slices.Contains(s.cfg.CORSOrigins, "*") && !slices.Contains(s.cfg.CORSOrigins, origin) {
-		if c.Request.Method == http.MethodOptions {
-			c.AbortWithStatus(http.StatusForbidden)
-		}
-		return
-	}
-	h := c.Writer.Header()
-	h.Set("Access-Control-Allow-Origin", origin)
-	h.Set("Vary", "Origin")
-	if c.Request.Method == http.MethodOptions {
-		h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key")
-		h.Set("Access-Control-Max-Age", "600")
-		c.AbortWithStatus(http.StatusNoContent)
-	}
-}
-
 func (s *Server) count(c *gin.Context) {
 	c.Next()
 	endpoint := c.FullPath()
@@ -184,13 +228,25 @@ func (s *Server) count(c *gin.Context) {
 	s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(c.Writer.Status())).Inc()
 }
 
-// health answers at once, whatever the model is doing.
+// health answers at once, whatever the model is doing: 200 {"status":"ok"} once it can serve,
+// 503 with the reason before (as llama-server does, so scripts can wait for a 200).
 func (s *Server) health(c *gin.Context) {
-	status := "ok"
-	if s.model.Load() == nil {
-		status = "loading"
+	var e *apiError
+	status := "loading"
+	switch {
+	case s.life.Err() != nil:
+		status, e = "shutting_down", errShuttingDown
+	case s.model.Load() != nil:
+		c.JSON(http.StatusOK, gin.H{"status": "ok"})
+		return
+	default:
+		var failed bool
+		if e, failed = s.notReady(); failed {
+			status = "error"
+		}
 	}
-	c.JSON(http.StatusOK, gin.H{"status": status})
+	setRetryAfter(c, e)
+	c.AbortWithStatusJSON(e.Status, gin.H{"status": status, "error": e})
 }
 
 // status is what the menu-bar app reads: the startup phase (from Config.Status) plus the served
@@ -263,13 +319,25 @@ func (s *Server) getModel(c *gin.Context) {
 	c.JSON(http.StatusOK, card)
 }
 
-// decodeBody reads a JSON request body into v with OpenAI-style errors.
+// decodeBody reads a JSON request body into v with OpenAI-style errors. The body must be one
+// JSON value: anything after it but white space is an error, not silently dropped.
 func decodeBody(c *gin.Context, v any) error {
 	dec := json.NewDecoder(c.Request.Body)
-	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+	err := dec.Decode(v)
+	if err == nil {
+		if _, next := dec.Token(); next != io.EOF {
+			err = errors.New("unexpected data after the JSON value")
+			if errors.As(next, new(*http.MaxBytesError)) {
+				err = next
+			}
+		}
+	}
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
 			return errTooLarge
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errBodyTimeout
 		}
 		return badRequest("invalid JSON body: "+err.Error(), "")
 	}

@@ -450,8 +450,8 @@ func TestQueueFullIs429(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	resp, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":`+userHi+`,"max_tokens":2}`)
-	if resp.StatusCode != 429 || !strings.Contains(string(body), "rate_limit_error") {
-		t.Fatalf("third request: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "rate_limit_error") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third request: %d %s (Retry-After %q)", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 	}
 	close(b.gate)
 	for range 2 {

@@ -11,10 +11,13 @@ import (
 )
 
 // sseWriter writes server-sent events; a keep-alive goroutine may write comments concurrently.
+// After a failed write (the client is gone or stalled: see conn.go) every write fails at once.
 type sseWriter struct {
 	mu   sync.Mutex
 	w    gin.ResponseWriter
+	rc   *http.ResponseController
 	last time.Time
+	err  error
 	stop chan struct{}
 }
 
@@ -26,7 +29,7 @@ func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
 	h.Set("X-Accel-Buffering", "no")
 	c.Writer.WriteHeader(http.StatusOK)
 	c.Writer.Flush()
-	w := &sseWriter{w: c.Writer, last: time.Now(), stop: make(chan struct{})}
+	w := &sseWriter{w: c.Writer, rc: http.NewResponseController(c.Writer), last: time.Now(), stop: make(chan struct{})}
 	go w.keepAlive(keepAlive)
 	return w
 }
@@ -51,12 +54,14 @@ func (w *sseWriter) keepAlive(every time.Duration) {
 }
 
 func (w *sseWriter) writeLocked(b []byte) error {
-	w.last = time.Now()
-	if _, err := w.w.Write(b); err != nil {
-		return err
+	if w.err != nil {
+		return w.err
 	}
-	w.w.Flush()
-	return nil
+	w.last = time.Now()
+	if _, w.err = w.w.Write(b); w.err == nil {
+		w.err = w.rc.Flush()
+	}
+	return w.err
 }
 
 // data sends one `data: <json>` event.

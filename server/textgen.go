@@ -155,8 +155,8 @@ func stopPrefixSuffix(text string, stops []string) int {
 
 // failPlain answers a failed non-streaming generation, unless the client is gone (nobody to tell).
 func failPlain(c *gin.Context, ctx context.Context, err error) {
-	if errors.Is(err, context.Canceled) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if err = generationError(ctx, err); errors.Is(err, context.Canceled) {
 		return
 	}
-	abortWith(c, generationError(ctx, err))
+	abortWith(c, err)
 }

@@ -87,7 +87,8 @@ func postRetry(o Options, timeout time.Duration) error {
 	return fmt.Errorf("HTTP %d", resp.StatusCode)
 }
 
-// answersLikeLily reports whether the port answers GET /health the way lily serve does.
+// answersLikeLily reports whether the port answers GET /health the way lily serve does: 200
+// {"status":"ok"} when ready, 503 with status loading or error before.
 func answersLikeLily(o Options, timeout time.Duration) bool {
 	resp, err := (&http.Client{Timeout: timeout}).Get(o.RootURL() + "/health")
 	if err != nil {
@@ -97,10 +98,16 @@ func answersLikeLily(o Options, timeout time.Duration) bool {
 	var h struct {
 		Status string `json:"status"`
 	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<12)).Decode(&h) != nil {
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<12)).Decode(&h) != nil {
 		return false
 	}
-	return h.Status == "ok" || h.Status == "loading"
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return h.Status == "ok"
+	case http.StatusServiceUnavailable:
+		return h.Status == "loading" || h.Status == "error" || h.Status == "shutting_down"
+	}
+	return false
 }
 
 // ErrPortInUse is CheckPort's answer for a taken port.

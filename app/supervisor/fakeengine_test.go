@@ -72,8 +72,9 @@ func fakeEngineMain() {
 	}
 	hang := os.Getenv("FAKE_HANG") == "1"
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]string{"status": "loading"})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { // as lily serve answers before it is ready
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]any{"status": "loading", "error": map[string]string{"message": "the model is not ready yet"}})
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		if hang {

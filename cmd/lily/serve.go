@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -30,11 +31,16 @@ import (
 )
 
 type serveOptions struct {
-	model, backend, host, apiKey, cors   string
-	port, ctx, queue, cacheMB, maxBodyMB int
-	demo, insecure                       bool
-	timeout                              time.Duration
+	model, backend, host, apiKey, cors, allowedHosts string
+	port, ctx, queue, cacheMB, maxBodyMB             int
+	demo, insecure                                   bool
+	timeout, stallTimeout                            time.Duration
 }
+
+// shutdownGrace is how long a SIGTERM waits for open requests: they are ended at once (streams
+// with an error event and [DONE]), so this is only the time to say so; it stays below the
+// menu-bar app's 10 s before SIGKILL.
+const shutdownGrace = 5 * time.Second
 
 func newServeCmd() *cobra.Command {
 	var o serveOptions
@@ -42,7 +48,12 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve [--model DIR | --demo]",
 		Short: "Serve the model on an OpenAI-compatible HTTP API",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runServe(cmd, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("api-key") {
+				o.apiKey = os.Getenv("LILY_API_KEY") // read here, not as the flag's default: --help would print it
+			}
+			return runServe(cmd, o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory")
@@ -50,14 +61,16 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.backend, "backend", defaultBackend(), backendHelp)
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind (anything but loopback needs --api-key)")
 	f.IntVar(&o.port, "port", 8000, "port")
-	f.StringVar(&o.apiKey, "api-key", os.Getenv("LILY_API_KEY"), "require this bearer key (default $LILY_API_KEY)")
+	f.StringVar(&o.apiKey, "api-key", "", "require this bearer key (default $LILY_API_KEY)")
 	f.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback bind without an API key")
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
-	f.StringVar(&o.cors, "cors", "", "comma-separated allowed browser origins, or *")
-	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429)")
+	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
+	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
+	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables)")
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")
+	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
 	return cmd
 }
 
@@ -70,29 +83,54 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func runServe(cmd *cobra.Command, o serveOptions) error {
-	if !isLoopback(o.host) && o.apiKey == "" && !o.insecure {
+// check rejects option values that have no meaning, naming the flag.
+func (o serveOptions) check() error {
+	switch {
+	case !isLoopback(o.host) && o.apiKey == "" && !o.insecure:
 		return fmt.Errorf("--host %s exposes the server beyond this machine: set --api-key (or $LILY_API_KEY), or pass --insecure to allow it without one", o.host)
-	}
-	if o.port < 0 || o.port > 65535 {
+	case o.port < 0 || o.port > 65535:
 		return fmt.Errorf("--port %d: expected 0..65535", o.port)
-	}
-	if o.demo && o.model != "" {
+	case o.demo && o.model != "":
 		return errors.New("--demo and --model are exclusive")
+	case o.queue < 0:
+		return fmt.Errorf("--queue %d: expected 0 or more waiting requests (0: a request that arrives while one generates gets 429)", o.queue)
+	case o.maxBodyMB < 1:
+		return fmt.Errorf("--max-body-mb %d: expected at least 1", o.maxBodyMB)
+	case o.cacheMB < 0:
+		return fmt.Errorf("--cache-mb %d: expected 0 (no prefix cache) or more", o.cacheMB)
+	case o.ctx < 0:
+		return fmt.Errorf("--ctx %d: expected a positive number of tokens (0: the model's)", o.ctx)
+	case o.timeout <= 0:
+		return fmt.Errorf("--request-timeout %v: expected a positive duration", o.timeout)
+	case o.stallTimeout <= 0:
+		return fmt.Errorf("--stall-timeout %v: expected a positive duration", o.stallTimeout)
 	}
-	var origins []string
-	for _, s := range strings.Split(o.cors, ",") {
+	return nil
+}
+
+// splitList reads a comma-separated flag value.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
-			origins = append(origins, s)
+			out = append(out, s)
 		}
 	}
-	state := lifecycle.NewState(cmd.ErrOrStderr())
+	return out
+}
+
+func runServe(cmd *cobra.Command, o serveOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	state := lifecycle.NewState(stderr)
 	startup := &lifecycle.Runner{State: state}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := server.New(server.Config{
-		APIKey: o.apiKey, CORSOrigins: origins, MaxBodyBytes: int64(o.maxBodyMB) << 20,
-		QueueLimit: o.queue, RequestTimeout: o.timeout,
+		APIKey: o.apiKey, CORSOrigins: splitList(o.cors), AllowedHosts: splitList(o.allowedHosts), BindHost: o.host,
+		MaxBodyBytes: int64(o.maxBodyMB) << 20, QueueLimit: o.queue, RequestTimeout: o.timeout, StallTimeout: o.stallTimeout,
 		Status: func() any { return state.Status() },
 		Retry: func() error {
 			if st := state.Status(); st.Phase != lifecycle.PhaseError {
@@ -127,23 +165,37 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		}
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(cmd.ErrOrStderr(), "lily: listening at http://%s/v1 (status at /status)\n", ln.Addr())
+	hs := srv.HTTPServer()
+	fmt.Fprintf(stderr, "lily: listening at http://%s/v1 (status at /status)\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	go func() {
 		if err := startup.Run(ctx); err == nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "lily: ready at http://%s/v1\n", ln.Addr())
+			fmt.Fprintf(stderr, "lily: ready at http://%s/v1\n", ln.Addr())
 		}
 	}()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return hs.Shutdown(shutdown)
+		stop() // a second signal ends the process at once
+		return shutdown(stderr, srv, hs)
 	}
+}
+
+// shutdown ends open requests (streams get an error event and [DONE]), waits up to
+// shutdownGrace for their connections to finish, then closes what is left. A requested stop
+// is a clean exit either way.
+func shutdown(log io.Writer, srv *server.Server, hs *http.Server) error {
+	fmt.Fprintln(log, "lily: shutting down")
+	srv.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		fmt.Fprintf(log, "lily: connections still open after %v were closed (%v)\n", shutdownGrace, err)
+		hs.Close()
+	}
+	return nil
 }
 
 // startupSteps are serve's phases: pull-if-missing → verify → checks → load → warm (→ ready).

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/server"
@@ -61,4 +66,137 @@ func TestServeStartupFailsThenRetries(t *testing.T) {
 	if published == nil || published.ID != filepath.Base(dir) || published.Context != 32768 || closers != 1 {
 		t.Fatalf("published %+v, closers %d", published, closers)
 	}
+}
+
+func TestServeOptionsChecked(t *testing.T) {
+	ok := serveOptions{host: "127.0.0.1", port: 8000, queue: 16, cacheMB: 4096, maxBodyMB: 16, timeout: time.Minute, stallTimeout: time.Second}
+	if err := ok.check(); err != nil {
+		t.Fatal(err)
+	}
+	zeroQueue := ok
+	zeroQueue.queue = 0 // documented: nothing may wait
+	if err := zeroQueue.check(); err != nil {
+		t.Fatalf("--queue 0: %v", err)
+	}
+	for flag, mutate := range map[string]func(*serveOptions){
+		"--queue -1":         func(o *serveOptions) { o.queue = -1 },
+		"--max-body-mb 0":    func(o *serveOptions) { o.maxBodyMB = 0 },
+		"--cache-mb -1":      func(o *serveOptions) { o.cacheMB = -1 },
+		"--ctx -5":           func(o *serveOptions) { o.ctx = -5 },
+		"--request-timeout":  func(o *serveOptions) { o.timeout = 0 },
+		"--stall-timeout -1": func(o *serveOptions) { o.stallTimeout = -time.Second },
+		"--port 70000":       func(o *serveOptions) { o.port = 70000 },
+	} {
+		o := ok
+		mutate(&o)
+		err := o.check()
+		if err == nil || !strings.Contains(err.Error(), strings.Fields(flag)[0]) {
+			t.Errorf("%s: %v", flag, err)
+		}
+	}
+}
+
+// TestServeHelpHidesKey: the key in $LILY_API_KEY is not the flag's printed default.
+func TestServeHelpHidesKey(t *testing.T) {
+	t.Setenv("LILY_API_KEY", "topsecret-123")
+	root := newRootCmd()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"serve", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "topsecret") || !strings.Contains(out.String(), "$LILY_API_KEY") {
+		t.Fatalf("serve --help:\n%s", out.String())
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeShutdownEndsStreams: a stop signal (the command's context ending, as SIGTERM ends
+// it) with two streams open, one generating and one queued, ends each with an error event and
+// [DONE], and serve returns without an error within the grace period.
+func TestServeShutdownEndsStreams(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log syncBuffer
+	root := newRootCmd()
+	root.SetOut(&log)
+	root.SetErr(&log)
+	root.SetArgs([]string{"serve", "--demo", "--backend", "cpu", "--port", "0", "--api-key", ""})
+	served := make(chan error, 1)
+	go func() { served <- root.ExecuteContext(ctx) }()
+	base := ""
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := regexp.MustCompile(`ready at (http://\S+)/v1`).FindStringSubmatch(log.String()); m != nil {
+			base = m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not become ready:\n%s", log.String())
+		}
+	}
+	// No end-of-turn token can be chosen: each stream runs until it is stopped.
+	body := `{"messages":[{"role":"user","content":"count"}],"stream":true,"max_tokens":20000,"logit_bias":{"151643":-100,"151645":-100}}`
+	streams := make(chan []string, 2)
+	for range 2 {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer resp.Body.Close()
+			var data []string
+			for {
+				line, err := br.ReadString('\n')
+				if strings.HasPrefix(line, "data: ") {
+					data = append(data, strings.TrimSpace(strings.TrimPrefix(line, "data: ")))
+				}
+				if err != nil {
+					streams <- data
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve after the stop signal: %v", err)
+		}
+	case <-time.After(shutdownGrace + 2*time.Second):
+		t.Fatalf("serve still running %v after the stop signal", time.Since(start))
+	}
+	for range 2 {
+		data := <-streams
+		if len(data) < 2 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], "shutting_down") {
+			t.Fatalf("stream end: %q", data[max(0, len(data)-2):])
+		}
+	}
+	t.Logf("serve stopped %v after the signal", time.Since(start))
 }

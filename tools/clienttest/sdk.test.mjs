@@ -174,3 +174,58 @@ test("API key is enforced", async () => {
 test("a non-loopback bind without a key is refused", async () => {
   await assert.rejects(run(bin, ["serve", "--demo", "--host", "0.0.0.0", "--port", "0"]), (e) => /api-key/.test(e.stderr));
 });
+
+test("a foreign Host or browser origin is refused before anything runs", async () => {
+  const port = new URL(srv.base).port;
+  const body = JSON.stringify({ model: "m", messages: hello, max_tokens: 2 });
+  const rebound = await run("curl", ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", `Host: evil.example:${port}`, srv.base + "/v1/models"]);
+  assert.equal(rebound.stdout, "421");
+  // A cross-site page's "simple" POST (text/plain, no preflight).
+  const { stdout } = await run("curl", ["-sS", "-w", "\n%{http_code}", "-H", "Origin: https://evil.example", "-H", "Content-Type: text/plain", "-d", body, srv.base + "/v1/chat/completions"]);
+  const [json, code] = stdout.split("\n");
+  assert.equal(code, "403");
+  assert.equal(JSON.parse(json).error.code, "origin_not_allowed");
+  // The same request from a page on this machine passes, with CORS headers.
+  const ok = await fetch(srv.base + "/v1/chat/completions", { method: "POST", body, headers: { origin: "http://localhost:5173", "content-type": "application/json" } });
+  assert.equal(ok.status, 200);
+  assert.equal(ok.headers.get("access-control-allow-origin"), "http://localhost:5173");
+});
+
+test("serve --help does not print $LILY_API_KEY", async () => {
+  const { stdout } = await run(bin, ["serve", "--help"], { env: { ...process.env, LILY_API_KEY: "topsecret-456" } });
+  assert.ok(!stdout.includes("topsecret"));
+  assert.match(stdout, /LILY_API_KEY/);
+});
+
+test("SIGTERM ends open streams with an error event and [DONE], then exits 0", async () => {
+  const s = await startServer();
+  const exited = new Promise((resolve) => s.proc.on("exit", (code, signal) => resolve({ code, signal })));
+  try {
+    // No end-of-turn token can be chosen, so each stream runs until it is stopped.
+    const body = JSON.stringify({ model: "m", messages: hello, stream: true, max_tokens: 20000, logit_bias: { 151643: -100, 151645: -100 } });
+    const streams = await Promise.all([0, 1].map(async () => {
+      const r = await fetch(s.base + "/v1/chat/completions", { method: "POST", body, headers: { "content-type": "application/json" } });
+      const reader = r.body.getReader();
+      const first = await reader.read();
+      return { reader, text: new TextDecoder().decode(first.value) };
+    }));
+    const t0 = Date.now();
+    s.proc.kill("SIGTERM");
+    for (const st of streams) {
+      for (;;) {
+        const { value, done } = await st.reader.read();
+        if (done) break;
+        st.text += new TextDecoder().decode(value);
+      }
+      const events = st.text.split("\n\n").filter((e) => e.startsWith("data: "));
+      assert.equal(events.at(-1), "data: [DONE]");
+      assert.equal(JSON.parse(events.at(-2).slice(6)).error.code, "shutting_down");
+    }
+    const { code, signal } = await exited;
+    assert.equal(signal, null);
+    assert.equal(code, 0);
+    assert.ok(Date.now() - t0 < 5000, `exit took ${Date.now() - t0} ms`);
+  } finally {
+    s.proc.kill("SIGKILL");
+  }
+});
