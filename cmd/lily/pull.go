@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,19 +17,26 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 )
 
-type pullOptions struct{ repo, revision, dir string }
+type pullOptions struct {
+	repo, revision, dir string
+	verify              bool
+}
 
 func newPullCmd() *cobra.Command {
 	var o pullOptions
 	cmd := &cobra.Command{
-		Use:   "pull [--repo ID] [--revision REV] [--dir DIR]",
+		Use:   "pull [--repo ID] [--revision REV] [--dir DIR] [--verify]",
 		Short: "Download the checkpoint: parallel, resumable, verified",
 		Long: `Download a checkpoint from the Hugging Face Hub, by default the pinned ` + lifecycle.DefaultRepo + `
 into ` + lifecycle.ModelDir(lifecycle.DefaultRepo) + `.
 
 An interrupted pull resumes where it stopped when run again. Every file is checked against
-the Hub's checksum before it is put in place. HF_TOKEN authenticates (gated or private repos);
-HF_ENDPOINT selects a mirror. A second pull into the same directory waits for the first.`,
+the Hub's checksum before it is put in place. A pull into a complete directory checks only
+file sizes against the record of that verification (and, unless the revision is a commit id,
+that the Hub's listing is unchanged); --verify re-hashes every file instead and downloads
+again any that does not match. Symlinks inside the directory are refused, not followed.
+HF_TOKEN authenticates (gated or private repos); HF_ENDPOINT selects a mirror. A second pull
+into the same directory waits for the first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPull(cmd, o) },
 	}
@@ -36,6 +44,7 @@ HF_ENDPOINT selects a mirror. A second pull into the same directory waits for th
 	f.StringVar(&o.repo, "repo", lifecycle.DefaultRepo, "Hugging Face repo id (owner/name)")
 	f.StringVar(&o.revision, "revision", lifecycle.DefaultRevision, "commit id (or branch) to download")
 	f.StringVar(&o.dir, "dir", "", "destination directory (default: the data dir's Lily/models/<repo>)")
+	f.BoolVar(&o.verify, "verify", false, "re-hash every file against the Hub's checksums, also in a complete directory, and download again those that do not match")
 	return cmd
 }
 
@@ -53,7 +62,11 @@ func runPull(cmd *cobra.Command, o pullOptions) error {
 	ui := newPullUI(cmd.ErrOrStderr())
 	c := hub.New()
 	c.Progress, c.Logf = ui.update, ui.logf
-	m, err := c.Pull(ctx, o.repo, o.revision, dir)
+	mode := hub.VerifyFast
+	if o.verify {
+		mode = hub.VerifyFull
+	}
+	r, err := c.PullWith(ctx, o.repo, o.revision, dir, mode)
 	ui.finish()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -61,9 +74,45 @@ func runPull(cmd *cobra.Command, o pullOptions) error {
 		}
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s@%s is complete in %s (%d files, %s, verified)\n",
-		m.Repo, m.Revision, dir, len(m.Files), hub.FormatBytes(m.Size()))
+	fmt.Fprintln(cmd.OutOrStdout(), describePull(r, dir))
 	return nil
+}
+
+// describePull is the last line of a pull: that the directory is complete, and what that
+// claim rests on, so a size check is never reported as a verification.
+func describePull(r *hub.Result, dir string) string {
+	m := r.Marker
+	files := plural(len(m.Files), "file")
+	s := fmt.Sprintf("%s@%s is complete in %s (%s, %s", m.Repo, m.Revision, dir, files, hub.FormatBytes(m.Size()))
+	const notHashed = "; contents not re-hashed (lily pull --verify does that); nothing downloaded"
+	switch r.Check {
+	case hub.CheckMarker:
+		return s + fmt.Sprintf("): checked file sizes against %s (%s, all present and matching), without asking the Hub (a commit's files cannot change)",
+			hub.MarkerName, files) + notHashed
+	case hub.CheckListing:
+		return s + fmt.Sprintf("): checked that the Hub's listing of %s@%s matches %s, and file sizes against it (%s, all present and matching)",
+			m.Repo, m.Revision, hub.MarkerName, files) + notHashed
+	}
+	s += ", verified): "
+	if r.Downloaded == 0 {
+		return s + fmt.Sprintf("re-hashed %s against the Hub's checksums: all match; nothing downloaded", plural(r.Hashed, "file"))
+	}
+	s += fmt.Sprintf("downloaded %s (%s)", plural(r.Downloaded, "file"), hub.FormatBytes(r.Bytes))
+	if len(r.Replaced) > 0 {
+		s += fmt.Sprintf(", replacing %d on disk that failed the re-hash (%s)", len(r.Replaced), strings.Join(r.Replaced, ", "))
+	}
+	if r.Hashed > 0 {
+		s += fmt.Sprintf("; re-hashed and kept %s already on disk", plural(r.Hashed, "file"))
+	}
+	return s
+}
+
+// plural is "1 file", "2 files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // pullUI shows hub progress: a progress bar with speed and ETA on a terminal, a plain line

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +15,11 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/hub/hubtest"
 )
 
-// isolate points HF_* at a fake hub and the data dir at a temporary one.
-func isolate(t *testing.T, files map[string][]byte) *hubtest.Hub {
-	fh := hubtest.New(t, "org/tiny", "v1", files)
+// isolate points HF_* at a fake hub serving org/tiny@v1 and the data dir at a temporary one.
+func isolate(t *testing.T, files map[string][]byte) *hubtest.Hub { return isolateAt(t, "v1", files) }
+
+func isolateAt(t *testing.T, rev string, files map[string][]byte) *hubtest.Hub {
+	fh := hubtest.New(t, "org/tiny", rev, files)
 	t.Setenv("HF_ENDPOINT", fh.URL())
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
@@ -66,5 +70,68 @@ func TestPullProgressDisplay(t *testing.T) {
 	u.finish()
 	if out := buf.String(); !strings.Contains(out, "resuming: 1.0 MB of 4.0 MB already on disk") || !strings.Contains(out, "100%") || !strings.Contains(out, "2/2 files") {
 		t.Fatalf("bar output %q", out)
+	}
+}
+
+// A rerun on a complete folder says what it checked; --verify re-hashes every file and
+// downloads again only those that do not match.
+func TestPullRerunSaysWhatItCheckedAndVerifyRehashes(t *testing.T) {
+	fh := isolate(t, map[string][]byte{"config.json": []byte("{}"), "model.safetensors": make([]byte, 5000)})
+	pull := func(extra ...string) string {
+		t.Helper()
+		fh.ResetServed()
+		out, err := execute(t, append([]string{"pull", "--repo", "org/tiny", "--revision", "v1"}, extra...)...)
+		if err != nil {
+			t.Fatal(err, out)
+		}
+		return out
+	}
+	pull()
+	dir := lifecycle.ModelDir("org/tiny")
+	checks := func(out string, served int64, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+		if fh.Served() != served {
+			t.Errorf("served %d bytes, want %d:\n%s", fh.Served(), served, out)
+		}
+	}
+
+	out := pull()
+	checks(out, 0, "org/tiny@v1 is complete in "+dir+" (2 files, 5.0 kB): checked that the Hub's listing of org/tiny@v1 matches "+hub.MarkerName+
+		", and file sizes against it (2 files, all present and matching); contents not re-hashed (lily pull --verify does that); nothing downloaded")
+	if strings.Contains(out, "verified") {
+		t.Errorf("a size check is reported as a verification:\n%s", out)
+	}
+
+	// Same-size damage: only --verify sees it, says so, and downloads just that file again.
+	os.WriteFile(filepath.Join(dir, "model.safetensors"), append(make([]byte, 4999), 1), 0o644)
+	checks(pull("--verify"), 5000,
+		"pull: model.safetensors: sha256 is ", "the Hub lists "+hubtest.SHA256(make([]byte, 5000))+": verification failed; downloading it again",
+		"org/tiny@v1 is complete in "+dir+" (2 files, 5.0 kB, verified): downloaded 1 file (5.0 kB), "+
+			"replacing 1 on disk that failed the re-hash (model.safetensors); re-hashed and kept 1 file already on disk")
+	if got, _ := os.ReadFile(filepath.Join(dir, "model.safetensors")); !bytes.Equal(got, make([]byte, 5000)) {
+		t.Fatal("the damaged file was not repaired")
+	}
+	checks(pull("--verify"), 0, "(2 files, 5.0 kB, verified): re-hashed 2 files against the Hub's checksums: all match; nothing downloaded")
+}
+
+// With a commit id the rerun does not ask the Hub at all, and says that.
+func TestPullRerunOfACommitIsOffline(t *testing.T) {
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	fh := isolateAt(t, commit, map[string][]byte{"config.json": []byte("{}")})
+	args := []string{"pull", "--repo", "org/tiny", "--revision", commit}
+	if out, err := execute(t, args...); err != nil {
+		t.Fatal(err, out)
+	}
+	fh.ResetServed()
+	out, err := execute(t, args...)
+	want := "(1 file, 2 B): checked file sizes against " + hub.MarkerName +
+		" (1 file, all present and matching), without asking the Hub (a commit's files cannot change); contents not re-hashed"
+	if err != nil || !strings.Contains(out, want) || len(fh.Calls()) != 0 {
+		t.Fatalf("err %v, %d requests; output lacks %q:\n%s", err, len(fh.Calls()), want, out)
 	}
 }

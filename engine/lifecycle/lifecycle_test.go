@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,6 +181,41 @@ func TestPullIfMissingAndVerifySteps(t *testing.T) {
 	}
 	if d := vs.Status().Detail; !strings.Contains(d, "not pulled by lily") {
 		t.Fatalf("detail %q", d)
+	}
+}
+
+// A listing whose Link rel="next" points back at itself used to keep serve in phase pull
+// forever, at one request per round trip; now the pull fails and serve shows why.
+func TestPullIfMissingFailsOnALoopingListing(t *testing.T) {
+	fh := hubtest.New(t, "org/tiny", "v1", map[string][]byte{"config.json": []byte("{}")})
+	var calls atomic.Int32
+	fh.Fault = func(c hubtest.Call, w http.ResponseWriter, r *http.Request) bool {
+		if c.Kind != "tree" {
+			return false
+		}
+		if calls.Add(1) > 50 { // a guard for the test, not the behaviour under test
+			http.Error(w, "test guard: too many listing requests", http.StatusBadRequest)
+			return true
+		}
+		w.Header().Set("Link", "<"+fh.URL()+r.URL.RequestURI()+`>; rel="next"`)
+		w.Write([]byte("[]"))
+		return true
+	}
+	c := hub.New()
+	c.Endpoint, c.Token = fh.URL(), ""
+	s := NewState(&syncBuffer{})
+	r := &Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir())}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Run(ctx); err == nil {
+		t.Fatal("startup succeeded")
+	}
+	st := s.Status()
+	if st.Phase != PhaseError || st.FailedPhase != PhasePull || !strings.Contains(st.Error, "the listing loops") {
+		t.Fatalf("status %+v after %d listing requests", st, calls.Load())
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("%d listing requests, want 1", calls.Load())
 	}
 }
 

@@ -5,6 +5,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -15,7 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ type Client struct {
 	MaxRetryAfter  time.Duration // cap on a server's Retry-After
 	StallTimeout   time.Duration // a response body silent this long is dropped and retried
 	VerifyAttempts int           // downloads of one file before a checksum mismatch is final
+	ListPages      int           // tree API pages one listing may take: a bound on runaway pagination
 
 	Progress         func(Progress) // called from one goroutine every ProgressInterval and at the end
 	ProgressInterval time.Duration
@@ -90,6 +92,7 @@ func New() *Client {
 		MaxRetryAfter:    5 * time.Minute,
 		StallTimeout:     60 * time.Second,
 		VerifyAttempts:   3,
+		ListPages:        1000, // a checkpoint's listing takes a page or two
 		ProgressInterval: 250 * time.Millisecond,
 	}
 }
@@ -343,8 +346,16 @@ type treeEntry struct {
 	} `json:"lfs"`
 }
 
+// maxListDepth bounds directory nesting in a listing; checkpoints use one or two levels.
+const maxListDepth = 32
+
 // List returns the files of repo at rev from the tree API, following Link: rel="next" pages and
 // descending into subdirectories. Files are sorted by path.
+//
+// The listing decides where files are written, so every entry must be a clean path directly
+// inside the directory listed (see checkPath) and listed once, and a server that answers with
+// a loop (a next page already fetched, a directory inside itself, nesting or pages without
+// end) fails the pull with an error rather than keeping it, and `lily serve`, busy forever.
 func (c *Client) List(ctx context.Context, repo, rev string) ([]File, error) {
 	c = c.withDefaults()
 	hc, err := c.httpClient()
@@ -357,50 +368,116 @@ func (c *Client) List(ctx context.Context, repo, rev string) ([]File, error) {
 	if rev == "" {
 		return nil, errors.New("empty revision")
 	}
-	var files []File
-	for dirs := []string{""}; len(dirs) > 0; {
-		dir := dirs[0]
-		dirs = dirs[1:]
-		next := c.Endpoint + "/api/models/" + repo + "/tree/" + url.PathEscape(rev)
-		if dir != "" {
-			next += "/" + escapePath(dir)
+	l := &lister{c: c, hc: hc, repo: repo, rev: rev, pages: map[string]bool{}, paths: map[string]bool{}}
+	for dirs := []string{""}; len(dirs) > 0; dirs = dirs[1:] {
+		sub, err := l.dir(ctx, dirs[0])
+		if err != nil {
+			return nil, err
 		}
-		for next != "" {
-			var page []treeEntry
-			u := next
-			err := c.retry(ctx, "list "+repo, func() (bool, error) {
-				var err error
-				next, err = getJSON(ctx, hc, u, &page)
-				return false, err
-			})
-			if err != nil {
-				return nil, c.explain(err, repo, rev, "")
-			}
-			for _, e := range page {
-				if !filepath.IsLocal(filepath.FromSlash(e.Path)) || strings.Contains(e.Path, `\`) {
-					return nil, fmt.Errorf("%s@%s: refusing unsafe path %q from the Hub listing", repo, rev, e.Path)
-				}
-				switch e.Type {
-				case "directory":
-					dirs = append(dirs, e.Path)
-				case "file":
-					f := File{Path: e.Path, Size: e.Size, GitSHA1: e.OID}
-					if e.LFS != nil {
-						f = File{Path: e.Path, Size: e.LFS.Size, SHA256: e.LFS.OID}
-					}
-					if f.SHA256 == "" && f.GitSHA1 == "" {
-						return nil, fmt.Errorf("%s@%s: the Hub listing has no checksum for %s", repo, rev, e.Path)
-					}
-					files = append(files, f)
-				}
-			}
-		}
+		dirs = append(dirs, sub...)
 	}
-	if len(files) == 0 {
+	if len(l.files) == 0 {
 		return nil, fmt.Errorf("%s@%s: the repo has no files", repo, rev)
 	}
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
-	return files, nil
+	slices.SortFunc(l.files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	return l.files, nil
+}
+
+// lister is the state of one List: what it has fetched and accepted so far.
+type lister struct {
+	c         *Client
+	hc        *http.Client
+	repo, rev string
+	pages     map[string]bool // URLs of the pages fetched
+	paths     map[string]bool // entries accepted, lower-cased: macOS file systems ignore case
+	files     []File
+}
+
+// dir lists one directory ("" for the root), page by page, and returns its subdirectories.
+func (l *lister) dir(ctx context.Context, dir string) ([]string, error) {
+	next := l.c.Endpoint + "/api/models/" + l.repo + "/tree/" + url.PathEscape(l.rev)
+	if dir != "" {
+		next += "/" + escapePath(dir)
+	}
+	var subdirs []string
+	for next != "" {
+		page, n, err := l.page(ctx, next)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if err := l.add(dir, e, &subdirs); err != nil {
+				return nil, fmt.Errorf("%s@%s: refusing %q from the Hub listing%s: %w", l.repo, l.rev, e.Path, ofDir(dir), err)
+			}
+		}
+		next = n
+	}
+	return subdirs, nil
+}
+
+func ofDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	return " of " + dir + "/"
+}
+
+// page fetches one page of a listing and returns it with the URL of the next one, if any.
+func (l *lister) page(ctx context.Context, u string) (page []treeEntry, next string, err error) {
+	if l.pages[u] {
+		return nil, "", fmt.Errorf("%s@%s: the listing loops: its Link rel=\"next\" leads back to %s, a page already fetched; the Hub (or the HF_ENDPOINT mirror) is paginating in a circle", l.repo, l.rev, u)
+	}
+	if len(l.pages) >= l.c.ListPages {
+		return nil, "", fmt.Errorf("%s@%s: the listing did not end after %d pages; refusing to fetch more (is the Hub or the HF_ENDPOINT mirror paginating without end?)", l.repo, l.rev, l.c.ListPages)
+	}
+	l.pages[u] = true
+	err = l.c.retry(ctx, "list "+l.repo, func() (bool, error) {
+		var err error
+		next, err = getJSON(ctx, l.hc, u, &page)
+		return false, err
+	})
+	if err != nil {
+		return nil, "", l.c.explain(err, l.repo, l.rev, "")
+	}
+	return page, next, nil
+}
+
+// add accepts e from the listing of dir: a file into l.files, a subdirectory into subdirs.
+// Requiring each entry to be a direct child of the directory listed (as the tree API sends
+// them) means every file's parent was itself a checked entry, and nesting grows by one level
+// per request, so maxListDepth bounds it.
+func (l *lister) add(dir string, e treeEntry, subdirs *[]string) error {
+	if err := checkPath(e.Path); err != nil {
+		return err
+	}
+	switch parent := path.Dir(e.Path); {
+	case e.Path == dir:
+		return errors.New("a directory inside itself: the listing loops")
+	case parent != cmp.Or(dir, "."):
+		return errors.New("not a direct child of the directory listed")
+	}
+	key := strings.ToLower(e.Path)
+	if l.paths[key] {
+		return errors.New("listed twice (names that differ only in case count as the same)")
+	}
+	l.paths[key] = true
+	switch e.Type {
+	case "directory":
+		if depth := strings.Count(e.Path, "/") + 1; depth > maxListDepth {
+			return fmt.Errorf("nested %d levels deep, more than the %d Lily follows", depth, maxListDepth)
+		}
+		*subdirs = append(*subdirs, e.Path)
+	case "file":
+		f := File{Path: e.Path, Size: e.Size, GitSHA1: e.OID}
+		if e.LFS != nil {
+			f = File{Path: e.Path, Size: e.LFS.Size, SHA256: e.LFS.OID}
+		}
+		if f.SHA256 == "" && f.GitSHA1 == "" {
+			return errors.New("no checksum")
+		}
+		l.files = append(l.files, f)
+	}
+	return nil
 }
 
 // getJSON decodes one page of a listing and returns the URL of the next page, if any.

@@ -48,7 +48,7 @@ func openPartFile(path string, truncate bool) (partFile, error) {
 	if truncate {
 		flags |= os.O_TRUNC
 	}
-	return os.OpenFile(path, flags, 0o644)
+	return openNoFollow(path, flags, 0o644)
 }
 
 // withDefaults returns a copy with zero-valued settings defaulted, so a Client built by hand
@@ -67,6 +67,7 @@ func (c *Client) withDefaults() *Client {
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, d.MaxRetryAfter)
 	c.StallTimeout = cmp.Or(c.StallTimeout, d.StallTimeout)
 	c.VerifyAttempts = cmp.Or(c.VerifyAttempts, d.VerifyAttempts)
+	c.ListPages = cmp.Or(c.ListPages, d.ListPages)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, d.ProgressInterval)
 	if c.sleep == nil {
 		c.sleep = sleepCtx
@@ -80,15 +81,55 @@ func (c *Client) withDefaults() *Client {
 	return c
 }
 
-// Pull makes dir a verified copy of repo at rev and returns its marker. It is idempotent: a
-// complete directory returns at once (without the network when rev is a commit id), a partial
-// one is resumed, and files already in place are re-hashed rather than downloaded again.
+// Result is what PullWith checked and did, for the line a command prints at the end.
+type Result struct {
+	Marker *Marker
+	Check  Check
+	// With CheckHashes: files already on disk that were re-hashed and kept; files downloaded,
+	// each verified before it was put in place; the bytes this run transferred (a resumed file
+	// counts only the rest); and Replaced, the files found on disk at full size whose re-hash
+	// failed, which are among those downloaded.
+	Hashed, Downloaded int
+	Bytes              int64
+	Replaced           []string
+}
+
+// Check is how PullWith established that the directory is complete.
+type Check int
+
+const (
+	// CheckMarker: the marker records repo@rev and each file it lists has its recorded size.
+	// No request is made: rev is a commit id, so its listing cannot have changed.
+	CheckMarker Check = iota + 1
+	// CheckListing: as CheckMarker, and the marker's files equal the Hub's current listing.
+	CheckListing
+	// CheckHashes: every file's checksum was compared with the Hub's listing, those downloaded
+	// before being renamed into place and those already on disk by re-hashing them.
+	CheckHashes
+)
+
+// Pull is PullWith in VerifyFast mode, for callers that need only the marker.
+func (c *Client) Pull(ctx context.Context, repo, rev, dir string) (*Marker, error) {
+	r, err := c.PullWith(ctx, repo, rev, dir, VerifyFast)
+	if err != nil {
+		return nil, err
+	}
+	return r.Marker, nil
+}
+
+// PullWith makes dir a verified copy of repo at rev and says how. It is idempotent: in
+// VerifyFast mode a complete directory returns at once (CheckMarker or CheckListing), a partial
+// one is resumed, and files already in place are re-hashed rather than downloaded again. In
+// VerifyFull mode every file is re-hashed even when the directory is complete, and any that
+// does not match is downloaded again.
 //
 // Locking: a pull holds an exclusive lock on dir/.lily-pull.lock. A second pull into the same
 // directory (another terminal, or the server's pull-if-missing phase) waits for the first,
 // saying so through Logf, then finds the files in place and returns; cancel ctx to stop waiting.
 // Waiting rather than failing lets `lily serve` start while `lily pull` is still running.
-func (c *Client) Pull(ctx context.Context, repo, rev, dir string) (*Marker, error) {
+//
+// Symlinks inside dir are refused (ErrSymlink), never followed or replaced; dir itself may be one.
+func (c *Client) PullWith(ctx context.Context, repo, rev, dir string, mode VerifyMode) (*Result, error) {
 	c = c.withDefaults()
 	hc, err := c.httpClient()
 	if err != nil {
@@ -97,7 +138,39 @@ func (c *Client) Pull(ctx context.Context, repo, rev, dir string) (*Marker, erro
 	if err := ValidateRepo(repo); err != nil {
 		return nil, err
 	}
+	unlock, err := c.lock(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if mode == VerifyFast && isCommit(rev) {
+		if m, err := c.complete(ctx, dir, repo, rev, nil); err == nil {
+			return &Result{Marker: m, Check: CheckMarker}, nil
+		}
+	}
+	files, err := c.List(ctx, repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	if mode == VerifyFast {
+		if m, err := c.complete(ctx, dir, repo, rev, files); err == nil {
+			return &Result{Marker: m, Check: CheckListing}, nil
+		}
+	}
+	// The directory is about to change: an interrupted pull must not leave it looking complete.
+	if err := os.Remove(filepath.Join(dir, MarkerName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return c.pullFiles(ctx, hc, repo, rev, dir, files, mode == VerifyFull)
+}
+
+// lock creates dir and takes its pull lock, waiting for another pull that holds it.
+func (c *Client) lock(ctx context.Context, dir string) (unlock func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := refuseLinks(dir, LockName, MarkerName); err != nil {
 		return nil, err
 	}
 	lock := flock.New(filepath.Join(dir, LockName))
@@ -109,44 +182,43 @@ func (c *Client) Pull(ctx context.Context, repo, rev, dir string) (*Marker, erro
 	if err != nil || !ok {
 		return nil, fmt.Errorf("lock %s: %w", lock.Path(), cmp.Or(err, ctx.Err()))
 	}
-	defer lock.Unlock()
+	return lock.Unlock, nil
+}
 
-	if isCommit(rev) {
-		if m, err := c.complete(ctx, dir, repo, rev, nil); err == nil {
-			return m, nil
-		}
-	}
-	files, err := c.List(ctx, repo, rev)
-	if err != nil {
-		return nil, err
-	}
-	if m, err := c.complete(ctx, dir, repo, rev, files); err == nil {
-		return m, nil
-	}
-	// The directory is about to change: an interrupted pull must not leave it looking complete.
-	if err := os.Remove(filepath.Join(dir, MarkerName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-
+// pullFiles brings every file of the listing into place and writes the marker. With
+// hashProgress, files already in place count as progress while they are re-hashed rather than
+// as on disk from the start, so a full verification shows how far it is.
+func (c *Client) pullFiles(ctx context.Context, hc *http.Client, repo, rev, dir string, files []File, hashProgress bool) (*Result, error) {
 	jobs := make([]*fileJob, len(files))
-	var total, onDisk int64
+	var total, onDisk, toHash int64
 	for i, f := range files {
-		jobs[i] = newFileJob(dir, f, c.ChunkSize)
+		j, err := newFileJob(dir, f, c.ChunkSize)
+		if err != nil {
+			return nil, err
+		}
+		j.hashProgress = hashProgress && j.inPlace
+		if j.hashProgress {
+			toHash += f.Size
+		}
+		jobs[i] = j
 		total += f.Size
-		onDisk += jobs[i].onDisk()
+		onDisk += j.onDisk()
 	}
 	if err := c.checkSpace(dir, total-onDisk); err != nil {
 		return nil, err
 	}
-	tr := &tracker{total: total, start: onDisk, files: len(files)}
-	tr.done.Store(onDisk)
+	tr := &tracker{total: total, start: onDisk - toHash, files: len(files)}
+	tr.done.Store(onDisk - toHash)
 	stop := reportEvery(c.ProgressInterval, c.Progress, tr)
 	defer stop()
 	if err := c.pullAll(ctx, hc, repo, rev, jobs, tr); err != nil {
 		return nil, err
 	}
 	m := &Marker{Repo: repo, Revision: rev, Files: files, CompletedAt: time.Now().UTC()}
-	return m, writeMarker(dir, m)
+	if err := writeMarker(dir, m); err != nil {
+		return nil, err
+	}
+	return tr.result(m), nil
 }
 
 // complete returns dir's marker if it records repo@rev (and exactly files, when given) and the
@@ -229,16 +301,9 @@ func acquire(ctx context.Context, slots chan struct{}) error {
 // the downloaded bytes do not match the listing's checksum.
 func (c *Client) pullFile(ctx context.Context, hc *http.Client, repo, rev string, j *fileJob, tr *tracker, streams chan struct{}) error {
 	if j.inPlace {
-		// Only verified files are ever renamed into place, but this one may be from another
-		// revision or damaged since: re-hashing it costs a read, not a download.
-		if err := checkFile(ctx, j.final, j.f, nil); err == nil {
-			os.Remove(j.side) // left behind by a crash between rename and cleanup
-			tr.fileDone(j.f.Path)
-			return nil
-		} else if ctx.Err() != nil {
-			return ctx.Err()
+		if kept, err := c.keepInPlace(ctx, j, tr); kept || err != nil {
+			return err
 		}
-		tr.add(-j.f.Size, "")
 	}
 	u := c.resolveURL(repo, rev, j.f.Path)
 	for attempt := 1; ; attempt++ {
@@ -247,7 +312,7 @@ func (c *Client) pullFile(ctx context.Context, hc *http.Client, repo, rev string
 			err = j.commit(ctx)
 		}
 		if err == nil {
-			tr.fileDone(j.f.Path)
+			tr.downloaded(j.f)
 			return nil
 		}
 		if !errors.Is(err, ErrMismatch) {
@@ -262,6 +327,35 @@ func (c *Client) pullFile(ctx context.Context, hc *http.Client, repo, rev string
 		}
 		c.logf("%v; downloading it again", err)
 	}
+}
+
+// keepInPlace re-hashes a file already at its final name and says whether it can stay. Only
+// verified files are ever renamed into place, but this one may be from another revision or
+// damaged since: re-hashing it costs a read, not a download. A file that fails is logged and
+// left for the caller to download again.
+func (c *Client) keepInPlace(ctx context.Context, j *fileJob, tr *tracker) (bool, error) {
+	counted := j.f.Size // counted as on disk from the start, unless hashing reports progress
+	var count func(int64)
+	if j.hashProgress {
+		counted = 0
+		count = func(n int64) { counted += n; tr.add(n, j.f.Path) }
+	}
+	err := checkFile(ctx, j.final, j.f, count)
+	switch {
+	case err == nil:
+		os.Remove(j.side) // left behind by a crash between rename and cleanup
+		tr.hashed.Add(1)
+		tr.fileDone(j.f.Path)
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, ErrSymlink):
+		return false, err
+	}
+	tr.add(-counted, "")
+	tr.failedRehash(j.f.Path)
+	c.logf("%v; downloading it again", err)
+	return false, nil
 }
 
 // download fetches the missing ranges of j into its .part file.
@@ -409,6 +503,7 @@ type fileJob struct {
 	final, part, side string
 	chunkSize         int64
 	inPlace           bool // a file of the right size is at the final name
+	hashProgress      bool // re-hashing it in place counts as progress (a full verification)
 	st                *partState
 	w                 partFile
 	mu                sync.Mutex // guards st.Done and saved
@@ -416,15 +511,21 @@ type fileJob struct {
 	saveMu            sync.Mutex // orders sidecar writes
 }
 
-func newFileJob(dir string, f File, chunkSize int64) *fileJob {
+// newFileJob looks at what dir already holds of f: the file at its final name, or a resumable
+// .part. It refuses symlinks on the way to any of the three names, so nothing below reads or
+// writes through one.
+func newFileJob(dir string, f File, chunkSize int64) (*fileJob, error) {
+	if err := refuseLinks(dir, f.Path, f.Path+PartSuffix, f.Path+SideSuffix); err != nil {
+		return nil, err
+	}
 	final := filepath.Join(dir, filepath.FromSlash(f.Path))
 	j := &fileJob{f: f, final: final, part: final + PartSuffix, side: final + SideSuffix, chunkSize: chunkSize}
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
+	if fi, err := os.Lstat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
 		j.inPlace = true
-		return j
+		return j, nil
 	}
 	j.st = loadPartState(j.part, j.side, f)
-	return j
+	return j, nil
 }
 
 // onDisk is how many of the file's bytes a pull will not need to transfer (if they check out).
@@ -444,7 +545,7 @@ func (j *fileJob) onDisk() int64 {
 func (f File) hash() string { return cmp.Or(f.SHA256, f.GitSHA1) }
 
 func loadPartState(part, side string, f File) *partState {
-	raw, err := os.ReadFile(side)
+	raw, err := readNoFollow(side)
 	if err != nil {
 		return nil
 	}
@@ -509,6 +610,7 @@ func (j *fileJob) write(i int, p []byte, at int64, tr *tracker) error {
 	due := time.Since(j.saved) >= saveEvery
 	j.mu.Unlock()
 	tr.add(int64(len(p)), j.f.Path)
+	tr.fetchedBytes.Add(int64(len(p)))
 	if due {
 		return j.save()
 	}
@@ -574,13 +676,36 @@ func (j *fileJob) discard() error {
 	return nil
 }
 
-// tracker aggregates progress from all streams; reportEvery publishes it.
+// tracker aggregates progress from all streams, which reportEvery publishes, and what the
+// pull did, which result reports.
 type tracker struct {
 	total, start int64
 	files        int
 	done         atomic.Int64
 	filesDone    atomic.Int64
 	file         atomic.Pointer[string]
+
+	hashed, fetchedFiles, fetchedBytes atomic.Int64
+	mu                                 sync.Mutex
+	replaced                           []string
+}
+
+func (t *tracker) downloaded(f File) {
+	t.fetchedFiles.Add(1)
+	t.fileDone(f.Path)
+}
+
+func (t *tracker) failedRehash(file string) {
+	t.mu.Lock()
+	t.replaced = append(t.replaced, file)
+	t.mu.Unlock()
+}
+
+func (t *tracker) result(m *Marker) *Result {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return &Result{Marker: m, Check: CheckHashes, Hashed: int(t.hashed.Load()), Downloaded: int(t.fetchedFiles.Load()),
+		Bytes: t.fetchedBytes.Load(), Replaced: slices.Sorted(slices.Values(t.replaced))}
 }
 
 func (t *tracker) add(n int64, file string) {

@@ -694,12 +694,64 @@ func TestVerifyFastAndFull(t *testing.T) {
 	}
 }
 
-func TestListRejectsUnsafePaths(t *testing.T) {
+// PullWith says how it found the directory complete; VerifyFull re-hashes every file, then
+// reports and downloads again just the damaged or missing ones.
+func TestPullWithSaysWhatItCheckedAndVerifyFullRepairs(t *testing.T) {
 	h := newHarness(t)
-	h.hub.Files["../escape.txt"] = []byte("x")
-	_, err := h.pull(h.client())
-	if err == nil || !strings.Contains(err.Error(), "unsafe path") {
-		t.Fatalf("err = %v", err)
+	ctx := context.Background()
+	pull := func(c *Client, mode VerifyMode) *Result {
+		t.Helper()
+		h.hub.ResetServed()
+		r, err := c.PullWith(ctx, repo, rev, h.dir, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Marker == nil || len(r.Marker.Files) != 6 {
+			t.Fatalf("marker %+v", r.Marker)
+		}
+		return r
+	}
+	if r := pull(h.client(), VerifyFast); r.Check != CheckHashes || r.Downloaded != 6 || r.Hashed != 0 || r.Bytes != h.hub.TotalSize() || r.Replaced != nil {
+		t.Fatalf("fresh pull: %+v", r)
+	}
+	if r := pull(h.client(), VerifyFast); r.Check != CheckMarker || len(h.hub.Calls()) != 0 {
+		t.Fatalf("rerun of a commit: %+v after %d requests", r, len(h.hub.Calls()))
+	}
+
+	// Same-size damage to one file, another missing.
+	data, _ := os.ReadFile(filepath.Join(h.dir, shard))
+	data[7] ^= 1
+	os.WriteFile(filepath.Join(h.dir, shard), data, 0o644)
+	os.Remove(filepath.Join(h.dir, "sub", "extra.json"))
+	c := h.client()
+	var first, last Progress
+	var once sync.Once
+	c.Progress = func(p Progress) { once.Do(func() { first = p }); last = p }
+	r := pull(c, VerifyFull)
+	h.checkComplete()
+	if r.Check != CheckHashes || r.Hashed != 4 || r.Downloaded != 2 || r.Bytes != 300_003 || !slices.Equal(r.Replaced, []string{shard}) {
+		t.Fatalf("full verification: %+v", r)
+	}
+	if h.hub.Served() != 300_003 || !h.logged(shard+": sha256 is") || !h.logged("downloading it again") {
+		t.Fatalf("served %d; logs %q", h.hub.Served(), h.logs)
+	}
+	// The re-hash is progress, not bytes already done at the start.
+	if first.Start != 0 || last.Done != last.Total || last.FilesDone != 6 {
+		t.Fatalf("progress: first %+v, last %+v", first, last)
+	}
+	if r := pull(h.client(), VerifyFull); r.Hashed != 6 || r.Downloaded != 0 || r.Replaced != nil || h.hub.Served() != 0 {
+		t.Fatalf("full verification of an intact directory: %+v, served %d", r, h.hub.Served())
+	}
+
+	// A branch name is checked against the Hub's current listing.
+	branch := hubtest.New(t, repo, "main", testFiles())
+	bc := h.client()
+	bc.Endpoint, bc.Token = branch.URL(), ""
+	if r, err := bc.PullWith(ctx, repo, "main", h.dir, VerifyFast); err != nil || r.Check != CheckHashes || r.Hashed != 6 {
+		t.Fatalf("pull of main over the same files: %+v, %v", r, err)
+	}
+	if r, err := bc.PullWith(ctx, repo, "main", h.dir, VerifyFast); err != nil || r.Check != CheckListing || branch.Served() != 0 {
+		t.Fatalf("rerun of a branch: %+v, %v, served %d", r, err, branch.Served())
 	}
 }
 

@@ -45,7 +45,7 @@ var (
 
 // ReadMarker reads dir's completion marker.
 func ReadMarker(dir string) (*Marker, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, MarkerName))
+	raw, err := readNoFollow(filepath.Join(dir, MarkerName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotPulled)
 	}
@@ -57,8 +57,8 @@ func ReadMarker(dir string) (*Marker, error) {
 		return nil, fmt.Errorf("%s: unreadable %s: %w", dir, MarkerName, ErrNotPulled)
 	}
 	for _, f := range m.Files {
-		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
-			return nil, fmt.Errorf("%s: %s lists unsafe path %q: %w", dir, MarkerName, f.Path, ErrNotPulled)
+		if err := checkPath(f.Path); err != nil {
+			return nil, fmt.Errorf("%s: %s lists %q (%v): %w", dir, MarkerName, f.Path, err, ErrNotPulled)
 		}
 	}
 	return &m, nil
@@ -82,8 +82,9 @@ const (
 
 // Verify checks dir against its completion marker and returns the marker. On a mismatch it
 // also removes the marker, since the directory is provably not a complete copy: the next Pull
-// then re-checks every file and downloads only the damaged or missing ones. progress, if not
-// nil, is called while hashing in full mode.
+// then re-checks every file and downloads only the damaged or missing ones. A symlink on the
+// way to a file (or at the marker's name) fails with ErrSymlink, as in Pull, whatever it points
+// to. progress, if not nil, is called while hashing in full mode.
 func Verify(ctx context.Context, dir string, mode VerifyMode, progress func(Progress)) (*Marker, error) {
 	m, err := ReadMarker(dir)
 	if err != nil {
@@ -94,12 +95,7 @@ func Verify(ctx context.Context, dir string, mode VerifyMode, progress func(Prog
 		defer reportEvery(250*time.Millisecond, progress, tr)()
 	}
 	for _, f := range m.Files {
-		path := filepath.Join(dir, filepath.FromSlash(f.Path))
-		if mode == VerifyFull {
-			err = checkFile(ctx, path, f, func(n int64) { tr.add(n, f.Path) })
-		} else {
-			err = checkSize(path, f)
-		}
+		err = checkOne(ctx, dir, f, mode, func(n int64) { tr.add(n, f.Path) })
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -112,31 +108,65 @@ func Verify(ctx context.Context, dir string, mode VerifyMode, progress func(Prog
 	return m, nil
 }
 
+// checkOne checks dir's copy of f: its size, and in VerifyFull mode its checksum.
+func checkOne(ctx context.Context, dir string, f File, mode VerifyMode, count func(int64)) error {
+	if err := refuseLinks(dir, f.Path); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, filepath.FromSlash(f.Path))
+	if mode == VerifyFull {
+		return checkFile(ctx, path, f, count)
+	}
+	return checkSize(path, f)
+}
+
+// checkSize checks that path is a regular file of f's size; a symlink there is not followed.
 func checkSize(path string, f File) error {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return statError(err, f)
+	}
+	return checkStat(fi, path, f)
+}
+
+func statError(err error, f File) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s is missing: %w", f.Path, ErrMismatch)
 	}
-	if err != nil {
-		return err
-	}
-	if fi.Size() != f.Size {
+	return err
+}
+
+func checkStat(fi fs.FileInfo, path string, f File) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return linkError(path)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file: %w", f.Path, ErrMismatch)
+	case fi.Size() != f.Size:
 		return fmt.Errorf("%s: size %d, want %d: %w", f.Path, fi.Size(), f.Size, ErrMismatch)
 	}
 	return nil
 }
 
 // checkFile verifies path's size and checksum against f: sha256 for LFS files, and for files
-// kept in git the blob id sha1("blob <size>\x00" + content).
+// kept in git the blob id sha1("blob <size>\x00" + content). Neither the check nor the open
+// follows a symlink, and the file opened is checked again, so what is hashed is what was checked.
 func checkFile(ctx context.Context, path string, f File, count func(int64)) error {
 	if err := checkSize(path, f); err != nil {
 		return err
 	}
-	fh, err := os.Open(path)
+	fh, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return statError(err, f)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
 	if err != nil {
 		return err
 	}
-	defer fh.Close()
+	if err := checkStat(fi, path, f); err != nil {
+		return err
+	}
 	var h hash.Hash
 	kind, want := "sha256", f.SHA256
 	if want != "" {

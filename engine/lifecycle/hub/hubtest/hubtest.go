@@ -1,6 +1,7 @@
 // Package hubtest is a fake Hugging Face Hub for tests: the tree API (paginated through Link
 // headers, with subdirectories), resolve with Range support, and a second server standing in for
-// the CDN that LFS downloads are redirected to. A Fault hook lets a test break any request.
+// the CDN that LFS downloads are redirected to. A Fault hook lets a test break any request, and a
+// Tree hook rewrite any directory's listing.
 package hubtest
 
 import (
@@ -43,6 +44,9 @@ type Hub struct {
 
 	// Fault, if set, sees every call first; returning true means it wrote the answer itself.
 	Fault func(c Call, w http.ResponseWriter, r *http.Request) bool
+	// Tree, if set, rewrites the entries of directory dir ("" for the root) before they are
+	// paginated: a test adds entries no real file tree has (".", a directory inside itself).
+	Tree func(dir string, entries []Entry) []Entry
 
 	HubServer, CDNServer *httptest.Server
 
@@ -147,17 +151,19 @@ func (h *Hub) authorize(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-type lfsInfo struct {
+// LFSInfo is the lfs member of a tree entry.
+type LFSInfo struct {
 	OID  string `json:"oid"`
 	Size int    `json:"size"`
 }
 
-type entry struct {
-	Type string   `json:"type"`
+// Entry is one entry of a tree listing, as the Hub's API sends it.
+type Entry struct {
+	Type string   `json:"type"` // "file" or "directory"
 	Path string   `json:"path"`
 	Size int      `json:"size"`
 	OID  string   `json:"oid"`
-	LFS  *lfsInfo `json:"lfs,omitempty"`
+	LFS  *LFSInfo `json:"lfs,omitempty"`
 }
 
 func (h *Hub) tree(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +171,7 @@ func (h *Hub) tree(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dir := r.PathValue("dir")
-	var entries []entry
+	var entries []Entry
 	seen := map[string]bool{}
 	for p, d := range h.Files {
 		parent := path.Dir(p)
@@ -173,10 +179,10 @@ func (h *Hub) tree(w http.ResponseWriter, r *http.Request) {
 			parent = ""
 		}
 		if parent == dir {
-			e := entry{Type: "file", Path: p, Size: len(d), OID: GitSHA1(d)}
+			e := Entry{Type: "file", Path: p, Size: len(d), OID: GitSHA1(d)}
 			if h.isLFS(p) {
 				pointer := fmt.Sprintf("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n", SHA256(d), len(d))
-				e.Size, e.OID, e.LFS = len(pointer), GitSHA1([]byte(pointer)), &lfsInfo{OID: SHA256(d), Size: len(d)}
+				e.Size, e.OID, e.LFS = len(pointer), GitSHA1([]byte(pointer)), &LFSInfo{OID: SHA256(d), Size: len(d)}
 			}
 			entries = append(entries, e)
 			continue
@@ -186,11 +192,14 @@ func (h *Hub) tree(w http.ResponseWriter, r *http.Request) {
 			sub, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
 			if d := path.Join(dir, sub); !seen[d] {
 				seen[d] = true
-				entries = append(entries, entry{Type: "directory", Path: d, OID: "0"})
+				entries = append(entries, Entry{Type: "directory", Path: d, OID: "0"})
 			}
 		}
 	}
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	if h.Tree != nil {
+		entries = h.Tree(dir, entries)
+	}
 	cursor, _ := strconv.Atoi(r.URL.Query().Get("cursor"))
 	end := min(cursor+h.PageSize, len(entries))
 	if end < len(entries) {
