@@ -34,5 +34,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, o.MaxCtx)
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx})
 }

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"log"
 	"slices"
 	"sync"
 
@@ -30,9 +31,17 @@ type GPU struct {
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
 }
 
-// NewGPU builds the decode plan for w with maxCtx KV positions (0: the model's context, at most
-// DefaultMaxCtx) on dev and uploads the weights.
-func NewGPU(name string, w *model.Weights, dev exec.Device, maxCtx int) (*GPU, error) {
+// GPUOptions configure NewGPU.
+type GPUOptions struct {
+	MaxCtx int // KV positions (a session's limit); 0: the model's context, at most DefaultMaxCtx
+	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
+	// should have been served from the mapped checkpoint had to be copied.
+	Logf func(format string, args ...any)
+}
+
+// NewGPU builds the decode plan for w on dev and uploads the weights.
+func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
+	maxCtx := o.MaxCtx
 	if maxCtx <= 0 {
 		maxCtx = DefaultMaxCtx
 		if w.Config.MaxPositions > 0 {
@@ -51,6 +60,15 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, maxCtx int) (*GPU, e
 	x, err := exec.New(shared, step.Plan) // allocates (and from now on shares) the weight buffers
 	if err != nil {
 		return nil, err
+	}
+	if shared.copied > 0 {
+		logf := o.Logf
+		if logf == nil {
+			logf = log.Printf
+		}
+		// One line for all: where the checkpoint's tensor data starts decides it for every tensor.
+		logf("%s: %d of %d weight tensors (%.2f GB) copied into GPU memory instead of wrapped in the mapped checkpoint: %v",
+			name, shared.copied, len(shared.views), float64(shared.copiedBytes)/1e9, shared.wrapErr)
 	}
 	wrapped := func(buf int) bool { _, ok := shared.weights[step.Plan.Buffers[buf].Name].(exec.View); return ok }
 	if err := step.Upload(w, x.Bytes, wrapped); err != nil {
@@ -180,6 +198,10 @@ type sharedDevice struct {
 	weights map[string]exec.Memory
 	pipes   map[string]exec.Pipeline
 	views   map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
+
+	copied      int   // views that could not be wrapped and were allocated (copied) instead
+	copiedBytes int64 // their size
+	wrapErr     error // the first wrap failure
 }
 
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
@@ -193,11 +215,16 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	}
 	if data, ok := d.views[b.Name]; ok {
 		// A failed wrap (e.g. the device refuses the pages) falls back to a copy.
-		if mem, off, err := d.Device.(exec.Wrapper).Wrap(data); err == nil {
+		mem, off, err := d.Device.(exec.Wrapper).Wrap(data)
+		if err == nil {
 			v := exec.View{Mem: mem, Offset: off, Size: b.Size}
 			d.weights[b.Name] = v
 			return v, nil
 		}
+		if d.copied++; d.wrapErr == nil {
+			d.wrapErr = err
+		}
+		d.copiedBytes += b.Size
 	}
 	m, err := d.Device.Alloc(b)
 	if err == nil {

@@ -17,5 +17,5 @@ func NewMetal(w *model.Weights, maxCtx int) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("metal", w, dev, maxCtx)
+	return NewGPU("metal", w, dev, GPUOptions{MaxCtx: maxCtx})
 }

@@ -381,6 +381,9 @@ type launch struct {
 
 const launchSize = 712
 
+// deviceMaxThreads is the threadgroup limit of every Apple GPU Lily supports.
+const deviceMaxThreads = 1024
+
 func init() {
 	if unsafe.Sizeof(launch{}) != launchSize || unsafe.Offsetof(launch{}.tgLen) != 528 || unsafe.Offsetof(launch{}.groups) != 652 {
 		panic("emu: launch layout does not match runtime.cc")
@@ -389,6 +392,15 @@ func init() {
 
 // Kernel is the pipeline's kernel name.
 func (p *Pipeline) Kernel() string { return p.k.name }
+
+// MaxThreads is the most threads a threadgroup may have: the kernel's
+// [[max_total_threads_per_threadgroup]], else 1024 (Metal's maxTotalThreadsPerThreadgroup).
+func (p *Pipeline) MaxThreads() int {
+	if p.k.maxThreads > 0 {
+		return min(p.k.maxThreads, deviceMaxThreads)
+	}
+	return deviceMaxThreads
+}
 
 // Dispatch runs the kernel over a grid and returns when it is done. A kernel error (barrier or
 // SIMD-group misuse, a write outside a buffer, a sanitizer report) is returned as an error.
@@ -404,8 +416,8 @@ func (p *Pipeline) Dispatch(d Dispatch) error {
 	}
 	tg := one(d.Group)
 	nt := tg[0] * tg[1] * tg[2]
-	if tg[0] < 0 || tg[1] < 0 || tg[2] < 0 || nt > 1024 {
-		return fmt.Errorf("emu: %s: threadgroup %v: want 1..1024 threads", k.name, d.Group)
+	if tg[0] < 0 || tg[1] < 0 || tg[2] < 0 || nt > deviceMaxThreads {
+		return fmt.Errorf("emu: %s: threadgroup %v: want 1..%d threads", k.name, d.Group, deviceMaxThreads)
 	}
 	if k.maxThreads > 0 && nt > k.maxThreads {
 		return fmt.Errorf("emu: %s: threadgroup of %d threads exceeds [[max_total_threads_per_threadgroup(%d)]]", k.name, nt, k.maxThreads)

@@ -31,8 +31,15 @@ func (d *EmuDevice) Alloc(b plan.Buffer) (Memory, error) {
 
 // Pipeline specialises a kernel of the library.
 func (d *EmuDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, error) {
-	return d.Lib.Pipeline(kernel, constants)
+	p, err := d.Lib.Pipeline(kernel, constants)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
+
+// Encode runs f: the emulator needs no per-thread context.
+func (d *EmuDevice) Encode(f func()) { f() }
 
 // Begin starts a step.
 func (d *EmuDevice) Begin() (Encoder, error) {

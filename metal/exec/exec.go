@@ -3,8 +3,11 @@
 package exec
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -17,6 +20,12 @@ type Device interface {
 	Pipeline(kernel string, constants map[int]any) (Pipeline, error)
 	// Begin starts encoding one step.
 	Begin() (Encoder, error)
+	// Encode runs f, which encodes and commits one step (Begin to Commit), in the per-thread
+	// context the device needs. Metal autoreleases objects while encoding; they are drained only by
+	// an autorelease pool, which belongs to an OS thread, and steps are submitted from HTTP
+	// goroutines that migrate between threads: MetalDevice runs f in a pool with the goroutine
+	// pinned (mtl.WithPool).
+	Encode(f func())
 }
 
 // Memory is a device buffer.
@@ -41,7 +50,12 @@ type View struct {
 func (v View) Bytes() []byte { return v.Mem.Bytes()[v.Offset : v.Offset+v.Size] }
 
 // Pipeline is a device's compiled, specialised kernel.
-type Pipeline any
+type Pipeline interface {
+	// MaxThreads is the most threads a threadgroup of the pipeline may have. Metal reports it per
+	// pipeline (maxTotalThreadsPerThreadgroup), below the device's 1,024 for kernels that need
+	// many registers.
+	MaxThreads() int
+}
 
 // Encoder records one step's dispatches; Commit submits them without waiting, Wait waits for
 // them and returns their error, Finish is Commit then Wait. Work committed on one device runs in
@@ -66,7 +80,21 @@ type Executor struct {
 	p     *plan.Plan
 	mem   []Memory
 	pipes []Pipeline // per dispatch
+
+	// WaitTimeout bounds Pending.Wait (0: DefaultWaitTimeout).
+	WaitTimeout time.Duration
+	hung        atomic.Pointer[error] // set when a step did not complete in time
 }
+
+// DefaultWaitTimeout is how long Wait lets a step run before calling the GPU hung. A decode step
+// takes milliseconds, but the first after loading may page the memory-mapped checkpoint in from
+// disk (tens of GB, wrapped without copying).
+const DefaultWaitTimeout = time.Minute
+
+// ErrHung is wrapped by the error of a step still running after the executor's WaitTimeout, and
+// by every later Submit or Wait of that executor: its command buffer may still write the
+// executor's buffers, and the queue runs later steps only after it.
+var ErrHung = errors.New("exec: the GPU did not complete a step in time")
 
 // New allocates every buffer and builds every pipeline of p once.
 func New(dev Device, p *plan.Plan) (*Executor, error) {
@@ -92,9 +120,22 @@ func New(dev Device, p *plan.Plan) (*Executor, error) {
 			}
 			cache[key] = pipe
 		}
+		if err := fitGroup(d.Group, pipe); err != nil {
+			return nil, fmt.Errorf("exec: dispatch %d (%s): %w", i, d.Kernel, err)
+		}
 		e.pipes = append(e.pipes, pipe)
 	}
 	return e, nil
+}
+
+// fitGroup checks a dispatch's threadgroup against its pipeline's limit when the pipeline is
+// made: Metal would only fail the dispatch when it is encoded, mid-token.
+func fitGroup(group [3]int, p Pipeline) error {
+	g := [3]int{max(group[0], 1), max(group[1], 1), max(group[2], 1)} // 0 means 1, as in Dispatch
+	if n, limit := g[0]*g[1]*g[2], p.MaxThreads(); n > limit {
+		return fmt.Errorf("threadgroups of %d threads %v, but this GPU runs the pipeline with at most %d per threadgroup (maxTotalThreadsPerThreadgroup): the kernel needs a smaller geometry", n, g, limit)
+	}
+	return nil
 }
 
 func sortedConstants(c map[int]any) []any {
@@ -131,15 +172,64 @@ func (e *Executor) Step() error {
 }
 
 // Pending is a submitted step.
-type Pending struct{ enc Encoder }
+type Pending struct {
+	enc Encoder
+	x   *Executor
+}
 
-// Wait waits for the step to complete and returns its error.
-func (p Pending) Wait() error { return p.enc.Wait() }
+// Wait waits for the step to complete, at most the executor's WaitTimeout, and returns its error.
+// On a timeout the device's wait is left running (a goroutine, and on Metal the command buffer,
+// until the GPU gives up) and the executor takes no more work.
+func (p Pending) Wait() error {
+	if err := p.x.hangErr(); err != nil {
+		return err
+	}
+	timeout := p.x.WaitTimeout
+	if timeout <= 0 {
+		timeout = DefaultWaitTimeout
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.enc.Wait() }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		err := fmt.Errorf("%w: %s still running after %v; this executor takes no more work", ErrHung, p.x.describe(), timeout)
+		p.x.hung.CompareAndSwap(nil, &err)
+		return p.x.hangErr()
+	}
+}
 
-// Submit encodes every dispatch of the plan, as Step does, and commits them without waiting.
-// The plan is read at Submit time: changing a dispatch's bindings afterwards affects only later
-// submissions.
-func (e *Executor) Submit() (Pending, error) {
+// describe names the step for errors: its size and first and last kernels.
+func (e *Executor) describe() string {
+	ds := e.p.Dispatches
+	if len(ds) == 0 {
+		return "an empty step"
+	}
+	return fmt.Sprintf("a step of %d dispatches (%s … %s)", len(ds), ds[0].Kernel, ds[len(ds)-1].Kernel)
+}
+
+func (e *Executor) hangErr() error {
+	if h := e.hung.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+// Submit encodes every dispatch of the plan, as Step does, and commits them without waiting,
+// inside the device's Encode. The plan is read at Submit time: changing a dispatch's bindings
+// afterwards affects only later submissions.
+func (e *Executor) Submit() (p Pending, err error) {
+	if err := e.hangErr(); err != nil {
+		return Pending{}, err
+	}
+	e.dev.Encode(func() { p, err = e.submit() })
+	return p, err
+}
+
+func (e *Executor) submit() (Pending, error) {
 	enc, err := e.dev.Begin()
 	if err != nil {
 		return Pending{}, err
@@ -160,5 +250,5 @@ func (e *Executor) Submit() (Pending, error) {
 		enc.Dispatch(d.Threadgroups, d.Group)
 	}
 	enc.Commit()
-	return Pending{enc}, nil
+	return Pending{enc, e}, nil
 }

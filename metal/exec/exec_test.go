@@ -187,4 +187,8 @@ func TestMetalDeviceOffMacOS(t *testing.T) {
 	if _, err := NewMetalDevice(map[string]string{"qmv.metal": kernels.Source("qmv.metal")}); err == nil || !strings.Contains(err.Error(), "macOS") {
 		t.Fatalf("NewMetalDevice on linux: %v", err)
 	}
+	// Every file is compiled with its chosen options: one without them fails before any device.
+	if _, err := NewMetalDevice(map[string]string{"new.metal": "kernel void k() {}"}); err == nil || !strings.Contains(err.Error(), "new.metal has no math mode") {
+		t.Fatalf("NewMetalDevice with a file lacking compile options: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -21,8 +22,18 @@ type MetalDevice struct {
 	Warnings []error
 }
 
-// NewMetalDevice compiles each source on the default device. sources maps file names to text.
+// NewMetalDevice compiles each source on the default device, with the kernel file's compile
+// options (kernels.CompileOptions: the pinned MSL version and its math mode). sources maps kernel
+// file names to text.
 func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
+	opts := map[string]mtl.CompileOptions{}
+	for name := range sources {
+		o, err := kernels.CompileOptions(name)
+		if err != nil {
+			return nil, err
+		}
+		opts[name] = o
+	}
 	dev, err := mtl.DefaultDevice()
 	if err != nil {
 		return nil, err
@@ -33,7 +44,7 @@ func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
 	}
 	m := &MetalDevice{dev: dev, queue: q, libs: map[string]*mtl.Library{}}
 	for name, src := range sources {
-		lib, err := dev.NewLibrary(src, mtl.CompileOptions{})
+		lib, err := dev.NewLibrary(src, opts[name])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -139,8 +150,19 @@ func (m *MetalDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, 
 	if warning != nil {
 		m.Warnings = append(m.Warnings, warning)
 	}
-	return p, err
+	if err != nil {
+		return nil, err
+	}
+	return metalPipeline{p}, nil
 }
+
+type metalPipeline struct{ p *mtl.Pipeline }
+
+func (p metalPipeline) MaxThreads() int { return p.p.MaxTotalThreadsPerThreadgroup }
+
+// Encode runs f, one step's encoding and commit, in an autorelease pool with the goroutine
+// pinned to its OS thread: what Metal autoreleases while encoding is drained every step.
+func (m *MetalDevice) Encode(f func()) { mtl.WithPool(f) }
 
 // Begin opens a command buffer with a concurrent compute encoder.
 func (m *MetalDevice) Begin() (Encoder, error) {
@@ -160,7 +182,7 @@ type metalEncoder struct {
 	enc *mtl.ComputeEncoder
 }
 
-func (e *metalEncoder) SetPipeline(p Pipeline) { e.enc.SetPipeline(p.(*mtl.Pipeline)) }
+func (e *metalEncoder) SetPipeline(p Pipeline) { e.enc.SetPipeline(p.(metalPipeline).p) }
 
 func (e *metalEncoder) SetBuffer(m Memory, offset int64, index int) {
 	e.enc.SetBuffer(m.(metalMemory).b, int(offset), index)

@@ -22,3 +22,16 @@ func Source(name string) string {
 
 // Path is the repository path of a kernel file, as diagnostics should name it.
 func Path(name string) string { return "metal/kernels/" + name }
+
+// Files lists every kernel file the product ships (the embedded .metal files), sorted.
+func Files() []string {
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		panic(fmt.Sprintf("kernels: %v", err))
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}

@@ -113,8 +113,8 @@ inline uint f32_round(uint sign, int E, ulong m, int lead, bool sticky) {
   if (sh > 0) {
     mant = m >> sh;
     const ulong rem = m & ((1ul << sh) - 1);
-    const ulong half = 1ul << (sh - 1);
-    if (rem > half || (rem == half && (sticky || (mant & 1) != 0))) {
+    const ulong tie = 1ul << (sh - 1);
+    if (rem > tie || (rem == tie && (sticky || (mant & 1) != 0))) {
       mant++;
     }
   }
@@ -334,8 +334,8 @@ inline ulong f64_round(int E, ulong m, int lead, bool sticky) {
   if (sh > 0) {
     mant = m >> sh;
     const ulong rem = m & ((1ul << sh) - 1);
-    const ulong half = 1ul << (sh - 1);
-    if (rem > half || (rem == half && (sticky || (mant & 1) != 0))) {
+    const ulong tie = 1ul << (sh - 1);
+    if (rem > tie || (rem == tie && (sticky || (mant & 1) != 0))) {
       mant++;
     }
   }

@@ -58,6 +58,13 @@ func compileOptions(opts CompileOptions) objc.ID {
 	if opts.Math >= MathSafe && opts.Math <= MathFast {
 		if isYes(msg1(co, selRespondsToSelector, uintptr(selSetMathMode))) {
 			msg1(co, selSetMathMode, uintptr(opts.Math-MathSafe)) // MTLMathModeSafe = 0, Relaxed = 1, Fast = 2
+			// mathMode leaves the fast exp/log/sin in place; Safe also wants the precise ones, as
+			// fastMathEnabled = NO gives them (MTLMathFloatingPointFunctionsFast = 0, Precise = 1).
+			precise := uintptr(0)
+			if opts.Math == MathSafe {
+				precise = 1
+			}
+			msg1(co, selSetMathFPFunctions, precise)
 		} else {
 			fast := uintptr(0)
 			if opts.Math == MathFast {

@@ -130,6 +130,7 @@ var (
 	selSetLanguageVersion    = objc.RegisterName("setLanguageVersion:")
 	selSetMathMode           = objc.RegisterName("setMathMode:")
 	selSetFastMathEnabled    = objc.RegisterName("setFastMathEnabled:")
+	selSetMathFPFunctions    = objc.RegisterName("setMathFloatingPointFunctions:")
 	selSetPreprocessorMacros = objc.RegisterName("setPreprocessorMacros:")
 	selNewLibraryWithSource  = objc.RegisterName("newLibraryWithSource:options:error:")
 	selNewFunctionWithName   = objc.RegisterName("newFunctionWithName:")

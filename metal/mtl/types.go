@@ -100,7 +100,7 @@ type MathMode int
 
 const (
 	MathDefault MathMode = iota
-	MathSafe             // IEEE 754 semantics
+	MathSafe             // IEEE 754 semantics and the precise math functions (exp, log, sin, …)
 	MathRelaxed          // reassociation and contraction, Inf/NaN preserved
 	MathFast             // everything, including finite-math assumptions
 )
@@ -108,8 +108,9 @@ const (
 // CompileOptions configure newLibraryWithSource:options:error:.
 type CompileOptions struct {
 	LanguageVersion LanguageVersion // 0: Metal's default for the OS
-	// Math sets mathMode on macOS 15+. Older systems only have fastMathEnabled: MathFast
-	// turns it on, MathSafe and MathRelaxed turn it off (the safe side).
+	// Math sets mathMode on macOS 15+, and mathFloatingPointFunctions (precise for MathSafe,
+	// fast otherwise). Older systems only have fastMathEnabled: MathFast turns it on, MathSafe
+	// and MathRelaxed turn it off (the safe side).
 	Math   MathMode
 	Macros map[string]string // preprocessor macros, as -D NAME=VALUE
 }

@@ -7,6 +7,9 @@
 // Step and compares the outputs with the kernel's Go reference (metal/kernels). Output buffers are
 // pre-filled with 0xFF, so an element the kernel does not write reads as NaN and fails the check.
 //
+// DefaultDevice compiles every kernel file the product ships, and Run fails a "coverage" result
+// naming any file none of whose kernels a check ran.
+//
 // Tolerances are the kernels' own test tolerances (measured on the emulator: IEEE float32, libm),
 // loosened where Metal's fast math (approximate exp/rsqrt/sin/cos, FMA contraction,
 // reassociation) may legitimately differ; each check documents its own.
@@ -15,9 +18,13 @@ package selftest
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lilyformac/lily/engine/backend"
@@ -27,9 +34,10 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// KernelFiles are every kernel source the checks use (a superset of metal/decode's).
-var KernelFiles = []string{"argmax.metal", "attn_decode.metal", "attn_rope.metal", "conv.metal", "embed.metal",
-	"gdn.metal", "gdn_conv.metal", "moe.metal", "qmv.metal", "rmsnorm.metal", "sample.metal"}
+// KernelFiles are the kernel files DefaultDevice compiles: every one the product ships
+// (kernels.Files), so a compile error in any fails the selftest, and the "coverage" check fails
+// when no check runs a file's kernels.
+var KernelFiles = kernels.Files()
 
 // Sources maps each file of KernelFiles to its text (the argument of exec.NewMetalDevice).
 func Sources() map[string]string {
@@ -85,7 +93,8 @@ type env struct {
 	corrupt func(string, []byte)
 }
 
-// Names lists the kernel checks Run performs, in order (the end-to-end check, "e2e", comes last).
+// Names lists the kernel checks Run performs, in order. After them come "coverage" (every file of
+// KernelFiles had a kernel run, when all checks run) and the end-to-end check, "e2e".
 func Names() []string {
 	var out []string
 	for _, c := range checks() {
@@ -119,6 +128,7 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 			opts.Progress(r)
 		}
 	}
+	rec := &recorder{Device: dev, ran: map[string]bool{}}
 	for i, c := range checks() {
 		if !want(c.name) {
 			continue
@@ -127,12 +137,16 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 			emit(Result{Kernel: c.name, Shape: c.shape, Tolerance: c.tol, Err: err})
 			continue
 		}
-		e := &env{dev: dev, r: rand.New(rand.NewPCG(seed, uint64(i))), name: c.name, corrupt: opts.corrupt}
+		e := &env{dev: rec, r: rand.New(rand.NewPCG(seed, uint64(i))), name: c.name, corrupt: opts.corrupt}
 		start := time.Now()
 		worst, err := runCheck(c, e)
 		r := Result{Kernel: c.name, Shape: c.shape, WorstError: worst, Tolerance: c.tol, Duration: time.Since(start), Err: err}
 		r.Pass = err == nil && worst <= c.tol // NaN fails
 		emit(r)
+	}
+	if len(opts.Only) == 0 && ctx.Err() == nil {
+		err := coverage(Sources(), rec.ran)
+		emit(Result{Kernel: "coverage", Shape: fmt.Sprintf("%d kernel files", len(KernelFiles)), Pass: err == nil, Err: err})
 	}
 	if opts.Weights != nil && opts.GPU != nil && want("e2e") {
 		if err := ctx.Err(); err != nil {
@@ -142,6 +156,30 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 		}
 	}
 	return out
+}
+
+// recorder notes the kernels whose pipelines the checks make.
+type recorder struct {
+	exec.Device
+	ran map[string]bool
+}
+
+func (r *recorder) Pipeline(kernel string, constants map[int]any) (exec.Pipeline, error) {
+	r.ran[kernel] = true
+	return r.Device.Pipeline(kernel, constants)
+}
+
+// coverage names each of files (name → source) none of whose kernels ran: a file shipped but
+// checked by nothing.
+func coverage(files map[string]string, ran map[string]bool) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		ks := exec.KernelNames(files[name])
+		if !slices.ContainsFunc(ks, func(k string) bool { return ran[k] }) {
+			errs = append(errs, fmt.Errorf("%s: compiled, but no check runs its kernels (%s)", kernels.Path(name), strings.Join(ks, ", ")))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // runCheck turns a panic in a check (a reference given a bad shape) into its error.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
 )
 
 var (
@@ -44,7 +46,8 @@ func emuBackend(w *model.Weights) (backend.Backend, error) {
 	return b, nil
 }
 
-// TestSelftestEmu runs every check, and the end-to-end check on tiny-a, on the emulator: all pass.
+// TestSelftestEmu runs every check, the coverage check and the end-to-end check on tiny-a, on the
+// emulator: all pass.
 func TestSelftestEmu(t *testing.T) {
 	w, err := model.Load("../../testdata/golden/tiny-a")
 	if err != nil {
@@ -52,8 +55,8 @@ func TestSelftestEmu(t *testing.T) {
 	}
 	defer w.Close()
 	rs := Run(context.Background(), device(t), Options{Weights: w, GPU: emuBackend})
-	if len(rs) != len(Names())+1 {
-		t.Fatalf("%d results, want %d checks + e2e", len(rs), len(Names()))
+	if len(rs) != len(Names())+2 {
+		t.Fatalf("%d results, want %d checks + coverage + e2e", len(rs), len(Names()))
 	}
 	for _, r := range rs {
 		t.Logf("%-5v %-18s worst %.3g tol %.3g  %v  (%s)", r.Pass, r.Kernel, r.WorstError, r.Tolerance, r.Duration.Round(1e6), r.Shape)
@@ -61,7 +64,7 @@ func TestSelftestEmu(t *testing.T) {
 			t.Errorf("%s: pass %v, worst %g (tol %g), err %v", r.Kernel, r.Pass, r.WorstError, r.Tolerance, r.Err)
 		}
 	}
-	if rs[len(rs)-1].Kernel != "e2e" || Failed(rs) != 0 {
+	if rs[len(rs)-2].Kernel != "coverage" || rs[len(rs)-1].Kernel != "e2e" || Failed(rs) != 0 {
 		t.Fatalf("%d failed", Failed(rs))
 	}
 }
@@ -150,5 +153,18 @@ func TestEndToEndDetectsWrongBackend(t *testing.T) {
 	t.Logf("pass %v worst %g err %v", r.Pass, r.WorstError, r.Err)
 	if r.Pass || !(r.WorstError > r.Tolerance) {
 		t.Fatalf("a wrong GPU backend passed: %+v", r)
+	}
+}
+
+// TestDefaultDeviceCompilesEveryShippedFile: the selftest's device has every kernel of every
+// embedded .metal file.
+func TestDefaultDeviceCompilesEveryShippedFile(t *testing.T) {
+	have := device(t).(*exec.EmuDevice).Lib.Kernels()
+	for _, name := range kernels.Files() {
+		for _, k := range exec.KernelNames(kernels.Source(name)) {
+			if !slices.Contains(have, k) {
+				t.Errorf("%s: kernel %s not compiled by DefaultDevice", name, k)
+			}
+		}
 	}
 }

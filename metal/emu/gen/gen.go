@@ -16,7 +16,8 @@
 //     wrapper that binds parameters from buffers, threadgroup memory and built-ins is appended
 //     for every kernel (every `[[host_name]]` instantiation of a template kernel).
 //
-// Source conventions it relies on are in metal/README.md.
+// Source conventions it relies on are in metal/README.md. Lint reports what in a .metal file the
+// Metal compiler rejects although the translation compiles (reserved names, double, recursion, …).
 package gen
 
 import (
