@@ -9,29 +9,18 @@ import (
 	"testing"
 )
 
-// send makes one request with the given Host and headers and returns its status, headers and
-// decoded error code (if the body is an error object).
+// send makes one request and returns its status, headers and error code (checking that an
+// error status carries a JSON error object).
 func send(t *testing.T, method, target, host, body string, hdr ...string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, target, strings.NewReader(body))
-	if host != "" {
-		req.Host = host
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, b := do(t, method, target, host, body, hdr...)
 	var e struct {
 		Error struct {
 			Message string `json:"message"`
 			Code    string `json:"code"`
 		} `json:"error"`
 	}
-	json.NewDecoder(resp.Body).Decode(&e)
+	json.Unmarshal(b, &e)
 	if resp.StatusCode >= 400 && e.Error.Message == "" {
 		t.Errorf("%s %s (Host %q): status %d without a JSON error", method, target, host, resp.StatusCode)
 	}

@@ -13,8 +13,16 @@ import (
 
 func post(t *testing.T, url, body string, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	return do(t, http.MethodPost, url, "", body, append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+// do makes one request (host "" keeps the URL's) with header name/value pairs and reads the answer.
+func do(t *testing.T, method, url, host, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if host != "" {
+		req.Host = host
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
