@@ -319,6 +319,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		abortWith(c, err)
 		return
 	}
+	p.g.checkpoints = turnCheckpoints(m, p.g.prompt)
 	ctx, ticket := a.admitted()
 	p.g.ticket = ticket
 	parser := parse.NewStream(parse.Options{PromptEndsInThink: p.thinking && strings.HasSuffix(text, "<think>\n"), Tools: p.tools.parsed})
@@ -393,6 +394,29 @@ func renderChat(m *Model, req *chatRequest, p chatPlan) (string, error) {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return text + p.tools.force, nil
+}
+
+// turnCheckpoints are where a later request is likely to leave this prompt, so the prefix cache
+// keeps the prefill's state there (the recurrent layers' state exists only where it was saved):
+// the end of the first message (the system prompt and tools, shared by every conversation of a
+// client) and the end of the last message, before the generation prompt (the next turn of this
+// conversation appends the answer there, rendered as the template renders history). Messages
+// start with <|im_start|> in Qwen's template; a template without it gets none.
+func turnCheckpoints(m *Model, ids []int) []int {
+	start, ok := m.Tokenizer.TokenID("<|im_start|>")
+	if !ok {
+		return nil
+	}
+	var at []int
+	for i, id := range ids {
+		if id == start && i > 0 {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	return []int{at[0], at[len(at)-1]}
 }
 
 // encodePrompt tokenizes a prompt, giving up as soon as it cannot leave room for one token of

@@ -31,7 +31,9 @@ func newMetrics(s *Server) *metrics {
 	cacheHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_hits_total", Help: "Prefix-cache lookups that reused a snapshot."}, func() float64 { return float64(s.cacheStats().Hits) })
 	cacheMisses := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_misses_total", Help: "Prefix-cache lookups that found nothing."}, func() float64 { return float64(s.cacheStats().Misses) })
 	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_bytes", Help: "Memory held by prefix-cache snapshots."}, func() float64 { return float64(s.cacheStats().Bytes) })
-	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes)
+	cacheEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_entries", Help: "Prefix-cache snapshots held."}, func() float64 { return float64(s.cacheStats().Entries) })
+	cacheEvictions := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_evictions_total", Help: "Prefix-cache snapshots evicted to stay within the budget."}, func() float64 { return float64(s.cacheStats().Evictions) })
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions)
 	return m
 }
 

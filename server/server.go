@@ -30,6 +30,7 @@ type Tokenizer interface {
 	Decode(ids []int) string
 	NewStream() TextStream
 	VocabSize() int
+	TokenID(token string) (int, bool)
 }
 
 // TextStream turns ids into text as they arrive, only on UTF-8 boundaries.

@@ -21,6 +21,7 @@ type genRequest struct {
 	stops       []string
 	topLogprobs int  // alternatives per token when logprobs are on
 	logprobs    bool // report per-token logprobs
+	checkpoints []int // prompt lengths where the prefix cache should keep the prefill's state
 	ticket      *ticket
 }
 
@@ -88,7 +89,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	}
 
 	res, err := m.Runner.Generate(ctx, runner.Request{
-		Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs,
+		Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints,
 	}, func(tok runner.Token) (bool, error) {
 		if first {
 			first = false

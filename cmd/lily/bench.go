@@ -1,8 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -10,15 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lilyformac/lily/engine/generate"
+	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
 type benchOptions struct {
-	model, backend, output string
-	ctx, steps             int
-	warmup, plan           bool
+	model, backend, output, trace string
+	ctx, steps, traceTokens       int
+	cacheMB                       int
+	warmup, plan, demo            bool
 }
 
 // benchOutput follows the anchor engine's measurement contract (lily-anchor.md §8.2).
@@ -41,7 +42,7 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --model DIR [--ctx N] | bench --plan [--ctx N]",
+		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] | bench (--model DIR | --demo) --agent-trace FILE",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
@@ -54,6 +55,10 @@ func newBenchCmd() *cobra.Command {
 	f.BoolVar(&o.warmup, "warmup", true, "run an exact-shape prefill and one decode step first")
 	f.StringVar(&o.output, "output", "text", "text or json")
 	f.BoolVar(&o.plan, "plan", false, "print the static decode plan's per-token cost for the production 35B-A3B config at context --ctx (no model needed)")
+	f.BoolVar(&o.demo, "demo", false, "use the built-in demo model (random weights, real tokenizer and template)")
+	f.StringVar(&o.trace, "agent-trace", "", "replay this multi-turn agent conversation (testdata/agent/trace.json) through the server and report each turn")
+	f.IntVar(&o.traceTokens, "max-tokens", 16, "with --agent-trace: tokens generated per turn (greedy)")
+	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	return cmd
 }
 
@@ -76,6 +81,19 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.plan {
 		return runBenchPlan(cmd, o)
 	}
+	if o.demo {
+		if o.model != "" {
+			return errors.New("--demo and --model are exclusive")
+		}
+		dir, err := demoDir()
+		if err != nil {
+			return fmt.Errorf("demo model: %w", err)
+		}
+		o.model = dir
+	}
+	if o.trace != "" {
+		return runBenchTrace(cmd, o)
+	}
 	b, w, err := openBackend(o.backend, o.model)
 	if err != nil {
 		return err
@@ -85,14 +103,17 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--ctx %d + %d steps exceed the model's context of %d", o.ctx, o.steps, w.Config.MaxPositions)
 	}
 	prompt := benchPrompt(o.ctx, w.Config.VocabSize)
-	ctx := context.Background()
+	r := runner.New(b, runner.Options{PrefillChunk: o.ctx, CheckpointEvery: -1})
+	greedy := func(n int) (runner.Result, error) { // no cache: every run prefills the whole prompt
+		return r.Generate(cmd.Context(), runner.Request{Prompt: prompt, MaxTokens: n, NoCache: true}, func(runner.Token) (bool, error) { return false, nil })
+	}
 	if o.warmup {
-		if _, err := generate.Greedy(ctx, b.NewSession(), prompt, 2, nil, nil); err != nil {
+		if _, err := greedy(2); err != nil {
 			return err
 		}
 	}
 	// One prefill (until the first token is chosen), then exactly `steps` measured decode steps.
-	res, err := generate.Greedy(ctx, b.NewSession(), prompt, o.steps+1, nil, nil)
+	res, err := greedy(o.steps + 1)
 	if err != nil {
 		return err
 	}

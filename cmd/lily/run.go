@@ -15,15 +15,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lilyformac/lily/engine/chat"
-	"github.com/lilyformac/lily/engine/generate"
+	"github.com/lilyformac/lily/engine/runner"
+	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/engine/tokenizer"
 )
 
 type runOptions struct {
 	model, backend, promptIDs, prompt, output, logitsOut string
 	chat                                                 bool
-	maxTokens                                            int
-	temperature                                          float64
+	maxTokens, topK                                      int
+	temperature, topP, minP                              float32
+	seed                                                 int64
 	ignoreEOS                                            bool
 }
 
@@ -43,9 +45,11 @@ func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
 		Use:   "run --model DIR --prompt-ids 1,2,3 --max-tokens N",
-		Short: "Generate token ids from prompt token ids (greedy)",
+		Short: "Generate token ids from prompt token ids (greedy, or seeded sampling)",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runRun(cmd, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRun(cmd, o, cmd.Flags().Changed("seed"))
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors)")
@@ -54,16 +58,25 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.prompt, "prompt", "", "prompt text, tokenized with the checkpoint's tokenizer.json")
 	f.BoolVar(&o.chat, "chat", false, "with --prompt: send it as a user message through the chat template")
 	f.IntVar(&o.maxTokens, "max-tokens", 16, "tokens to generate")
-	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0 = greedy, the only mode of run)")
+	f.Float32Var(&o.temperature, "temperature", 0, "sampling temperature (0: greedy); the server's sampler, over every row of the LM head")
+	f.Float32Var(&o.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability (0 or 1: off)")
+	f.IntVar(&o.topK, "top-k", 0, "keep the k most likely tokens (0: off)")
+	f.Float32Var(&o.minP, "min-p", 0, "drop tokens less likely than this fraction of the most likely one (0: off)")
+	f.Int64Var(&o.seed, "seed", 0, "sampling seed (default: random); the same seed gives the same tokens on every backend")
 	f.StringVar(&o.output, "output", "json", "json or text")
 	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, o runOptions) error {
-	if o.temperature != 0 {
-		return fmt.Errorf("--temperature %g: run is greedy only (use 0); sampling is served by `lily serve`", o.temperature)
+func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
+	params := sample.Params{Temperature: o.temperature, TopP: o.topP, TopK: o.topK, MinP: o.minP}
+	if seeded {
+		seed := uint64(o.seed)
+		params.Seed = &seed
+	}
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("sampling flags: %w", err)
 	}
 	if o.output != "json" && o.output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
@@ -104,16 +117,16 @@ func runRun(cmd *cobra.Command, o runOptions) error {
 	if !o.ignoreEOS {
 		stop = w.Config.EOSTokenIDs
 	}
+	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
 	var logits *logitsWriter
-	var onLogits func(int, []float32) error
 	if o.logitsOut != "" {
 		if logits, err = newLogitsWriter(o.logitsOut); err != nil {
 			return err
 		}
 		defer logits.abort()
-		onLogits = func(_ int, row []float32) error { return logits.write(row) }
+		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
 	}
-	res, err := generate.Greedy(cmd.Context(), b.NewSession(), prompt, o.maxTokens, stop, onLogits)
+	res, err := runner.New(b, runner.Options{}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,8 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "metal"}, "backend metal needs macOS"},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--backend", "gpu"}, `unknown backend "gpu"`},
-		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--temperature", "0.7"}, "greedy only"},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--temperature", "0.7", "--top-p", "2"}, "top_p must be between 0 and 1"},
+		{[]string{"run", "--model", dir, "--prompt-ids", "1,2", "--temperature", "3"}, "temperature must be between 0 and 2"},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,x"}, `item 2 ("x")`},
 		{[]string{"run", "--model", dir, "--prompt-ids", "1,99999"}, "outside the vocabulary"},
 		{[]string{"run", "--model", dir}, "--prompt-ids is required"},
@@ -139,6 +140,34 @@ func TestRunErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v (%s), want an error containing %q", c.args, err, out, c.want)
 		}
+	}
+}
+
+// TestRunSeededSampling: --temperature/--top-k/--seed run the server's sampler; a seed gives the
+// same tokens again and on the emulated Metal backend, another seed other tokens.
+func TestRunSeededSampling(t *testing.T) {
+	args := []string{"run", "--model", "../../testdata/golden/tiny-a", "--prompt-ids", "1,2,3,4,5,6,7,8", "--max-tokens", "12", "--temperature", "0.8", "--top-k", "20", "--output", "json", "--ignore-eos"}
+	ids := func(extra ...string) []int {
+		out, err := execute(t, append(slices.Clone(args), extra...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r runOutput
+		json.Unmarshal([]byte(out), &r)
+		if len(r.TokenIDs) != 12 {
+			t.Fatalf("%v: %s", extra, out)
+		}
+		return r.TokenIDs
+	}
+	a, again, other := ids("--seed", "1"), ids("--seed", "1"), ids("--seed", "2")
+	if !slices.Equal(a, again) || slices.Equal(a, other) {
+		t.Fatalf("seed 1: %v then %v; seed 2: %v", a, again, other)
+	}
+	if emu := ids("--seed", "1", "--backend", "emu"); !slices.Equal(emu, a) {
+		t.Fatalf("seed 1 on emu: %v, on cpu %v", emu, a)
+	}
+	if greedy := ids("--temperature", "0"); slices.Equal(greedy, a) {
+		t.Fatalf("sampling at temperature 0.8 chose the greedy tokens %v", greedy)
 	}
 }
 

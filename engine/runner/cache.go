@@ -11,7 +11,8 @@ import (
 // Cache keeps session snapshots keyed by the exact token sequence they consumed, under a memory
 // budget with least-recently-used eviction. A snapshot is reusable for any prompt it prefixes:
 // the KV cache could be cut anywhere, but DeltaNet's recurrent state only exists at the snapshot's
-// own boundary, so reuse happens at entry boundaries (ends of prompts and of generations).
+// own boundary, so reuse happens at entry boundaries: the checkpoints a prefill saves (see
+// Request.Checkpoints), ends of prompts and ends of generations.
 type Cache struct {
 	mu      sync.Mutex
 	budget  int64
@@ -19,7 +20,7 @@ type Cache struct {
 	clock   uint64
 	entries []*entry
 
-	hits, misses, hitTokens atomic.Int64
+	hits, misses, hitTokens, evictions atomic.Int64
 }
 
 type entry struct {
@@ -81,19 +82,21 @@ func (c *Cache) Store(tokens []int, sess backend.Session, logits []float32) {
 		}
 		c.used -= c.entries[oldest].bytes
 		c.entries = slices.Delete(c.entries, oldest, oldest+1)
+		c.evictions.Add(1)
 	}
 }
 
-// Stats reports entries, bytes used, hits, misses and prompt tokens served from the cache.
+// Stats reports entries, bytes used, hits, misses, prompt tokens served from the cache and
+// entries evicted for room.
 type Stats struct {
-	Entries                 int
-	Bytes, Budget           int64
-	Hits, Misses, HitTokens int64
+	Entries                            int
+	Bytes, Budget                      int64
+	Hits, Misses, HitTokens, Evictions int64
 }
 
 // Stats returns a snapshot of the cache's counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Entries: len(c.entries), Bytes: c.used, Budget: c.budget, Hits: c.hits.Load(), Misses: c.misses.Load(), HitTokens: c.hitTokens.Load()}
+	return Stats{Entries: len(c.entries), Bytes: c.used, Budget: c.budget, Hits: c.hits.Load(), Misses: c.misses.Load(), HitTokens: c.hitTokens.Load(), Evictions: c.evictions.Load()}
 }

@@ -22,6 +22,14 @@ type Request struct {
 	StopIDs   []int                 // generation ends after one of these ids (it is reported)
 	Progress  func(done, total int) // called between prefill chunks (keep-alives, status)
 	NoCache   bool                  // neither read nor write the prefix cache
+	// Checkpoints are prompt lengths after which the prefill saves its state in the prefix cache,
+	// besides the prompt's end and every Options.CheckpointEvery tokens: where a later request
+	// is likely to diverge from this one (the end of the conversation before the generation
+	// prompt, the end of the system prompt).
+	Checkpoints []int
+	// OnLogits, when set, sees each logits row a token is chosen from, before the choice (step 0
+	// is the prompt's last row).
+	OnLogits func(step int, row []float32) error
 }
 
 // Token is one generated token.
@@ -49,6 +57,7 @@ type Runner struct {
 	b         backend.Backend
 	cache     *Cache
 	chunk     int
+	every     int // checkpoint spacing inside long prefills (0: none)
 	mu        sync.Mutex
 	busy      bool
 	ctxLength int
@@ -59,7 +68,14 @@ type Options struct {
 	CacheBytes   int64 // prefix-cache budget (0 disables the cache)
 	PrefillChunk int   // prompt tokens per forward call during prefill (default 256)
 	Context      int   // maximum positions per sequence (default: the model's)
+	// CheckpointEvery saves the prefill's state every this many prompt tokens (default 4,096;
+	// negative: never), so a prompt edited in the middle of a long history re-prefills only
+	// from the last checkpoint before the edit.
+	CheckpointEvery int
 }
+
+// DefaultCheckpointEvery is Options.CheckpointEvery's default.
+const DefaultCheckpointEvery = 4096
 
 // New returns a runner over b.
 func New(b backend.Backend, o Options) *Runner {
@@ -69,7 +85,13 @@ func New(b backend.Backend, o Options) *Runner {
 	if o.Context <= 0 {
 		o.Context = b.Config().MaxPositions
 	}
-	return &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, ctxLength: o.Context}
+	switch {
+	case o.CheckpointEvery == 0:
+		o.CheckpointEvery = DefaultCheckpointEvery
+	case o.CheckpointEvery < 0:
+		o.CheckpointEvery = 0
+	}
+	return &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, every: o.CheckpointEvery, ctxLength: o.Context}
 }
 
 // Context is the maximum number of positions (prompt + generated) per request.
@@ -91,19 +113,46 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	defer func() { r.mu.Lock(); r.busy = false; r.mu.Unlock() }()
 
 	res := Result{PromptTokens: len(req.Prompt)}
-	if len(req.Prompt) == 0 {
-		return res, errors.New("runner: empty prompt")
-	}
-	if req.MaxTokens < 1 {
-		return res, fmt.Errorf("runner: max tokens must be at least 1, got %d", req.MaxTokens)
-	}
-	if r.ctxLength > 0 && len(req.Prompt)+req.MaxTokens > r.ctxLength {
-		return res, fmt.Errorf("runner: %d prompt + %d new tokens exceed the context of %d", len(req.Prompt), req.MaxTokens, r.ctxLength)
-	}
-	if err := req.Sampling.Validate(); err != nil {
+	if err := r.check(req); err != nil {
 		return res, err
 	}
 	start := time.Now()
+	sess, logits, err := r.prefill(ctx, req, &res)
+	if err != nil {
+		return res, err
+	}
+	res.Prefill = time.Since(start)
+	start = time.Now()
+	logits, err = r.decode(ctx, req, sess, logits, &res, emit)
+	res.Decode = time.Since(start)
+	if err != nil {
+		return res, err
+	}
+	// The session has consumed prompt + all generated tokens but the last: cache that state, so
+	// a follow-up request that repeats this conversation skips it.
+	if !req.NoCache && len(res.Tokens) > 1 {
+		seq := append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...)
+		r.cache.Store(seq, sess, logits)
+	}
+	return res, nil
+}
+
+func (r *Runner) check(req Request) error {
+	if len(req.Prompt) == 0 {
+		return errors.New("runner: empty prompt")
+	}
+	if req.MaxTokens < 1 {
+		return fmt.Errorf("runner: max tokens must be at least 1, got %d", req.MaxTokens)
+	}
+	if r.ctxLength > 0 && len(req.Prompt)+req.MaxTokens > r.ctxLength {
+		return fmt.Errorf("runner: %d prompt + %d new tokens exceed the context of %d", len(req.Prompt), req.MaxTokens, r.ctxLength)
+	}
+	return req.Sampling.Validate()
+}
+
+// prefill brings a session to the end of the prompt, from the longest cached prefix, saving
+// its state at each checkpoint on the way. It returns the session and the last logits row.
+func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (backend.Session, []float32, error) {
 	var sess backend.Session
 	var logits []float32
 	if hit := r.lookup(req); hit != nil {
@@ -114,16 +163,26 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	} else {
 		sess = r.b.NewSession()
 	}
+	marks := r.marks(req, res.CachedTokens)
 	for done := res.CachedTokens; done < len(req.Prompt); {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return nil, nil, err
 		}
 		end := min(done+r.chunk, len(req.Prompt))
+		if len(marks) > 0 {
+			end = min(end, marks[0])
+		}
 		rows, err := sess.Forward(req.Prompt[done:end], false)
 		if err != nil {
-			return res, err
+			return nil, nil, err
 		}
 		logits, done = rows[0], end
+		if len(marks) > 0 && marks[0] == done {
+			marks = marks[1:]
+			if !req.NoCache {
+				r.cache.Store(req.Prompt[:done], sess.Clone(), logits)
+			}
+		}
 		if req.Progress != nil {
 			req.Progress(done, len(req.Prompt))
 		}
@@ -131,42 +190,60 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	if !req.NoCache && res.CachedTokens < len(req.Prompt) {
 		r.cache.Store(req.Prompt, sess.Clone(), logits)
 	}
-	res.Prefill = time.Since(start)
-	start = time.Now()
+	return sess, logits, nil
+}
 
+// marks are the checkpoints strictly between the cached prefix and the prompt's end, sorted.
+// Chunks end at them whether or not the cache is on, so both compute the same chunks.
+func (r *Runner) marks(req Request, cached int) []int {
+	var out []int
+	for _, m := range req.Checkpoints {
+		if m > cached && m < len(req.Prompt) {
+			out = append(out, m)
+		}
+	}
+	if r.every > 0 {
+		for m := (cached/r.every + 1) * r.every; m < len(req.Prompt); m += r.every {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// decode samples tokens from logits onwards until a stop, the limit, or an error. It returns
+// the row the last token was chosen from.
+func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, logits []float32, res *Result, emit func(Token) (bool, error)) ([]float32, error) {
 	sampler := sample.New(req.Sampling, req.Prompt)
-	for {
+	for step := 0; ; step++ {
+		if req.OnLogits != nil {
+			if err := req.OnLogits(step, logits); err != nil {
+				return logits, err
+			}
+		}
 		choice := sampler.Next(logits)
 		res.Tokens = append(res.Tokens, choice.ID)
 		stop, err := emit(Token{ID: choice.ID, Logprob: choice.Logprob, Top: choice.Top})
 		if err != nil {
-			return res, err
+			return logits, err
 		}
 		if stop || slices.Contains(req.StopIDs, choice.ID) {
 			res.FinishReason = "stop"
-			break
+			return logits, nil
 		}
 		if len(res.Tokens) == req.MaxTokens {
 			res.FinishReason = "length"
-			break
+			return logits, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return logits, err
 		}
 		rows, err := sess.Forward([]int{choice.ID}, false)
 		if err != nil {
-			return res, err
+			return logits, err
 		}
 		logits = rows[0]
 	}
-	res.Decode = time.Since(start)
-	// The session has consumed prompt + all generated tokens but the last: cache that state, so
-	// a follow-up request that repeats this conversation skips it.
-	if !req.NoCache && len(res.Tokens) > 1 {
-		seq := append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...)
-		r.cache.Store(seq, sess, logits)
-	}
-	return res, nil
 }
 
 func (r *Runner) lookup(req Request) *entry {

@@ -88,8 +88,8 @@ func TestCacheBudgetEvictsLRU(t *testing.T) {
 		collect(t, r, Request{Prompt: prompt(20, salt), MaxTokens: 1})
 	}
 	st := r.Cache().Stats()
-	if st.Entries != 2 || st.Bytes > st.Budget {
-		t.Fatalf("stats %+v: want 2 entries within budget", st)
+	if st.Entries != 2 || st.Bytes > st.Budget || st.Evictions != 1 {
+		t.Fatalf("stats %+v: want 2 entries within budget after 1 eviction", st)
 	}
 	_, res := collect(t, r, Request{Prompt: prompt(20, 0), MaxTokens: 1})
 	if res.CachedTokens != 0 {
@@ -145,5 +145,74 @@ func TestStopsAndLimits(t *testing.T) {
 	}
 	if _, err := r.Generate(context.Background(), Request{Prompt: prompt(5, 4), MaxTokens: 2, Sampling: sample.Params{TopP: 2}}, nil); err == nil {
 		t.Fatal("invalid sampling parameters accepted")
+	}
+}
+
+// TestCheckpointsServeLaterTurns: a prompt that diverges from an earlier one after a checkpoint
+// reuses the state saved there, to the token, with output equal to a run without the cache; the
+// periodic checkpoints of a long prefill serve an edit in its middle.
+func TestCheckpointsServeLaterTurns(t *testing.T) {
+	m := tinyBackend(t)
+	seed := uint64(5)
+	for _, params := range []sample.Params{{}, {Temperature: 0.8, TopK: 20, Seed: &seed}} {
+		cold := New(m, Options{})
+		warm := New(m, Options{CacheBytes: 1 << 30, PrefillChunk: 7, CheckpointEvery: 16})
+		p1 := prompt(60, 1)
+		collect(t, warm, Request{Prompt: p1, MaxTokens: 4, Sampling: params, Checkpoints: []int{45, 20, 45, 0, 60, 99}})
+		for _, c := range []struct{ shared, want int }{{45, 45}, {20, 20}, {40, 32}, {17, 16}, {10, 0}} {
+			p := append(slices.Clone(p1[:c.shared]), prompt(15, 7)...)
+			req := Request{Prompt: p, MaxTokens: 6, Sampling: params, NoCache: false}
+			want, _ := collect(t, cold, req)
+			got, res := collect(t, warm, req)
+			if res.CachedTokens != c.want || !slices.Equal(got, want) {
+				t.Fatalf("%+v: cached %d (want %d), output %v (want %v)", c, res.CachedTokens, c.want, got, want)
+			}
+		}
+	}
+}
+
+// TestExactHitOnGenerationEnd: a prompt equal to an earlier prompt plus all but the last token
+// generated from it needs no prefill, and its first token is that last token (greedy).
+func TestExactHitOnGenerationEnd(t *testing.T) {
+	r := New(tinyBackend(t), Options{CacheBytes: 1 << 30})
+	p := prompt(30, 3)
+	gen, _ := collect(t, r, Request{Prompt: p, MaxTokens: 6})
+	seq := append(slices.Clone(p), gen[:len(gen)-1]...)
+	next, res := collect(t, r, Request{Prompt: seq, MaxTokens: 1})
+	if res.CachedTokens != len(seq) || next[0] != gen[len(gen)-1] {
+		t.Fatalf("cached %d of %d, next %d, want %d", res.CachedTokens, len(seq), next[0], gen[len(gen)-1])
+	}
+}
+
+// TestOnLogitsSeesEveryChoice: the hook sees one row per generated token, in order, the row the
+// greedy choice was made from.
+func TestOnLogitsSeesEveryChoice(t *testing.T) {
+	r := New(tinyBackend(t), Options{})
+	var steps []int
+	var argmaxes []int
+	req := Request{Prompt: prompt(12, 2), MaxTokens: 5, OnLogits: func(step int, row []float32) error {
+		steps = append(steps, step)
+		best := 0
+		for i, v := range row {
+			if v > row[best] {
+				best = i
+			}
+		}
+		argmaxes = append(argmaxes, best)
+		return nil
+	}}
+	ids, _ := collect(t, r, req)
+	if !slices.Equal(steps, []int{0, 1, 2, 3, 4}) || !slices.Equal(argmaxes, ids) {
+		t.Fatalf("steps %v, row argmaxes %v, tokens %v", steps, argmaxes, ids)
+	}
+	stop := errors.New("enough")
+	req.OnLogits = func(step int, _ []float32) error {
+		if step == 2 {
+			return stop
+		}
+		return nil
+	}
+	if _, err := r.Generate(context.Background(), req, func(Token) (bool, error) { return false, nil }); !errors.Is(err, stop) {
+		t.Fatalf("hook error: %v", err)
 	}
 }
