@@ -77,11 +77,21 @@ func (s *scriptSession) Forward(tokens []int, all bool) ([][]float32, error) {
 }
 
 func (s *scriptSession) Pos() int { return s.pos }
-func (s *scriptSession) Clone() backend.Session {
+func (s *scriptSession) Save() (backend.Snapshot, error) {
 	c := *s
-	return &c
+	return scriptSnapshot{&c}, nil
 }
-func (s *scriptSession) Bytes() int64 { return 64 }
+func (s *scriptSession) Close() {}
+
+type scriptSnapshot struct{ s *scriptSession }
+
+func (sn scriptSnapshot) Pos() int     { return sn.s.pos }
+func (sn scriptSnapshot) Bytes() int64 { return 64 }
+func (sn scriptSnapshot) Close()       {}
+func (sn scriptSnapshot) Restore() (backend.Session, error) {
+	c := *sn.s
+	return &c, nil
+}
 
 // newScripted builds a backend that answers with text followed by <|im_end|>.
 func newScripted(t testing.TB, text string) *scripted {

@@ -57,6 +57,8 @@ type Model struct {
 	Template  Template
 	StopIDs   []int // end-of-turn ids: generation ends there and they are not shown
 	Context   int   // maximum positions (prompt + output)
+	// ContextWhy says why Context is below the model's own (a GPU's memory), or "".
+	ContextWhy string
 }
 
 // Config holds the server's limits and security settings. Zero values take the defaults New
@@ -267,6 +269,9 @@ func (s *Server) status(c *gin.Context) {
 	out["model"], out["context_length"] = nil, 0
 	if m := s.model.Load(); m != nil {
 		out["model"], out["context_length"] = m.ID, m.Context
+		if m.ContextWhy != "" {
+			out["context_note"] = m.ContextWhy
+		}
 	}
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
 	out["queue_depth"] = s.sched.depth()

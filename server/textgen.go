@@ -19,8 +19,8 @@ type genRequest struct {
 	maxTokens   int
 	params      sample.Params
 	stops       []string
-	topLogprobs int  // alternatives per token when logprobs are on
-	logprobs    bool // report per-token logprobs
+	topLogprobs int   // alternatives per token when logprobs are on
+	logprobs    bool  // report per-token logprobs
 	checkpoints []int // prompt lengths where the prefix cache should keep the prefill's state
 	ticket      *ticket
 }

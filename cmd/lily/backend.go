@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/decode"
@@ -24,46 +25,56 @@ func defaultBackend() string {
 	return "cpu"
 }
 
-// openBackend loads the checkpoint in dir for the named backend.
-func openBackend(name, dir string) (backend.Backend, *model.Weights, error) {
+// openBackend loads the checkpoint in dir for the named backend, with sessions of ctx positions
+// (0: the model's, or on a GPU as many as its memory holds; on the emulator emuMemory bytes stand
+// for Metal's working set, 0: no limit). closeFn frees the backend's device memory, then the
+// mapped weights.
+func openBackend(name, dir string, ctx int, emuMemory int64) (b backend.Backend, cfg *config.Config, closeFn func(), err error) {
 	if dir == "" {
-		return nil, nil, fmt.Errorf("--model DIR is required")
+		return nil, nil, nil, fmt.Errorf("--model DIR is required")
 	}
 	switch name {
 	case "cpu":
 	case "emu":
 		if runtime.GOOS != "linux" {
-			return nil, nil, fmt.Errorf("backend emu runs the Metal kernels on the MSL emulator, which needs Linux (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
+			return nil, nil, nil, fmt.Errorf("backend emu runs the Metal kernels on the MSL emulator, which needs Linux (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
 		}
 	case "metal":
 		if runtime.GOOS != "darwin" {
-			return nil, nil, fmt.Errorf("backend metal needs macOS on Apple silicon (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
+			return nil, nil, nil, fmt.Errorf("backend metal needs macOS on Apple silicon (this is %s/%s): use --backend cpu", runtime.GOOS, runtime.GOARCH)
 		}
 	default:
-		return nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
+		return nil, nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
 	}
 	w, err := model.Load(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if name == "metal" {
-		// The same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac).
-		b, err := decode.NewMetal(w, 0)
-		if err != nil {
-			w.Close()
-			return nil, nil, fmt.Errorf("backend metal: %w", err)
-		}
-		return b, w, nil
+	if ctx > 0 && w.Config.MaxPositions > 0 && ctx > w.Config.MaxPositions {
+		w.Close()
+		return nil, nil, nil, fmt.Errorf("--ctx %d exceeds the model's %d positions", ctx, w.Config.MaxPositions)
 	}
-	if name == "emu" {
-		// The decode plan run on the emulator: KV caches sized for the model's context, at most
-		// decode.DefaultMaxCtx positions.
-		b, err := decode.NewEmu(w, decode.EmuOptions{})
-		if err != nil {
-			w.Close()
-			return nil, nil, fmt.Errorf("backend emu: %w", err)
-		}
-		return b, w, nil
+	var gpu *decode.GPU
+	switch name {
+	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
+		gpu, err = decode.NewMetal(w, ctx)
+	case "emu": // the decode plan run on the emulator
+		gpu, err = decode.NewEmu(w, decode.EmuOptions{MaxCtx: ctx, WorkingSet: emuMemory})
+	default:
+		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}
-	return cpu.New(w), w, nil
+	if err != nil {
+		w.Close()
+		return nil, nil, nil, fmt.Errorf("backend %s: %w", name, err)
+	}
+	return gpu, w.Config, func() { gpu.Close(); w.Close() }, nil
+}
+
+// sessionContext is how many positions a session of b holds: a GPU's KV cache, else the model's.
+func sessionContext(b backend.Backend, cfg *config.Config) int {
+	if l, ok := b.(backend.Limited); ok {
+		n, _ := l.Context()
+		return n
+	}
+	return cfg.MaxPositions
 }

@@ -94,15 +94,15 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
 	}
-	b, w, err := openBackend(o.backend, o.model)
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, 0, 0)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	if w.Config.MaxPositions > 0 && o.ctx+o.steps > w.Config.MaxPositions {
-		return fmt.Errorf("--ctx %d + %d steps exceed the model's context of %d", o.ctx, o.steps, w.Config.MaxPositions)
+	defer closeBackend()
+	if n := sessionContext(b, cfg); n > 0 && o.ctx+o.steps > n {
+		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, n)
 	}
-	prompt := benchPrompt(o.ctx, w.Config.VocabSize)
+	prompt := benchPrompt(o.ctx, cfg.VocabSize)
 	r := runner.New(b, runner.Options{PrefillChunk: o.ctx, CheckpointEvery: -1})
 	greedy := func(n int) (runner.Result, error) { // no cache: every run prefills the whole prompt
 		return r.Generate(cmd.Context(), runner.Request{Prompt: prompt, MaxTokens: n, NoCache: true}, func(runner.Token) (bool, error) { return false, nil })
@@ -144,7 +144,17 @@ type planOutput struct {
 	Bytes             int64   `json:"bytes_per_token"`
 	IdealBytes        int64   `json:"ideal_bytes_per_token"`
 	BytesRatioToIdeal float64 `json:"bytes_ratio_to_ideal"`
+	Memory            struct {
+		decode.Memory
+		Snapshot int64 `json:"snapshot_bytes"` // a prefix-cache snapshot at the context
+	} `json:"memory"`
+	// ContextByMacGB is the context lily serve would hold on a Mac of each memory size, from the
+	// estimated working set (decode.MacWorkingSet); 0: the weights do not fit.
+	ContextByMacGB map[string]int `json:"context_by_mac_gb"`
 }
+
+// macSizes are the memory sizes of Apple silicon Macs that context_by_mac_gb reports.
+var macSizes = []int{24, 32, 36, 48, 64, 128}
 
 // runBenchPlan builds the production model's decode step from shapes only (KV caches sized for
 // ctx+1 positions, the traffic modelled with ctx tokens already cached) and prints plan.Stats
@@ -163,11 +173,31 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
+		ContextByMacGB:    map[string]int{},
+	}
+	if out.Memory.Memory, err = decode.MemoryOf(c); err != nil {
+		return err
+	}
+	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
+	for _, gb := range macSizes {
+		n, _, err := out.Memory.Memory.Context(c, 0, decode.MacWorkingSet(gb))
+		if err != nil {
+			n = 0
+		}
+		out.ContextByMacGB[strconv.Itoa(gb)] = n
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\n",
+	w := cmd.OutOrStdout()
+	m := out.Memory
+	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\n",
 		out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal)
+	fmt.Fprintf(w, "memory: weights %d, KV %d per position, state %d, scratch %d, snapshot at %d positions %d\ncontext by Mac memory:",
+		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
+	for _, gb := range macSizes {
+		fmt.Fprintf(w, " %d GB: %d", gb, out.ContextByMacGB[strconv.Itoa(gb)])
+	}
+	_, err = fmt.Fprintln(w)
 	return err
 }

@@ -47,3 +47,29 @@ func TestBenchPlan(t *testing.T) {
 		t.Fatal("--plan with --model accepted")
 	}
 }
+
+// TestBenchPlanMemory: --plan reports the production memory figures and the context each Mac
+// size would serve: none on 24 GB (the weights alone exceed its working set), part of it on
+// 32 GB, all of it from 36 GB on.
+func TestBenchPlanMemory(t *testing.T) {
+	out, err := execute(t, "bench", "--plan", "--ctx", "262144", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p planOutput
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	m := p.Memory
+	// KV: 10 attention layers × K and V × 2 KV heads × 256 dims × 2 bytes.
+	if m.KVPerPosition != 10*2*2*256*2 || m.Weights < 18<<30 || m.Weights > 19<<30 || m.State != 65863680 || m.Scratch <= 0 {
+		t.Fatalf("memory %+v", m.Memory)
+	}
+	if m.Snapshot != m.State+262144*m.KVPerPosition {
+		t.Fatalf("snapshot at 262,144 positions: %d", m.Snapshot)
+	}
+	c := p.ContextByMacGB
+	if len(c) != 6 || c["24"] != 0 || c["32"] < 100000 || c["32"] >= 262144 || c["36"] != 262144 || c["128"] != 262144 {
+		t.Fatalf("context by Mac: %v", c)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/metal/decode"
 )
 
 // doctorOutput is the stable JSON contract of `lily doctor --output json`.
@@ -42,7 +43,7 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 	if output != "json" && output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", output)
 	}
-	cfg := syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: model}
+	cfg := syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: model, Context: productionContext}
 	if model == "" {
 		cfg.ModelDir, cfg.Repo, cfg.Revision = lifecycle.ModelDir(lifecycle.DefaultRepo), lifecycle.DefaultRepo, lifecycle.DefaultRevision
 	}
@@ -67,4 +68,15 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 		return fmt.Errorf("doctor: %d of %d checks failed", failed, len(checks))
 	}
 	return nil
+}
+
+// productionContext is the context lily serve would hold for the production model in a GPU
+// working set of so many bytes.
+func productionContext(workingSet int64) (int, string, error) {
+	c := decode.ProductionConfig()
+	m, err := decode.MemoryOf(c)
+	if err != nil {
+		return 0, "", err
+	}
+	return m.Context(c, 0, workingSet)
 }

@@ -23,11 +23,11 @@ func TestDoctorJSON(t *testing.T) {
 	var names []string
 	for _, c := range got.Checks {
 		names = append(names, c.Name)
-		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
+		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || c.Name == "context" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
 			t.Errorf("%s: %s on %s, want skip", c.Name, c.Status, runtime.GOOS)
 		}
 	}
-	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory" {
+	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory,context" {
 		t.Fatalf("checks %v", names)
 	}
 	if got.OK != (err == nil) || got.OK != (syscheck.Failed(got.Checks) == 0) {
@@ -44,7 +44,7 @@ func TestDoctorTextAndExitCode(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, hub.MarkerName), raw, 0o644)
 
 	out, err := execute(t, "doctor", "--model", dir)
-	if err == nil || !regexp.MustCompile(`^doctor: \d of 7 checks failed$`).MatchString(err.Error()) {
+	if err == nil || !regexp.MustCompile(`^doctor: \d of 8 checks failed$`).MatchString(err.Error()) {
 		t.Fatalf("err = %v", err)
 	}
 	if !strings.Contains(out, "fail  model       damaged") || !strings.Contains(out, "fix: run `lily pull`") {

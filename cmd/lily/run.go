@@ -98,24 +98,24 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 			return err
 		}
 	}
-	b, w, err := openBackend(o.backend, o.model)
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, 0, 0)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer closeBackend()
 	if o.prompt != "" {
 		if tok, prompt, err = textPrompt(o.model, o.prompt, o.chat); err != nil {
 			return err
 		}
 	}
 	for _, id := range prompt {
-		if id >= w.Config.VocabSize {
-			return fmt.Errorf("--prompt-ids: token id %d outside the vocabulary [0, %d)", id, w.Config.VocabSize)
+		if id >= cfg.VocabSize {
+			return fmt.Errorf("--prompt-ids: token id %d outside the vocabulary [0, %d)", id, cfg.VocabSize)
 		}
 	}
 	var stop []int
 	if !o.ignoreEOS {
-		stop = w.Config.EOSTokenIDs
+		stop = cfg.EOSTokenIDs
 	}
 	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
 	var logits *logitsWriter
@@ -126,7 +126,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		defer logits.abort()
 		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
 	}
-	res, err := runner.New(b, runner.Options{}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
+	res, err := runner.New(b, runner.Options{Context: sessionContext(b, cfg)}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
 	if err != nil {
 		return err
 	}

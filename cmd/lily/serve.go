@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/demo"
@@ -31,10 +33,10 @@ import (
 )
 
 type serveOptions struct {
-	model, backend, host, apiKey, cors, allowedHosts string
-	port, ctx, queue, cacheMB, maxBodyMB             int
-	demo, insecure                                   bool
-	timeout, stallTimeout                            time.Duration
+	model, backend, host, apiKey, cors, allowedHosts  string
+	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB int
+	demo, insecure                                    bool
+	timeout, stallTimeout                             time.Duration
 }
 
 // shutdownGrace is how long a SIGTERM waits for open requests: they are ended at once (streams
@@ -70,6 +72,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables)")
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")
+	f.IntVar(&o.emuMemoryMB, "emu-gpu-memory-mb", 0, "with --backend emu: the GPU working set to size the KV cache in, as Metal's recommendedMaxWorkingSetSize (0: no limit)")
 	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
 	return cmd
 }
@@ -98,6 +101,8 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--max-body-mb %d: expected at least 1", o.maxBodyMB)
 	case o.cacheMB < 0:
 		return fmt.Errorf("--cache-mb %d: expected 0 (no prefix cache) or more", o.cacheMB)
+	case o.emuMemoryMB < 0 || o.emuMemoryMB > 0 && o.backend != "emu":
+		return fmt.Errorf("--emu-gpu-memory-mb %d: expected 0 or more, and only with --backend emu", o.emuMemoryMB)
 	case o.ctx < 0:
 		return fmt.Errorf("--ctx %d: expected a positive number of tokens (0: the model's)", o.ctx)
 	case o.timeout <= 0:
@@ -223,7 +228,11 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 			}
 			loaded = m
 			publish(nil, closeFn)
-			s.SetProgress(1, m.ID)
+			detail := fmt.Sprintf("%s: context %d", m.ID, m.Context)
+			if m.ContextWhy != "" {
+				detail += " (" + m.ContextWhy + ")"
+			}
+			s.SetProgress(1, detail)
 			return nil
 		}},
 		lifecycle.Step{Phase: lifecycle.PhaseWarm, Run: func(ctx context.Context, s *lifecycle.State) error {
@@ -271,43 +280,41 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, w, err := openBackend(o.backend, dir)
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, o.ctx, int64(o.emuMemoryMB)<<20)
 	if err != nil {
 		return nil, nil, err
 	}
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
-		w.Close()
+		closeBackend()
 		return nil, nil, err
 	}
 	tmpl, err := chat.Load(dir)
 	if err != nil {
-		w.Close()
+		closeBackend()
 		return nil, nil, err
 	}
-	ctxLen := w.Config.MaxPositions
-	if o.ctx > 0 {
-		if ctxLen > 0 && o.ctx > ctxLen {
-			w.Close()
-			return nil, nil, fmt.Errorf("--ctx %d exceeds the model's %d positions", o.ctx, ctxLen)
-		}
-		ctxLen = o.ctx
+	ctxLen := cmp.Or(o.ctx, sessionContext(b, cfg))
+	var why string
+	if l, ok := b.(backend.Limited); ok && o.ctx == 0 {
+		_, why = l.Context()
 	}
-	stops := slices.Clone(w.Config.EOSTokenIDs)
+	stops := slices.Clone(cfg.EOSTokenIDs)
 	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.TokenID(s); ok && !slices.Contains(stops, id) {
 			stops = append(stops, id)
 		}
 	}
 	m := &server.Model{
-		ID:        id,
-		Runner:    runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen}),
-		Tokenizer: server.TokenizerOf(tok),
-		Template:  server.TemplateOf(tmpl),
-		StopIDs:   stops,
-		Context:   ctxLen,
+		ID:         id,
+		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen}),
+		Tokenizer:  server.TokenizerOf(tok),
+		Template:   server.TemplateOf(tmpl),
+		StopIDs:    stops,
+		Context:    ctxLen,
+		ContextWhy: why,
 	}
-	return m, func() { w.Close() }, nil
+	return m, closeBackend, nil
 }
 
 // demoDir builds (once) the demo checkpoint in the user cache directory.

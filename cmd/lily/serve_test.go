@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/lifecycle"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/server"
 )
 
@@ -199,4 +204,84 @@ func TestServeShutdownEndsStreams(t *testing.T) {
 		}
 	}
 	t.Logf("serve stopped %v after the signal", time.Since(start))
+}
+
+// TestServeContextFromGPUMemory: on a GPU backend the context served is what its working set
+// holds beside the weights (the emulator stands in for Metal's recommendedMaxWorkingSetSize),
+// and /v1/models, /status and the startup detail say so and why; a --ctx that does not fit
+// fails the load with a clear error.
+func TestServeContextFromGPUMemory(t *testing.T) {
+	dir := "../../testdata/golden/tiny-a"
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := decode.MemoryOf(w.Config)
+	w.Close()
+	ws := mem.Weights + mem.State + mem.Scratch + 512<<20 + 1000*mem.KVPerPosition // room for 1,000 positions
+	b, cfg, closeFn, err := openBackend("emu", dir, 0, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, why := b.(backend.Limited).Context()
+	closeFn()
+	if n != 1000 || sessionContext(b, cfg) != 1000 || !strings.Contains(why, "1000 of the model's 4096 positions") {
+		t.Fatalf("context %d (%q)", n, why)
+	}
+	if _, _, _, err := openBackend("emu", dir, 2000, ws); err == nil || !strings.Contains(err.Error(), "--ctx 2000") {
+		t.Fatalf("--ctx 2000 in room for 1000: %v", err)
+	}
+	if err := (serveOptions{host: "127.0.0.1", backend: "cpu", maxBodyMB: 1, timeout: time.Second, stallTimeout: time.Second, emuMemoryMB: 5}).check(); err == nil {
+		t.Fatal("--emu-gpu-memory-mb accepted with the cpu backend")
+	}
+
+	// Served: the demo model on the emulator with a working set a few MiB above its weights.
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	demo, err := demoDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw, err := model.Load(demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, _ := decode.MemoryOf(dw.Config)
+	dw.Close()
+	mb := int((dm.Weights+dm.State+dm.Scratch+512<<20)>>20) + 4
+	want := int((int64(mb)<<20 - 512<<20 - dm.Weights - dm.State - dm.Scratch) / dm.KVPerPosition)
+	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "emu", emuMemoryMB: mb, cacheMB: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeModel()
+	srv := server.New(server.Config{})
+	srv.SetModel(m)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	var models struct {
+		Data []struct {
+			ContextLength int `json:"context_length"`
+		} `json:"data"`
+	}
+	getJSON(t, ts.URL+"/v1/models", &models)
+	var status struct {
+		ContextLength int    `json:"context_length"`
+		ContextNote   string `json:"context_note"`
+	}
+	getJSON(t, ts.URL+"/status", &status)
+	if m.Context != want || len(models.Data) != 1 || models.Data[0].ContextLength != want || status.ContextLength != want || !strings.Contains(status.ContextNote, "working set") {
+		t.Fatalf("served context %d (want %d): /v1/models %+v, /status %+v", m.Context, want, models, status)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
 }

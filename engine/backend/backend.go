@@ -1,5 +1,6 @@
 // Package backend defines what every executor (CPU reference, emulated Metal, Metal) offers the
-// rest of Lily: sessions that consume tokens and return logits, and can be copied for reuse.
+// rest of Lily: sessions that consume tokens and return logits, whose state can be saved as a
+// snapshot (the prefix cache) and restored later, and that give their device memory back.
 package backend
 
 import "github.com/lilyformac/lily/engine/config"
@@ -18,8 +19,25 @@ type Session interface {
 	Forward(tokens []int, all bool) ([][]float32, error)
 	// Pos is the number of tokens consumed.
 	Pos() int
-	// Clone returns an independent copy (a prefix-cache snapshot).
-	Clone() Session
-	// Bytes is the memory the session's caches hold.
+	// Save copies the state after Pos() tokens into a snapshot; the session goes on.
+	Save() (Snapshot, error)
+	// Close gives the session's memory back; the session is not used afterwards.
+	Close()
+}
+
+// Snapshot is a saved sequence state: the recurrent layers' state and the attention layers' KV
+// rows of the positions consumed, nothing more.
+type Snapshot interface {
+	Pos() int
+	// Bytes is the memory the snapshot holds.
 	Bytes() int64
+	// Restore starts a new session that continues from the snapshot (which stays valid).
+	Restore() (Session, error)
+	Close()
+}
+
+// Limited is a Backend whose sessions hold fewer positions than the model allows (a GPU's KV
+// cache sized to its memory); Context says how many and why.
+type Limited interface {
+	Context() (positions int, why string)
 }

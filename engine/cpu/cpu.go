@@ -446,10 +446,31 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 // Pos is the number of tokens the session has consumed.
 func (s *Session) Pos() int { return s.st.Pos }
 
-// Clone returns an independent copy of the session (its caches included), used as a prefix-cache
-// snapshot: the hybrid model's recurrent state cannot be truncated, so reuse needs exact copies.
-func (s *Session) Clone() backend.Session {
-	st := &State{Pos: s.st.Pos}
+// Save copies the session's state (conv windows, DeltaNet state, KV rows) into a snapshot: the
+// hybrid model's recurrent state cannot be truncated, so reuse needs exact copies.
+func (s *Session) Save() (backend.Snapshot, error) {
+	return &snapshot{m: s.m, st: s.st.clone()}, nil
+}
+
+// Close does nothing: the session's memory is Go memory.
+func (s *Session) Close() {}
+
+type snapshot struct {
+	m  *Model
+	st *State
+}
+
+func (sn *snapshot) Pos() int     { return sn.st.Pos }
+func (sn *snapshot) Bytes() int64 { return sn.st.bytes() }
+func (sn *snapshot) Close()       {}
+
+// Restore starts a session from a copy of the snapshot's state.
+func (sn *snapshot) Restore() (backend.Session, error) {
+	return &Session{m: sn.m, st: sn.st.clone()}, nil
+}
+
+func (st *State) clone() *State {
+	out := &State{Pos: st.Pos}
 	cp := func(src [][]float32) [][]float32 {
 		out := make([][]float32, len(src))
 		for i, v := range src {
@@ -459,14 +480,14 @@ func (s *Session) Clone() backend.Session {
 		}
 		return out
 	}
-	st.conv, st.ssm, st.k, st.v = cp(s.st.conv), cp(s.st.ssm), cp(s.st.k), cp(s.st.v)
-	return &Session{m: s.m, st: st}
+	out.conv, out.ssm, out.k, out.v = cp(st.conv), cp(st.ssm), cp(st.k), cp(st.v)
+	return out
 }
 
-// Bytes is the memory the session's caches hold.
-func (s *Session) Bytes() int64 {
+// bytes is the memory the state's caches hold.
+func (st *State) bytes() int64 {
 	var n int
-	for _, group := range [][][]float32{s.st.conv, s.st.ssm, s.st.k, s.st.v} {
+	for _, group := range [][][]float32{st.conv, st.ssm, st.k, st.v} {
 		for _, v := range group {
 			n += len(v)
 		}

@@ -25,7 +25,7 @@ type Cache struct {
 
 type entry struct {
 	tokens  []int
-	sess    backend.Session
+	snap    backend.Snapshot
 	logits  []float32 // the row predicting the token after tokens
 	bytes   int64
 	lastUse uint64
@@ -55,23 +55,32 @@ func (c *Cache) Lookup(prompt []int) *entry {
 	return best
 }
 
-// Store records sess (which the cache then owns) as the state after tokens.
-func (c *Cache) Store(tokens []int, sess backend.Session, logits []float32) {
-	size := sess.Bytes() + int64(len(logits)*4+len(tokens)*8)
+// Wants reports whether a snapshot of tokens would be kept: the cache is on and holds no entry
+// for exactly these tokens (saving one costs a copy of the state).
+func (c *Cache) Wants(tokens []int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.budget > 0 && !slices.ContainsFunc(c.entries, func(e *entry) bool { return slices.Equal(e.tokens, tokens) })
+}
+
+// Store records snap (which the cache then owns, and closes when it lets it go) as the state
+// after tokens.
+func (c *Cache) Store(tokens []int, snap backend.Snapshot, logits []float32) {
+	size := snap.Bytes() + int64(len(logits)*4+len(tokens)*8)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if size > c.budget {
+		snap.Close()
 		return
 	}
 	c.clock++
 	for i, e := range c.entries {
 		if slices.Equal(e.tokens, tokens) { // same state: keep one copy
-			c.used -= e.bytes
-			c.entries = slices.Delete(c.entries, i, i+1)
+			c.drop(i)
 			break
 		}
 	}
-	c.entries = append(c.entries, &entry{tokens: slices.Clone(tokens), sess: sess, logits: slices.Clone(logits), bytes: size, lastUse: c.clock})
+	c.entries = append(c.entries, &entry{tokens: slices.Clone(tokens), snap: snap, logits: slices.Clone(logits), bytes: size, lastUse: c.clock})
 	c.used += size
 	for c.used > c.budget {
 		oldest := 0
@@ -80,9 +89,24 @@ func (c *Cache) Store(tokens []int, sess backend.Session, logits []float32) {
 				oldest = i
 			}
 		}
-		c.used -= c.entries[oldest].bytes
-		c.entries = slices.Delete(c.entries, oldest, oldest+1)
+		c.drop(oldest)
 		c.evictions.Add(1)
+	}
+}
+
+// drop removes entry i and frees its snapshot.
+func (c *Cache) drop(i int) {
+	c.used -= c.entries[i].bytes
+	c.entries[i].snap.Close()
+	c.entries = slices.Delete(c.entries, i, i+1)
+}
+
+// Clear drops every entry (freeing their snapshots).
+func (c *Cache) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.entries) > 0 {
+		c.drop(len(c.entries) - 1)
 	}
 }
 

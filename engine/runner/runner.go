@@ -121,6 +121,7 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	if err != nil {
 		return res, err
 	}
+	defer sess.Close()
 	res.Prefill = time.Since(start)
 	start = time.Now()
 	logits, err = r.decode(ctx, req, sess, logits, &res, emit)
@@ -130,11 +131,21 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	}
 	// The session has consumed prompt + all generated tokens but the last: cache that state, so
 	// a follow-up request that repeats this conversation skips it.
-	if !req.NoCache && len(res.Tokens) > 1 {
-		seq := append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...)
-		r.cache.Store(seq, sess, logits)
+	if len(res.Tokens) > 1 {
+		r.save(req, append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...), sess, logits)
 	}
 	return res, nil
+}
+
+// save stores the state of sess, which has consumed tokens, in the prefix cache (unless the
+// request opts out or the cache holds that state already). A failed save only costs the entry.
+func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []float32) {
+	if req.NoCache || !r.cache.Wants(tokens) {
+		return
+	}
+	if snap, err := sess.Save(); err == nil {
+		r.cache.Store(tokens, snap, logits)
+	}
 }
 
 func (r *Runner) check(req Request) error {
@@ -151,18 +162,18 @@ func (r *Runner) check(req Request) error {
 }
 
 // prefill brings a session to the end of the prompt, from the longest cached prefix, saving
-// its state at each checkpoint on the way. It returns the session and the last logits row.
-func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (backend.Session, []float32, error) {
-	var sess backend.Session
-	var logits []float32
-	if hit := r.lookup(req); hit != nil {
-		sess, res.CachedTokens = hit.sess.Clone(), len(hit.tokens)
-		if res.CachedTokens == len(req.Prompt) {
-			logits = hit.logits
-		}
-	} else {
-		sess = r.b.NewSession()
+// its state at each checkpoint on the way. It returns the session (which the caller closes) and
+// the last logits row.
+func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (sess backend.Session, logits []float32, err error) {
+	sess, logits, err = r.start(req, res)
+	if err != nil {
+		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			sess.Close()
+		}
+	}()
 	marks := r.marks(req, res.CachedTokens)
 	for done := res.CachedTokens; done < len(req.Prompt); {
 		if err := ctx.Err(); err != nil {
@@ -179,18 +190,33 @@ func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (backend
 		logits, done = rows[0], end
 		if len(marks) > 0 && marks[0] == done {
 			marks = marks[1:]
-			if !req.NoCache {
-				r.cache.Store(req.Prompt[:done], sess.Clone(), logits)
-			}
+			r.save(req, req.Prompt[:done], sess, logits)
 		}
 		if req.Progress != nil {
 			req.Progress(done, len(req.Prompt))
 		}
 	}
-	if !req.NoCache && res.CachedTokens < len(req.Prompt) {
-		r.cache.Store(req.Prompt, sess.Clone(), logits)
+	if res.CachedTokens < len(req.Prompt) {
+		r.save(req, req.Prompt, sess, logits)
 	}
 	return sess, logits, nil
+}
+
+// start restores the longest cached prefix of the prompt, or starts an empty session.
+func (r *Runner) start(req Request, res *Result) (backend.Session, []float32, error) {
+	hit := r.lookup(req)
+	if hit == nil {
+		return r.b.NewSession(), nil, nil
+	}
+	sess, err := hit.snap.Restore()
+	if err != nil {
+		return nil, nil, err
+	}
+	res.CachedTokens = len(hit.tokens)
+	if res.CachedTokens == len(req.Prompt) {
+		return sess, hit.logits, nil
+	}
+	return sess, nil, nil
 }
 
 // marks are the checkpoints strictly between the cached prefix and the prompt's end, sorted.

@@ -1,7 +1,8 @@
 // Package decode builds the static single-token decode step of the model as a plan.Plan over the
 // metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
-// one since the last barrier), uploads a checkpoint's weights into it, and, on Linux, runs it on
-// the MSL emulator as an engine/backend.Backend.
+// one since the last barrier), sizes its KV cache from the device's memory, uploads a
+// checkpoint's weights into it, and runs it on Metal or the MSL emulator as an
+// engine/backend.Backend whose sessions share pooled executors and save host snapshots.
 //
 // One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
 // in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added
@@ -15,6 +16,7 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
@@ -575,13 +577,33 @@ func (s *Step) Views(w *model.Weights) map[string][]byte {
 	return out
 }
 
-// Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the sequence state, for a fresh executor.
+// Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the
+// sequence state, for a fresh sequence on a new or reused executor. KV caches are not cleared:
+// attention reads only the rows of positions the sequence has written.
 func (s *Step) Init(bytes func(i int) []byte) {
 	for _, c := range s.consts {
 		copy(bytes(c.buf), c.data)
 	}
 	for _, buf := range s.Session {
-		clear(bytes(buf))
+		if s.Plan.Buffers[buf].Kind != plan.KVCache {
+			clear(bytes(buf))
+		}
 	}
 	clear(bytes(s.StepBuf))
+}
+
+// eachState calls f with every span of device memory that holds a sequence's state after pos
+// positions: the GDN states, conv windows and step buffer whole, and of each KV cache (laid out
+// [kv head][MaxCtx][head dim]) the first pos rows of every head.
+func (s *Step) eachState(pos int, f func(buf int, off, n int64)) {
+	rowBytes := int64(2 * s.Config.HeadDim)
+	for _, buf := range append(slices.Clone(s.Session), s.StepBuf) {
+		if s.Plan.Buffers[buf].Kind != plan.KVCache {
+			f(buf, 0, s.Plan.Buffers[buf].Size)
+			continue
+		}
+		for h := range s.Config.NumKVHeads {
+			f(buf, int64(h*s.MaxCtx)*rowBytes, int64(pos)*rowBytes)
+		}
+	}
 }

@@ -11,7 +11,8 @@ import (
 
 // EmuOptions configure the emulated backend.
 type EmuOptions struct {
-	MaxCtx     int       // KV cache positions (a session's limit); 0: the model's context, at most DefaultMaxCtx
+	MaxCtx     int       // KV cache positions (a session's limit); 0: as many as WorkingSet holds, up to the model's context
+	WorkingSet int64     // device memory to size the KV cache in, as Metal's working set (0: no limit)
 	Threads    emu.Order // thread order inside threadgroups
 	GroupOrder emu.Order // order of the dispatches between two barriers
 	Seed       uint64
@@ -34,5 +35,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet})
 }

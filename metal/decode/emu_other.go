@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
 )
 
 // EmuOptions configure the emulated backend (Linux only).
-type EmuOptions struct{ MaxCtx int }
+type EmuOptions struct {
+	MaxCtx     int
+	WorkingSet int64
+}
 
 // NewEmu reports that the MSL emulator runs on Linux only.
-func NewEmu(*model.Weights, EmuOptions) (backend.Backend, error) {
+func NewEmu(*model.Weights, EmuOptions) (*GPU, error) {
 	return nil, fmt.Errorf("backend emu (the MSL emulator) runs on Linux only (this is %s/%s)", runtime.GOOS, runtime.GOARCH)
 }

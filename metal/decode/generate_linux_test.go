@@ -34,7 +34,7 @@ func TestGenerate(t *testing.T) {
 	ctx := context.Background()
 
 	// Full greedy run against HF, streaming order checked through onToken.
-	full := base.Clone().(*Session)
+	full := fork(t, base)
 	var streamed []int
 	toks, err := full.Generate(ctx, len(g.GreedyIDs), nil, func(id int) bool { streamed = append(streamed, id); return false })
 	if err != nil {
@@ -49,7 +49,7 @@ func TestGenerate(t *testing.T) {
 
 	// Forward-driven greedy decoding (the GPU's argmax), consuming the same tokens: same ids,
 	// same continuation and bit-identical logits after both.
-	fwd := base.Clone().(*Session)
+	fwd := fork(t, base)
 	var byForward []int
 	for range len(g.GreedyIDs) {
 		id := fwd.NextToken()
@@ -81,14 +81,14 @@ func TestGenerate(t *testing.T) {
 	if slices.Index(g.GreedyIDs, stop) != 3 {
 		t.Fatal("tiny-a's greedy[3] occurs earlier")
 	}
-	s := base.Clone().(*Session)
+	s := fork(t, base)
 	toks, err = s.Generate(ctx, 20, []int{999999, stop}, nil)
 	if err != nil || !slices.Equal(toks, g.GreedyIDs[:4]) || s.Pos() != P+4 {
 		t.Fatalf("stop id %d: tokens %v, pos %d, err %v; want %v, pos %d", stop, toks, s.Pos(), err, g.GreedyIDs[:4], P+4)
 	}
 
 	// maxTokens ends it (nothing in flight then: Generate commits the last token's step itself).
-	s = base.Clone().(*Session)
+	s = fork(t, base)
 	toks, err = s.Generate(ctx, 2, nil, nil)
 	if err != nil || !slices.Equal(toks, g.GreedyIDs[:2]) || s.Pos() != P+2 || s.NextToken() != g.GreedyIDs[2] {
 		t.Fatalf("maxTokens 2: tokens %v, pos %d, next %d, err %v", toks, s.Pos(), s.NextToken(), err)
@@ -96,7 +96,7 @@ func TestGenerate(t *testing.T) {
 
 	// Cancel from onToken after k tokens: exactly k, ctx's error, and the session continues.
 	const k = 3
-	s = base.Clone().(*Session)
+	s = fork(t, base)
 	cctx, cancel := context.WithCancel(ctx)
 	n := 0
 	toks, err = s.Generate(cctx, 20, nil, func(int) bool {
@@ -126,7 +126,7 @@ func TestGenerate(t *testing.T) {
 	}
 
 	// An already-cancelled context returns the pending token only, consumed.
-	s = base.Clone().(*Session)
+	s = fork(t, base)
 	dead, kill := context.WithCancel(ctx)
 	kill()
 	toks, err = s.Generate(dead, 20, nil, nil)
@@ -161,4 +161,19 @@ func TestGenerateLimits(t *testing.T) {
 	if _, err := s.Generate(context.Background(), 1, nil, nil); !errors.Is(err, ErrContextFull) {
 		t.Fatalf("Generate on a full cache: %v", err)
 	}
+}
+
+// fork continues from s's state in another session, as a prefix-cache hit does (Save, Restore).
+func fork(t *testing.T, s *Session) *Session {
+	t.Helper()
+	snap, err := s.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := snap.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r.(*Session)
 }

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"slices"
@@ -17,23 +18,36 @@ import (
 var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal"}
 
-// DefaultMaxCtx caps a GPU backend's KV caches when no context is given.
+// DefaultMaxCtx is a session's positions when neither the model nor the caller gives any.
 const DefaultMaxCtx = 4096
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
 // whose sessions each own an executor (their activations, GDN state and KV caches) over weight
 // buffers uploaded once and shared. Emulator and Metal differ only in the exec.Device.
+//
+// One generation runs at a time, so one executor serves every session in turn: a closed
+// session's executor waits in an idle pool of one for the next, and only a second live session
+// allocates another. Snapshots (the prefix cache) are host copies of a session's state and of
+// the KV rows it has filled, not executors.
 type GPU struct {
 	name string
 	w    *model.Weights
 	step *Step
 	dev  *sharedDevice
+	why  string     // why the context is below the model's, if it is
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
+
+	poolMu sync.Mutex
+	idle   []*slot
 }
 
 // GPUOptions configure NewGPU.
 type GPUOptions struct {
-	MaxCtx int // KV positions (a session's limit); 0: the model's context, at most DefaultMaxCtx
+	// MaxCtx is a session's positions; 0: as many as WorkingSet holds, up to the model's context.
+	MaxCtx int
+	// WorkingSet is the device memory the backend may use (Metal: recommendedMaxWorkingSetSize);
+	// 0: no limit known (the emulator).
+	WorkingSet int64
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -41,12 +55,13 @@ type GPUOptions struct {
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	maxCtx := o.MaxCtx
-	if maxCtx <= 0 {
-		maxCtx = DefaultMaxCtx
-		if w.Config.MaxPositions > 0 {
-			maxCtx = min(maxCtx, w.Config.MaxPositions)
-		}
+	mem, err := MemoryOf(w.Config)
+	if err != nil {
+		return nil, err
+	}
+	maxCtx, why, err := mem.Context(w.Config, o.MaxCtx, o.WorkingSet)
+	if err != nil {
+		return nil, err
 	}
 	step, err := Build(w.Config, Options{MaxCtx: maxCtx})
 	if err != nil {
@@ -56,9 +71,10 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared}
-	x, err := exec.New(shared, step.Plan) // allocates (and from now on shares) the weight buffers
+	e := &GPU{name: name, w: w, step: step, dev: shared, why: why}
+	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers
 	if err != nil {
+		shared.freeWeights()
 		return nil, err
 	}
 	if shared.copied > 0 {
@@ -71,9 +87,12 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 			name, shared.copied, len(shared.views), float64(shared.copiedBytes)/1e9, shared.wrapErr)
 	}
 	wrapped := func(buf int) bool { _, ok := shared.weights[step.Plan.Buffers[buf].Name].(exec.View); return ok }
-	if err := step.Upload(w, x.Bytes, wrapped); err != nil {
+	if err := step.Upload(w, sl.x.Bytes, wrapped); err != nil {
+		sl.x.Close()
+		shared.freeWeights()
 		return nil, err
 	}
+	e.idle = append(e.idle, sl) // the upload's executor serves the first session
 	return e, nil
 }
 
@@ -86,7 +105,65 @@ func (e *GPU) Name() string { return e.name }
 // Config is the model's configuration.
 func (e *GPU) Config() *config.Config { return e.w.Config }
 
-// NewSession starts an empty sequence (its own executor over the shared weights).
+// Context is the positions a session holds, and why it is less than the model's (or "").
+func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
+
+// Live is the device memory allocated beside the weights (executors), in buffers and bytes.
+func (e *GPU) Live() (buffers int, bytes int64) { return e.dev.live() }
+
+// Close frees the idle executors and the weights; every session must be closed first.
+func (e *GPU) Close() {
+	e.poolMu.Lock()
+	defer e.poolMu.Unlock()
+	for _, sl := range e.idle {
+		sl.x.Close()
+	}
+	e.idle = nil
+	e.dev.freeWeights()
+}
+
+// slot is one session's device state: an executor over the shared weights, with its own copy of
+// the plan (Generate rebinds the readback dispatch at every step).
+type slot struct {
+	x        *exec.Executor
+	plan     *plan.Plan
+	readback int // index of the readback dispatch in plan
+}
+
+func (e *GPU) newSlot() (*slot, error) {
+	p, rb := withReadback(e.step.Plan)
+	x, err := exec.New(e.dev, p)
+	if err != nil {
+		return nil, err
+	}
+	return &slot{x: x, plan: p, readback: rb}, nil
+}
+
+// take returns an idle slot, or a new one.
+func (e *GPU) take() (*slot, error) {
+	e.poolMu.Lock()
+	if n := len(e.idle); n > 0 {
+		sl := e.idle[n-1]
+		e.idle = e.idle[:n-1]
+		e.poolMu.Unlock()
+		return sl, nil
+	}
+	e.poolMu.Unlock()
+	return e.newSlot()
+}
+
+// give keeps sl for the next session, or frees it when one is kept already.
+func (e *GPU) give(sl *slot) {
+	e.poolMu.Lock()
+	defer e.poolMu.Unlock()
+	if len(e.idle) == 0 {
+		e.idle = append(e.idle, sl)
+		return
+	}
+	sl.x.Close()
+}
+
+// NewSession starts an empty sequence.
 func (e *GPU) NewSession() backend.Session {
 	s, err := e.newSession()
 	if err != nil {
@@ -96,31 +173,40 @@ func (e *GPU) NewSession() backend.Session {
 }
 
 func (e *GPU) newSession() (*Session, error) {
-	p, rb := withReadback(e.step.Plan)
-	x, err := exec.New(e.dev, p)
+	sl, err := e.take()
 	if err != nil {
 		return nil, err
 	}
-	e.step.Init(x.Bytes)
-	return &Session{e: e, x: x, plan: p, readback: rb}, nil
+	e.step.Init(sl.x.Bytes)
+	return &Session{e: e, slot: sl}, nil
 }
 
 // Session is one sequence on a GPU backend.
 type Session struct {
-	e   *GPU
-	x   *exec.Executor
+	e *GPU
+	*slot
 	pos int
 	err error // the session could not be created, or a step of Generate failed
+}
 
-	plan     *plan.Plan // the step plan plus the readback dispatch (generate.go), this session's own copy
-	readback int        // index of the readback dispatch in plan
+var errClosed = errors.New("decode: the session is closed")
+
+// usable reports why the session cannot run a step.
+func (s *Session) usable() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.slot == nil {
+		return errClosed
+	}
+	return nil
 }
 
 // Forward runs the decode step once per token (prefill is token by token for now) and returns
 // the logits rows.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
-	if s.err != nil {
-		return nil, s.err
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	c := s.e.w.Config
 	if len(tokens) == 0 {
@@ -160,44 +246,78 @@ func (s *Session) NextToken() int {
 // Pos is the number of tokens consumed.
 func (s *Session) Pos() int { return s.pos }
 
-// Clone copies the session: a new executor over the same weights with the state buffers (GDN
-// state, conv windows, KV caches) copied.
-func (s *Session) Clone() backend.Session {
-	if s.err != nil {
-		return &Session{err: s.err}
+// Close hands the session's executor back to the backend.
+func (s *Session) Close() {
+	if s.slot != nil {
+		s.e.give(s.slot)
+		s.slot = nil
 	}
-	c, err := s.e.newSession()
-	if err != nil {
-		return &Session{err: err}
-	}
-	for _, buf := range append(slices.Clone(s.e.step.Session), s.e.step.StepBuf) {
-		copy(c.x.Bytes(buf), s.x.Bytes(buf))
-	}
-	c.pos = s.pos
-	return c
 }
 
-// Bytes is the device memory of the session's state buffers (the full KV cache allocation, not
-// the part in use).
-func (s *Session) Bytes() int64 {
-	if s.err != nil {
-		return 0
+// Save copies the session's state into host memory: the GDN states, conv windows and step
+// buffer whole, and of each KV cache only the rows of the positions consumed.
+func (s *Session) Save() (backend.Snapshot, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
-	var n int64
-	for _, buf := range s.e.step.Session {
-		n += s.e.step.Plan.Buffers[buf].Size
+	s.e.mu.Lock() // no step writes the buffers while they are copied
+	defer s.e.mu.Unlock()
+	sn := &Snapshot{e: s.e, pos: s.pos}
+	s.e.step.eachState(s.pos, func(buf int, off, n int64) {
+		sn.parts = append(sn.parts, part{buf, off, slices.Clone(s.x.Bytes(buf)[off : off+n])})
+		sn.bytes += n
+	})
+	return sn, nil
+}
+
+// Snapshot is a session's saved state (host memory).
+type Snapshot struct {
+	e     *GPU
+	pos   int
+	parts []part
+	bytes int64
+}
+
+type part struct {
+	buf  int
+	off  int64
+	data []byte
+}
+
+// Pos is the number of tokens the saved session had consumed.
+func (sn *Snapshot) Pos() int { return sn.pos }
+
+// Bytes is the host memory the snapshot holds.
+func (sn *Snapshot) Bytes() int64 { return sn.bytes }
+
+// Close drops the snapshot's memory.
+func (sn *Snapshot) Close() { sn.parts = nil }
+
+// Restore starts a session on an executor with the snapshot's state copied in.
+func (sn *Snapshot) Restore() (backend.Session, error) {
+	if sn.parts == nil {
+		return nil, errors.New("decode: restore of a closed snapshot")
 	}
-	return n
+	s, err := sn.e.newSession()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range sn.parts {
+		copy(s.x.Bytes(p.buf)[p.off:], p.data)
+	}
+	s.pos = sn.pos
+	return s, nil
 }
 
 // sharedDevice allocates each Weights buffer once (by name) and caches pipelines, so every
-// session's executor shares them.
+// session's executor shares them; it counts the other allocations (live) for GPU.Live.
 type sharedDevice struct {
 	exec.Device
 	mu      sync.Mutex
 	weights map[string]exec.Memory
 	pipes   map[string]exec.Pipeline
 	views   map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
+	sizes   map[exec.Memory]int64
 
 	copied      int   // views that could not be wrapped and were allocated (copied) instead
 	copiedBytes int64 // their size
@@ -206,7 +326,16 @@ type sharedDevice struct {
 
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	if b.Kind != plan.Weights {
-		return d.Device.Alloc(b)
+		m, err := d.Device.Alloc(b)
+		if err == nil {
+			d.mu.Lock()
+			if d.sizes == nil {
+				d.sizes = map[exec.Memory]int64{}
+			}
+			d.sizes[m] = b.Size
+			d.mu.Unlock()
+		}
+		return m, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -231,6 +360,36 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 		d.weights[b.Name] = m
 	}
 	return m, err
+}
+
+// Free frees a session's buffer; the shared weights stay until freeWeights.
+func (d *sharedDevice) Free(m exec.Memory) {
+	d.mu.Lock()
+	_, ok := d.sizes[m]
+	delete(d.sizes, m)
+	d.mu.Unlock()
+	if ok {
+		d.Device.Free(m)
+	}
+}
+
+func (d *sharedDevice) freeWeights() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, m := range d.weights {
+		d.Device.Free(m)
+		delete(d.weights, name)
+	}
+}
+
+func (d *sharedDevice) live() (int, int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n int64
+	for _, size := range d.sizes {
+		n += size
+	}
+	return len(d.sizes), n
 }
 
 func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipeline, error) {

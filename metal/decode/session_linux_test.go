@@ -9,9 +9,12 @@ import (
 	"github.com/lilyformac/lily/metal/emu"
 )
 
-// TestCloneContinuesExactly: a clone taken mid-sequence continues with the same logits (bit for
-// bit) as the original, and the original is unaffected by the clone's steps.
-func TestCloneContinuesExactly(t *testing.T) {
+// TestSnapshotContinuesExactly: a snapshot taken mid-sequence and restored continues with the
+// same logits (bit for bit) as the original, which its steps leave alone — also when the
+// original runs on a reused executor whose KV cache still holds a longer, earlier sequence. The
+// snapshot holds the state and the KV rows in use, nothing else; closing every session gives the
+// executors back to one idle one.
+func TestSnapshotContinuesExactly(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
 	g, _, _ := readGolden(t, dir)
 	w, err := model.Load(dir)
@@ -20,13 +23,28 @@ func TestCloneContinuesExactly(t *testing.T) {
 	}
 	defer w.Close()
 	e := newEmu(t, w, EmuOptions{MaxCtx: 64})
+	idleBufs, idleBytes := e.Live()
+	old := e.NewSession()
+	if _, err := old.Forward(g.PromptIDs[:12], false); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // its executor, KV rows and all, serves the next session
 	a := e.NewSession()
 	if _, err := a.Forward(g.PromptIDs[:6], false); err != nil {
 		t.Fatal(err)
 	}
-	b := a.Clone()
-	if b.Pos() != 6 || b.Bytes() != a.Bytes() || a.Bytes() <= 0 {
-		t.Fatalf("clone pos %d bytes %d, original bytes %d", b.Pos(), b.Bytes(), a.Bytes())
+	snap, err := a.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := MemoryOf(w.Config)
+	stepBuf := e.Step().Plan.Buffers[e.Step().StepBuf].Size
+	if snap.Pos() != 6 || snap.Bytes() != mem.Snapshot(6)+stepBuf {
+		t.Fatalf("snapshot pos %d, %d bytes; want 6 and the state + 6 KV rows (%d) + the step buffer (%d)", snap.Pos(), snap.Bytes(), mem.Snapshot(6), stepBuf)
+	}
+	b, err := snap.Restore()
+	if err != nil {
+		t.Fatal(err)
 	}
 	next := g.PromptIDs[6:9]
 	fromB, err := b.Forward(next, true)
@@ -39,11 +57,23 @@ func TestCloneContinuesExactly(t *testing.T) {
 	}
 	for i := range fromA {
 		if d := maxAbsDiff(fromA[i], fromB[i]); d != 0 {
-			t.Fatalf("row %d: clone differs from the original by %g", i, d)
+			t.Fatalf("row %d: restored session differs from the original by %g", i, d)
 		}
 	}
 	if a.Pos() != 9 || b.Pos() != 9 {
 		t.Fatalf("positions %d, %d", a.Pos(), b.Pos())
+	}
+	if n, _ := e.Live(); n <= idleBufs {
+		t.Fatalf("two live sessions on %d buffers, one idle executor on %d", n, idleBufs)
+	}
+	a.Close()
+	b.Close()
+	snap.Close()
+	if n, bytes := e.Live(); n != idleBufs || bytes != idleBytes {
+		t.Fatalf("after closing every session: %d buffers, %d bytes; one idle executor is %d, %d", n, bytes, idleBufs, idleBytes)
+	}
+	if _, err := a.Forward(next, false); err == nil {
+		t.Fatal("a closed session ran a step")
 	}
 }
 
@@ -78,6 +108,8 @@ func TestMissingBarrierShows(t *testing.T) {
 	}
 	defer w.Close()
 	e := newEmu(t, w, EmuOptions{MaxCtx: 16, GroupOrder: emu.Reverse})
+	held := e.NewSession() // holds the executor built with the plan intact; the next one copies the edited plan
+	defer held.Close()
 	for i := range e.step.Plan.Dispatches {
 		if d := &e.step.Plan.Dispatches[i]; d.Kernel == "conv1d_step" {
 			if !d.Barrier {

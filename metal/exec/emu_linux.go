@@ -29,6 +29,9 @@ func (d *EmuDevice) Alloc(b plan.Buffer) (Memory, error) {
 	return emuMemory{emu.NewBuffer(int(b.Size))}, nil
 }
 
+// Free drops the buffer (emulator memory is Go memory).
+func (d *EmuDevice) Free(Memory) {}
+
 // Pipeline specialises a kernel of the library.
 func (d *EmuDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, error) {
 	p, err := d.Lib.Pipeline(kernel, constants)

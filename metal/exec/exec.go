@@ -16,6 +16,9 @@ import (
 type Device interface {
 	// Alloc makes the memory of one plan buffer; Bytes is its host view (unified memory).
 	Alloc(b plan.Buffer) (Memory, error)
+	// Free gives back memory from Alloc (or a Wrapper's Wrap); no step may still use it.
+	// Nothing relies on finalizers: GPU memory is returned here or never.
+	Free(m Memory)
 	// Pipeline specialises a kernel with function constants.
 	Pipeline(kernel string, constants map[int]any) (Pipeline, error)
 	// Begin starts encoding one step.
@@ -105,6 +108,7 @@ func New(dev Device, p *plan.Plan) (*Executor, error) {
 	for _, b := range p.Buffers {
 		m, err := dev.Alloc(b)
 		if err != nil {
+			e.Close()
 			return nil, fmt.Errorf("exec: buffer %s (%d bytes): %w", b.Name, b.Size, err)
 		}
 		e.mem = append(e.mem, m)
@@ -126,6 +130,18 @@ func New(dev Device, p *plan.Plan) (*Executor, error) {
 		e.pipes = append(e.pipes, pipe)
 	}
 	return e, nil
+}
+
+// Close gives every buffer back to the device. After a hang (ErrHung) the buffers are kept: the
+// stuck command buffer may still write them.
+func (e *Executor) Close() {
+	if e.hangErr() != nil {
+		return
+	}
+	for _, m := range e.mem {
+		e.dev.Free(m)
+	}
+	e.mem = nil
 }
 
 // fitGroup checks a dispatch's threadgroup against its pipeline's limit when the pipeline is

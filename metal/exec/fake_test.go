@@ -25,6 +25,8 @@ type fakePipeline struct{}
 
 func (fakePipeline) MaxThreads() int { return 1024 }
 
+func (d *fakeDevice) Free(Memory) {}
+
 func (d *fakeDevice) Alloc(b plan.Buffer) (Memory, error)            { return make(fakeMemory, b.Size), nil }
 func (d *fakeDevice) Pipeline(string, map[int]any) (Pipeline, error) { return fakePipeline{}, nil }
 func (d *fakeDevice) Encode(f func())                                { d.inEncode = true; defer func() { d.inEncode = false }(); f() }

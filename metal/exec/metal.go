@@ -55,6 +55,10 @@ func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
 	return m, nil
 }
 
+// WorkingSet is the device's recommendedMaxWorkingSetSize: how much memory the GPU may keep
+// resident without slowing down, the budget weights, KV caches and scratch must fit in.
+func (m *MetalDevice) WorkingSet() int64 { return int64(m.dev.Info().RecommendedMaxWorkingSetSize) }
+
 // KernelNames lists the kernels a .metal source defines (`kernel void NAME(` and
 // `[[host_name("NAME")]]` instances), so a pipeline can be looked up by kernel name.
 func KernelNames(src string) []string {
@@ -88,6 +92,17 @@ func (m *MetalDevice) Alloc(b plan.Buffer) (Memory, error) {
 		return nil, err
 	}
 	return metalMemory{buf}, nil
+}
+
+// Free releases the buffer (a View's underlying buffer; a no-copy buffer's pages stay with the
+// mapping that owns them).
+func (m *MetalDevice) Free(mem Memory) {
+	switch v := mem.(type) {
+	case View:
+		m.Free(v.Mem)
+	case metalMemory:
+		v.b.Release()
+	}
 }
 
 // Wrap serves data — a tensor inside the memory-mapped checkpoint — as a no-copy buffer over the

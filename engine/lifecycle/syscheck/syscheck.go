@@ -55,6 +55,9 @@ type Config struct {
 	Repo, Revision string // what ModelDir should hold; "" accepts any completed pull
 	ModelBytes     int64  // weights, if no pull has recorded the exact size (0: lifecycle.ModelBytes)
 	RuntimeBytes   int64  // memory beyond the weights (0: lifecycle.RuntimeBytes)
+	// Context, when set, is the context lily serve would hold in a GPU working set of so many
+	// bytes, and why it is less than the model's (the decode plan's memory model).
+	Context func(workingSet int64) (positions int, why string, err error)
 }
 
 // facts are what the OS reports; a zero field means unknown.
@@ -100,7 +103,31 @@ func Run(ctx context.Context, cfg Config) []Check {
 		model,
 		checkGPU(f, gpu),
 		checkGPUMemory(f, gpu, weights, need),
+		checkContext(f, gpu, cfg.Context),
 	}
+}
+
+// checkContext reports the context the GPU's working set leaves room for beside the weights.
+func checkContext(f facts, gpu *GPUInfo, context func(int64) (int, string, error)) Check {
+	c := Check{Name: "context"}
+	switch {
+	case f.OS != "darwin":
+		c.Status, c.Detail = Skip, notMacOS
+		return c
+	case context == nil || gpu == nil || !gpu.Available || gpu.RecommendedMaxWorkingSet == 0:
+		c.Status, c.Detail = Skip, "no GPU working set to size the KV cache in"
+		return c
+	}
+	n, why, err := context(int64(gpu.RecommendedMaxWorkingSet))
+	switch {
+	case err != nil:
+		c.Status, c.Detail = Fail, err.Error()
+	case why != "":
+		c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("lily serve holds %d positions: %s", n, why), "sudo sysctl iogpu.wired_limit_mb=N raises the GPU working set (lasts until reboot), or pass --ctx to choose less"
+	default:
+		c.Status, c.Detail = Pass, fmt.Sprintf("lily serve holds the model's full %d positions", n)
+	}
+	return c
 }
 
 // Failed counts the failed checks.

@@ -3,6 +3,7 @@ package syscheck
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -117,6 +118,31 @@ func TestGPUWorkingSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContextCheck: the doctor says how much context the GPU's working set leaves beside the
+// weights, and how to get more.
+func TestContextCheck(t *testing.T) {
+	ctx := func(ws int64) (int, string, error) {
+		switch {
+		case ws >= 40<<30:
+			return 262144, "", nil
+		case ws >= 20<<30:
+			return 136266, "136266 of the model's 262144 positions fit", nil
+		}
+		return 0, "", errors.New("the weights do not fit")
+	}
+	for _, tc := range []struct {
+		ws     uint64
+		status Status
+		detail string
+	}{{48 << 30, Pass, "full 262144 positions"}, {21 << 30, Warn, "holds 136266 positions: 136266 of the model's"}, {16 << 30, Fail, "do not fit"}} {
+		fake(t, mac(64, "26.0"), 1e12, &GPUInfo{Name: "Apple M4", Family: "Apple9", RecommendedMaxWorkingSet: tc.ws, Available: true})
+		c := byName(Run(context.Background(), Config{DataDir: "/", ModelDir: t.TempDir(), Context: ctx}))
+		expect(t, c["context"], tc.status, tc.detail, "")
+	}
+	fake(t, facts{OS: "linux", MemBytes: 23 << 30}, 1e12, nil)
+	expect(t, byName(Run(context.Background(), Config{DataDir: "/", ModelDir: t.TempDir(), Context: ctx}))["context"], Skip, "not macOS", "")
 }
 
 func TestLinuxSkipsMacChecks(t *testing.T) {

@@ -1,0 +1,101 @@
+package decode
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// Memory is what a model's decode step holds in device memory, in bytes, from its plan.
+type Memory struct {
+	Weights       int64 `json:"weights_bytes"`
+	KVPerPosition int64 `json:"kv_bytes_per_position"` // K and V rows of every attention layer
+	State         int64 `json:"state_bytes"`           // DeltaNet state and conv windows
+	Scratch       int64 `json:"scratch_bytes"`         // activations, logits, step buffer
+}
+
+// reserve is device memory left to Metal itself (pipelines, command buffers, the OS's own use
+// of the GPU) when sizing the KV cache.
+const reserve = 512 << 20
+
+// MemoryOf sizes c's decode step at its full context (the attention scratch grows a little with
+// the context).
+func MemoryOf(c *config.Config) (Memory, error) {
+	full := max(c.MaxPositions, 1)
+	s, err := Build(c, Options{MaxCtx: full})
+	if err != nil {
+		return Memory{}, err
+	}
+	var m Memory
+	for _, b := range s.Plan.Buffers {
+		switch b.Kind {
+		case plan.Weights:
+			m.Weights += b.Size
+		case plan.KVCache:
+			m.KVPerPosition += b.Size / int64(full)
+		case plan.State:
+			m.State += b.Size
+		default:
+			m.Scratch += b.Size
+		}
+	}
+	return m, nil
+}
+
+// Session is the device memory of one session holding n positions.
+func (m Memory) Session(n int) int64 { return m.State + m.Scratch + int64(n)*m.KVPerPosition }
+
+// Snapshot is a saved state of n positions (the state and the KV rows in use).
+func (m Memory) Snapshot(n int) int64 { return m.State + int64(n)*m.KVPerPosition }
+
+// Fit is how many positions one session can hold beside the weights in workingSet bytes
+// (0: none).
+func (m Memory) Fit(workingSet int64) int {
+	room := workingSet - reserve - m.Weights - m.State - m.Scratch
+	if room <= 0 || m.KVPerPosition <= 0 {
+		return 0
+	}
+	return int(room / m.KVPerPosition)
+}
+
+// Context chooses the positions a session holds: asked (0: as many as fit, up to the model's
+// context) against workingSet (0: no limit known). It says why when that is less than the
+// model's context, or fails when not even asked fit.
+func (m Memory) Context(c *config.Config, asked int, workingSet int64) (int, string, error) {
+	full := c.MaxPositions
+	if full <= 0 {
+		full = DefaultMaxCtx
+	}
+	if asked > full {
+		return 0, "", fmt.Errorf("--ctx %d exceeds the model's %d positions", asked, full)
+	}
+	if workingSet <= 0 {
+		return cmp.Or(asked, full), "", nil
+	}
+	fit := m.Fit(workingSet)
+	gib := func(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+	switch {
+	case fit == 0:
+		return 0, "", fmt.Errorf("the weights (%s) and one session's state (%s) do not fit in this GPU's working set of %s: raise iogpu.wired_limit_mb (sudo sysctl) or use a Mac with more memory", gib(m.Weights), gib(m.State+m.Scratch), gib(workingSet))
+	case asked > fit:
+		return 0, "", fmt.Errorf("--ctx %d needs %s of KV cache, but %d positions fit beside the weights in this GPU's working set of %s: lower --ctx or raise iogpu.wired_limit_mb", asked, gib(int64(asked)*m.KVPerPosition), fit, gib(workingSet))
+	case asked > 0:
+		return asked, "", nil
+	case fit < full:
+		return fit, fmt.Sprintf("%d of the model's %d positions fit in this GPU's working set of %s beside %s of weights: raise iogpu.wired_limit_mb to serve more", fit, full, gib(workingSet), gib(m.Weights)), nil
+	}
+	return full, "", nil
+}
+
+// MacWorkingSet estimates recommendedMaxWorkingSetSize for a Mac with ramGB of memory: two thirds
+// up to 32 GB, three quarters above (reported values: 21,845 MiB on 32 GB, 48 GiB on 64 GB; a
+// real device's own figure is used when serving).
+func MacWorkingSet(ramGB int) int64 {
+	ram := int64(ramGB) << 30
+	if ramGB <= 32 {
+		return ram * 2 / 3
+	}
+	return ram * 3 / 4
+}
