@@ -12,6 +12,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
@@ -103,7 +104,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, n)
 	}
 	prompt := benchPrompt(o.ctx, cfg.VocabSize)
-	r := runner.New(b, runner.Options{PrefillChunk: o.ctx, CheckpointEvery: -1})
+	r := runner.New(b, runner.Options{PrefillChunk: o.ctx, CheckpointEvery: -1, Hold: mtl.BeginActivity})
 	greedy := func(n int) (runner.Result, error) { // no cache: every run prefills the whole prompt
 		return r.Generate(cmd.Context(), runner.Request{Prompt: prompt, MaxTokens: n, NoCache: true}, func(runner.Token) (bool, error) { return false, nil })
 	}

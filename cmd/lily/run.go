@@ -18,6 +18,7 @@ import (
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/metal/mtl"
 )
 
 type runOptions struct {
@@ -126,7 +127,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		defer logits.abort()
 		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
 	}
-	res, err := runner.New(b, runner.Options{Context: sessionContext(b, cfg)}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
+	res, err := runner.New(b, runner.Options{Context: sessionContext(b, cfg), Hold: mtl.BeginActivity}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
 	if err != nil {
 		return err
 	}

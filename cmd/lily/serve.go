@@ -28,6 +28,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/resources"
 	"github.com/lilyformac/lily/server"
 )
@@ -307,7 +308,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	}
 	m := &server.Model{
 		ID:         id,
-		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen}),
+		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Hold: mtl.BeginActivity}),
 		Tokenizer:  server.TokenizerOf(tok),
 		Template:   server.TemplateOf(tmpl),
 		StopIDs:    stops,

@@ -58,6 +58,7 @@ type Runner struct {
 	cache     *Cache
 	chunk     int
 	every     int // checkpoint spacing inside long prefills (0: none)
+	hold      func(string) func()
 	mu        sync.Mutex
 	busy      bool
 	ctxLength int
@@ -72,6 +73,10 @@ type Options struct {
 	// negative: never), so a prompt edited in the middle of a long history re-prefills only
 	// from the last checkpoint before the edit.
 	CheckpointEvery int
+	// Hold, when set, is called as each generation starts; the function it returns when it ends.
+	// lily passes mtl.BeginActivity: macOS keeps GPU clocks up and the Mac awake only while
+	// something generates.
+	Hold func(reason string) (release func())
 }
 
 // DefaultCheckpointEvery is Options.CheckpointEvery's default.
@@ -91,7 +96,7 @@ func New(b backend.Backend, o Options) *Runner {
 	case o.CheckpointEvery < 0:
 		o.CheckpointEvery = 0
 	}
-	return &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, every: o.CheckpointEvery, ctxLength: o.Context}
+	return &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, every: o.CheckpointEvery, ctxLength: o.Context, hold: o.Hold}
 }
 
 // Context is the maximum number of positions (prompt + generated) per request.
@@ -111,6 +116,9 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	r.busy = true
 	r.mu.Unlock()
 	defer func() { r.mu.Lock(); r.busy = false; r.mu.Unlock() }()
+	if r.hold != nil {
+		defer r.hold("Lily is generating text")()
+	}
 
 	res := Result{PromptTokens: len(req.Prompt)}
 	if err := r.check(req); err != nil {

@@ -216,3 +216,23 @@ func TestOnLogitsSeesEveryChoice(t *testing.T) {
 		t.Fatalf("hook error: %v", err)
 	}
 }
+
+// TestHoldSpansEachGeneration: the hold is taken as a generation starts and released when it
+// ends, also when it fails.
+func TestHoldSpansEachGeneration(t *testing.T) {
+	held := 0
+	r := New(tinyBackend(t), Options{Hold: func(string) func() { held++; return func() { held-- } }})
+	_, err := r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 3}, func(Token) (bool, error) {
+		if held != 1 {
+			t.Errorf("held %d while generating", held)
+		}
+		return false, nil
+	})
+	if err != nil || held != 0 {
+		t.Fatalf("after: err %v, held %d", err, held)
+	}
+	r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 3}, func(Token) (bool, error) { return false, errors.New("client gone") })
+	if held != 0 {
+		t.Fatalf("held %d after a failed generation", held)
+	}
+}

@@ -8,6 +8,7 @@ var (
 	_ func() (*mtl.Device, error)                                 = mtl.DefaultDevice
 	_ func() (string, string, uint64, bool, string)               = mtl.Probe
 	_ func(func())                                                = mtl.WithPool
+	_ func(string) func()                                         = mtl.BeginActivity
 	_ func(*mtl.ComputeEncoder, [4]float32, int)                  = mtl.SetValue[[4]float32]
 	_ func() mtl.DeviceInfo                                       = (*mtl.Device)(nil).Info
 	_ func() string                                               = (*mtl.Device)(nil).Name

@@ -19,6 +19,9 @@ func Probe() (name, family string, workingSet uint64, ok bool, reason string) {
 // WithPool runs f; there are no autorelease pools on this system.
 func WithPool(f func()) { f() }
 
+// BeginActivity does nothing off macOS.
+func BeginActivity(string) (end func()) { return func() {} }
+
 func (d *Device) Info() DeviceInfo                        { return DeviceInfo{} }
 func (d *Device) Name() string                            { return "" }
 func (d *Device) SupportsFamily(f Family) bool            { return false }
