@@ -33,7 +33,12 @@ func newMetrics(s *Server) *metrics {
 	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_bytes", Help: "Memory held by prefix-cache snapshots."}, func() float64 { return float64(s.cacheStats().Bytes) })
 	cacheEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_entries", Help: "Prefix-cache snapshots held."}, func() float64 { return float64(s.cacheStats().Entries) })
 	cacheEvictions := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_evictions_total", Help: "Prefix-cache snapshots evicted to stay within the budget."}, func() float64 { return float64(s.cacheStats().Evictions) })
-	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions)
+	diskFiles := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_files", Help: "Snapshots in the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Files) })
+	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_bytes", Help: "Bytes of the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Bytes) })
+	diskLoads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_loads_total", Help: "Prefixes restored from disk."}, func() float64 { return float64(s.diskStats().Loads) })
+	diskWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_writes_total", Help: "Snapshots written to disk."}, func() float64 { return float64(s.diskStats().Writes) })
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
+		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m
 }
 

@@ -156,6 +156,13 @@ func (s *Server) cacheStats() runner.Stats {
 	return runner.Stats{}
 }
 
+func (s *Server) diskStats() runner.DiskStats {
+	if m := s.model.Load(); m != nil && m.Runner != nil && m.Runner.Disk() != nil {
+		return m.Runner.Disk().Stats()
+	}
+	return runner.DiskStats{}
+}
+
 // ready returns the served model, or answers 503 (with Retry-After) while there is none.
 func (s *Server) ready(c *gin.Context) *Model {
 	if s.life.Err() != nil {

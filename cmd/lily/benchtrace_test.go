@@ -67,3 +67,38 @@ func TestBenchAgentTraceJSON(t *testing.T) {
 		t.Fatal("a missing trace file was accepted")
 	}
 }
+
+// TestServeRestartKeepsConversation: with the disk tier, an agent's next turn after lily serve
+// restarts (a new process: model loaded again, memory cache empty) reuses the previous turn's
+// checkpoint from disk, and answers as a server without any cache does.
+func TestServeRestartKeepsConversation(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir, err := demoDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := agenttrace.Synthetic(agenttrace.Options{RepoFiles: 1, FileLines: 14, Turns: 2})
+	first := &agenttrace.Trace{Tools: tr.Tools, Turns: tr.Turns[:1]}
+	second := &agenttrace.Trace{Tools: tr.Tools, Turns: []agenttrace.Turn{{Messages: tr.Messages(1)}}}
+	zero := 0.0
+	ro := agenttrace.ReplayOptions{MaxTokens: 4, Temperature: &zero}
+	o := serveOptions{model: dir, backend: "cpu", cacheMB: 64, diskCacheGB: 1}
+	before, err := replayServed(context.Background(), o, first, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := replayServed(context.Background(), o, second, ro) // the restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.cacheMB = 0
+	cold, err := replayServed(context.Background(), o, second, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after[0].CachedTokens < before[0].PromptTokens-8 || after[0].Output != cold[0].Output || cold[0].CachedTokens != 0 {
+		t.Fatalf("after the restart: cached %d of %d (turn 1's prompt was %d); output %q, without cache %q",
+			after[0].CachedTokens, after[0].PromptTokens, before[0].PromptTokens, after[0].Output, cold[0].Output)
+	}
+	t.Logf("turn 2 after a restart: %d of %d prompt tokens from disk", after[0].CachedTokens, after[0].PromptTokens)
+}

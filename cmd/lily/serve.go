@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +38,7 @@ import (
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts  string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB int
+	diskCacheGB                                       float64
 	demo, insecure                                    bool
 	timeout, stallTimeout                             time.Duration
 }
@@ -71,6 +74,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables)")
+	f.Float64Var(&o.diskCacheGB, "disk-cache-gb", 8, "prefix-cache budget on disk in GiB, under the user cache directory, so conversations survive a restart (0 disables)")
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")
 	f.IntVar(&o.emuMemoryMB, "emu-gpu-memory-mb", 0, "with --backend emu: the GPU working set to size the KV cache in, as Metal's recommendedMaxWorkingSetSize (0: no limit)")
@@ -100,6 +104,8 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--queue %d: expected 0 or more waiting requests (0: a request that arrives while one generates gets 429)", o.queue)
 	case o.maxBodyMB < 1:
 		return fmt.Errorf("--max-body-mb %d: expected at least 1", o.maxBodyMB)
+	case o.diskCacheGB < 0:
+		return fmt.Errorf("--disk-cache-gb %g: expected 0 (no disk tier) or more", o.diskCacheGB)
 	case o.cacheMB < 0:
 		return fmt.Errorf("--cache-mb %d: expected 0 (no prefix cache) or more", o.cacheMB)
 	case o.emuMemoryMB < 0 || o.emuMemoryMB > 0 && o.backend != "emu":
@@ -306,16 +312,51 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 			stops = append(stops, id)
 		}
 	}
+	disk, err := openDiskCache(o, dir, b)
+	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
 	m := &server.Model{
 		ID:         id,
-		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Hold: mtl.BeginActivity}),
+		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Hold: mtl.BeginActivity, Disk: disk}),
 		Tokenizer:  server.TokenizerOf(tok),
 		Template:   server.TemplateOf(tmpl),
 		StopIDs:    stops,
 		Context:    ctxLen,
 		ContextWhy: why,
 	}
-	return m, closeBackend, nil
+	return m, func() {
+		if disk != nil {
+			disk.Close() // queued snapshot writes finish first
+		}
+		closeBackend()
+	}, nil
+}
+
+// openDiskCache opens the prefix cache's disk tier for the checkpoint in dir on b (nil when
+// disabled): under the user cache directory, its files named by the checkpoint's identity.
+func openDiskCache(o serveOptions, dir string, b backend.Backend) (*runner.Disk, error) {
+	if o.diskCacheGB == 0 || o.cacheMB == 0 {
+		return nil, nil
+	}
+	if _, ok := b.(backend.Persistent); !ok {
+		return nil, nil
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(cfg)
+	id := runner.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: b.Name()}
+	if m, err := hub.ReadMarker(dir); err == nil {
+		id.Model = m.Repo + "@" + m.Revision
+	}
+	root, err := os.UserCacheDir()
+	if err != nil {
+		root = os.TempDir()
+	}
+	return runner.OpenDisk(filepath.Join(root, "lily", "prefix-cache"), int64(o.diskCacheGB*(1<<30)), id)
 }
 
 // demoDir builds (once) the demo checkpoint in the user cache directory.

@@ -41,3 +41,12 @@ type Snapshot interface {
 type Limited interface {
 	Context() (positions int, why string)
 }
+
+// Persistent is a Backend whose snapshots can be written out and read back (the prefix cache's
+// disk tier). The encoding is the backend's own, valid for the same model on the same backend.
+type Persistent interface {
+	EncodeSnapshot(s Snapshot) ([]byte, error)
+	// DecodeSnapshot reads what EncodeSnapshot wrote for a snapshot of pos positions; data of any
+	// other length is an error.
+	DecodeSnapshot(data []byte, pos int) (Snapshot, error)
+}

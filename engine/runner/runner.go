@@ -59,6 +59,8 @@ type Runner struct {
 	chunk     int
 	every     int // checkpoint spacing inside long prefills (0: none)
 	hold      func(string) func()
+	disk      *Disk
+	codec     backend.Persistent // the backend, when it can write snapshots to disk
 	mu        sync.Mutex
 	busy      bool
 	ctxLength int
@@ -73,6 +75,9 @@ type Options struct {
 	// negative: never), so a prompt edited in the middle of a long history re-prefills only
 	// from the last checkpoint before the edit.
 	CheckpointEvery int
+	// Disk, when set, is the prefix cache's tier on disk (see Disk); it is used only with a
+	// backend that implements backend.Persistent.
+	Disk *Disk
 	// Hold, when set, is called as each generation starts; the function it returns when it ends.
 	// lily passes mtl.BeginActivity: macOS keeps GPU clocks up and the Mac awake only while
 	// something generates.
@@ -96,7 +101,11 @@ func New(b backend.Backend, o Options) *Runner {
 	case o.CheckpointEvery < 0:
 		o.CheckpointEvery = 0
 	}
-	return &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, every: o.CheckpointEvery, ctxLength: o.Context, hold: o.Hold}
+	r := &Runner{b: b, cache: NewCache(o.CacheBytes), chunk: o.PrefillChunk, every: o.CheckpointEvery, ctxLength: o.Context, hold: o.Hold}
+	if codec, ok := b.(backend.Persistent); ok && o.Disk != nil {
+		r.disk, r.codec = o.Disk, codec
+	}
+	return r
 }
 
 // Context is the maximum number of positions (prompt + generated) per request.
@@ -104,6 +113,9 @@ func (r *Runner) Context() int { return r.ctxLength }
 
 // Cache exposes the prefix cache (for metrics).
 func (r *Runner) Cache() *Cache { return r.cache }
+
+// Disk exposes the prefix cache's disk tier, or nil (for metrics).
+func (r *Runner) Disk() *Disk { return r.disk }
 
 // Generate runs req, calling emit for each token. emit returning stop=true ends the generation
 // with finish reason "stop"; an error from emit or a cancelled ctx ends it with that error.
@@ -140,19 +152,35 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	// The session has consumed prompt + all generated tokens but the last: cache that state, so
 	// a follow-up request that repeats this conversation skips it.
 	if len(res.Tokens) > 1 {
-		r.save(req, append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...), sess, logits)
+		r.save(req, append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...), sess, logits, true)
 	}
 	return res, nil
 }
 
 // save stores the state of sess, which has consumed tokens, in the prefix cache (unless the
-// request opts out or the cache holds that state already). A failed save only costs the entry.
-func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []float32) {
-	if req.NoCache || !r.cache.Wants(tokens) {
+// request opts out or the cache holds that state already), and with persist on disk too. A
+// failed save only costs the entry.
+func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []float32, persist bool) {
+	if req.NoCache {
 		return
 	}
-	if snap, err := sess.Save(); err == nil {
+	toDisk := persist && r.disk != nil && r.disk.wants(tokens)
+	if !r.cache.Wants(tokens) && !toDisk {
+		return
+	}
+	snap, err := sess.Save()
+	if err != nil {
+		return
+	}
+	if toDisk {
+		if data, err := r.codec.EncodeSnapshot(snap); err == nil {
+			r.disk.put(tokens, data, logits)
+		}
+	}
+	if r.cache.Wants(tokens) {
 		r.cache.Store(tokens, snap, logits)
+	} else {
+		snap.Close()
 	}
 }
 
@@ -198,25 +226,33 @@ func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (sess ba
 		logits, done = rows[0], end
 		if len(marks) > 0 && marks[0] == done {
 			marks = marks[1:]
-			r.save(req, req.Prompt[:done], sess, logits)
+			r.save(req, req.Prompt[:done], sess, logits, slices.Contains(req.Checkpoints, done))
 		}
 		if req.Progress != nil {
 			req.Progress(done, len(req.Prompt))
 		}
 	}
 	if res.CachedTokens < len(req.Prompt) {
-		r.save(req, req.Prompt, sess, logits)
+		r.save(req, req.Prompt, sess, logits, false)
 	}
 	return sess, logits, nil
 }
 
-// start restores the longest cached prefix of the prompt, or starts an empty session.
+// start restores the longest cached prefix of the prompt, from memory or from disk, or starts an
+// empty session.
 func (r *Runner) start(req Request, res *Result) (backend.Session, []float32, error) {
-	hit := r.lookup(req)
+	hit, fromDisk := r.lookup(req)
 	if hit == nil {
 		return r.b.NewSession(), nil, nil
 	}
 	sess, err := hit.snap.Restore()
+	if fromDisk { // memory keeps it for the next turn
+		if r.cache.Wants(hit.tokens) {
+			r.cache.Store(hit.tokens, hit.snap, hit.logits)
+		} else {
+			hit.snap.Close()
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -280,9 +316,23 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 	}
 }
 
-func (r *Runner) lookup(req Request) *entry {
+// lookup finds the longest cached prefix of the prompt: in memory, or on disk when the disk
+// holds a longer one (fromDisk: the entry is loaded, not yet in memory).
+func (r *Runner) lookup(req Request) (hit *entry, fromDisk bool) {
 	if req.NoCache {
-		return nil
+		return nil, false
 	}
-	return r.cache.Lookup(req.Prompt)
+	hit = r.cache.Lookup(req.Prompt)
+	if r.disk == nil {
+		return hit, false
+	}
+	de := r.disk.longest(req.Prompt)
+	if de == nil || hit != nil && len(de.tokens) <= len(hit.tokens) {
+		return hit, false
+	}
+	snap, logits, err := r.disk.load(de, r.codec)
+	if err != nil {
+		return hit, false // the file is gone; memory's hit, if any, still serves
+	}
+	return &entry{tokens: de.tokens, snap: snap, logits: logits}, true
 }

@@ -413,3 +413,35 @@ func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipe
 	}
 	return p, err
 }
+
+// EncodeSnapshot concatenates a snapshot's spans in eachState order: the KV rows without the
+// cache's unused tail, so the encoding holds for any MaxCtx of the same model.
+func (e *GPU) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
+	sn, ok := s.(*Snapshot)
+	if !ok || sn.e != e || sn.parts == nil {
+		return nil, errors.New("decode: not a live snapshot of this backend")
+	}
+	out := make([]byte, 0, sn.bytes)
+	for _, p := range sn.parts {
+		out = append(out, p.data...)
+	}
+	return out, nil
+}
+
+// DecodeSnapshot reads what EncodeSnapshot wrote for pos positions.
+func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
+	if pos < 0 || pos > e.step.MaxCtx {
+		return nil, fmt.Errorf("decode: a snapshot of %d positions does not fit a KV cache of %d", pos, e.step.MaxCtx)
+	}
+	var n int64
+	e.step.eachState(pos, func(_ int, _, size int64) { n += size })
+	if n != int64(len(data)) {
+		return nil, fmt.Errorf("decode: a snapshot of %d positions is %d bytes, not %d", pos, n, len(data))
+	}
+	sn := &Snapshot{e: e, pos: pos, bytes: n}
+	e.step.eachState(pos, func(buf int, off, size int64) {
+		sn.parts = append(sn.parts, part{buf, off, data[:size:size]})
+		data = data[size:]
+	})
+	return sn, nil
+}

@@ -127,3 +127,53 @@ func TestMissingBarrierShows(t *testing.T) {
 		t.Fatalf("without the barrier the logits are still within %.3g of HF", d)
 	}
 }
+
+// TestSnapshotEncoding: a snapshot written out by one backend and read back by another of a
+// different context size continues bit for bit like the original (the encoding holds the KV rows
+// in use, not the cache's layout); data of the wrong length is refused.
+func TestSnapshotEncoding(t *testing.T) {
+	dir := "../../testdata/golden/tiny-b"
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e, other := newEmu(t, w, EmuOptions{MaxCtx: 32}), newEmu(t, w, EmuOptions{MaxCtx: 48})
+	a := e.NewSession()
+	defer a.Close()
+	if _, err := a.Forward(g.PromptIDs[:5], false); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := a.Save()
+	data, err := e.EncodeSnapshot(snap)
+	if err != nil || int64(len(data)) != snap.Bytes() {
+		t.Fatalf("encode: %v, %d bytes of %d", err, len(data), snap.Bytes())
+	}
+	back, err := other.DecodeSnapshot(data, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := back.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	next := g.PromptIDs[5:8]
+	fromA, _ := a.Forward(next, true)
+	fromB, err := b.Forward(next, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range fromA {
+		if d := maxAbsDiff(fromA[i], fromB[i]); d != 0 {
+			t.Fatalf("row %d: decoded snapshot differs by %g", i, d)
+		}
+	}
+	if _, err := other.DecodeSnapshot(data[:len(data)-2], 5); err == nil {
+		t.Fatal("short data accepted")
+	}
+	if _, err := other.DecodeSnapshot(data, 6); err == nil {
+		t.Fatal("data of 5 positions accepted as 6")
+	}
+}
