@@ -218,7 +218,7 @@ test("SIGTERM ends open streams with an error event and [DONE], then exits 0", a
         st.text += new TextDecoder().decode(value);
       }
       const events = st.text.split("\n\n").filter((e) => e.startsWith("data: "));
-      assert.equal(events.at(-1), "data: [DONE]");
+      assert.equal(events.at(-1), "data: [DONE]", `stream ended with ${events.at(-1)}; server log:\n${s.log()}`);
       assert.equal(JSON.parse(events.at(-2).slice(6)).error.code, "shutting_down");
     }
     const { code, signal } = await exited;
