@@ -169,7 +169,7 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	if err != nil {
 		return err
 	}
-	st := step.Plan.Stats()
+	st := step.Plan.Stats(decode.ModeSample) // what a sampled chat request runs per token
 	ideal := plan.IdealBytes(c, o.ctx).Total()
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,

@@ -3,7 +3,13 @@
 // snapshot (the prefix cache) and restored later, and that give their device memory back.
 package backend
 
-import "github.com/lilyformac/lily/engine/config"
+import (
+	"context"
+	"errors"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/sample"
+)
 
 // Backend runs one loaded model.
 type Backend interface {
@@ -50,3 +56,19 @@ type Persistent interface {
 	// other length is an error.
 	DecodeSnapshot(data []byte, pos int) (Snapshot, error)
 }
+
+// Generator is a Session that can run the rest of a generation on its device: the tokens and the
+// position stay there, two steps are in flight, and the host reads a few bytes per token instead
+// of a logits row.
+type Generator interface {
+	// Continue goes on from first, the token the host chose from the session's last logits row
+	// (step 0 of sample.New(p, prompt)), choosing up to max more with p's procedure (p.Seed set)
+	// and calling onToken for each: stop=true or an error ends the generation. Every token passed
+	// on, and first, is consumed (Pos grows by their number). It returns the logits row after the
+	// last one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
+	Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(id int) (stop bool, err error)) (logits []float32, err error)
+}
+
+// ErrNotOnDevice is Continue's answer for sampling settings the device does not run (logprobs,
+// or candidates beyond what its sampler sorts); the host then samples from Forward's logits.
+var ErrNotOnDevice = errors.New("backend: these sampling settings run on the host")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -144,15 +145,15 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	defer sess.Close()
 	res.Prefill = time.Since(start)
 	start = time.Now()
-	logits, err = r.decode(ctx, req, sess, logits, &res, emit)
+	seq, logits, err := r.decode(ctx, req, sess, logits, &res, emit)
 	res.Decode = time.Since(start)
 	if err != nil {
 		return res, err
 	}
-	// The session has consumed prompt + all generated tokens but the last: cache that state, so
-	// a follow-up request that repeats this conversation skips it.
+	// Cache the state the session ends in (prompt + what it consumed of the generation), so a
+	// follow-up request that repeats this conversation skips it.
 	if len(res.Tokens) > 1 {
-		r.save(req, append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...), sess, logits, true)
+		r.save(req, seq, sess, logits, true)
 	}
 	return res, nil
 }
@@ -281,39 +282,71 @@ func (r *Runner) marks(req Request, cached int) []int {
 	return slices.Compact(out)
 }
 
-// decode samples tokens from logits onwards until a stop, the limit, or an error. It returns
-// the row the last token was chosen from.
-func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, logits []float32, res *Result, emit func(Token) (bool, error)) ([]float32, error) {
-	sampler := sample.New(req.Sampling, req.Prompt)
+// decode samples tokens from logits onwards until a stop, the limit, or an error. The first
+// token is chosen on the host; a session that can generate on its device (backend.Generator)
+// then goes on there, unless the request reads every row (OnLogits). It returns the sequence the
+// session has consumed and the logits row that follows it.
+func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, logits []float32, res *Result, emit func(Token) (bool, error)) ([]int, []float32, error) {
+	p := req.Sampling
+	if p.Seed == nil { // one seed for the host's first choice and the device's later ones
+		seed := rand.Uint64()
+		p.Seed = &seed
+	}
+	sampler := sample.New(p, req.Prompt)
+	consumed := func() []int { return append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...) }
 	for step := 0; ; step++ {
 		if req.OnLogits != nil {
 			if err := req.OnLogits(step, logits); err != nil {
-				return logits, err
+				return nil, nil, err
 			}
 		}
 		choice := sampler.Next(logits)
 		res.Tokens = append(res.Tokens, choice.ID)
 		stop, err := emit(Token{ID: choice.ID, Logprob: choice.Logprob, Top: choice.Top})
 		if err != nil {
-			return logits, err
+			return nil, nil, err
 		}
 		if stop || slices.Contains(req.StopIDs, choice.ID) {
 			res.FinishReason = "stop"
-			return logits, nil
+			return consumed(), logits, nil
 		}
 		if len(res.Tokens) == req.MaxTokens {
 			res.FinishReason = "length"
-			return logits, nil
+			return consumed(), logits, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return logits, err
+			return nil, nil, err
+		}
+		if g, ok := sess.(backend.Generator); ok && step == 0 && req.OnLogits == nil {
+			last, err := r.onDevice(ctx, g, req, p, res, emit)
+			if !errors.Is(err, backend.ErrNotOnDevice) {
+				return append(slices.Clone(req.Prompt), res.Tokens...), last, err
+			}
 		}
 		rows, err := sess.Forward([]int{choice.ID}, false)
 		if err != nil {
-			return logits, err
+			return nil, nil, err
 		}
 		logits = rows[0]
 	}
+}
+
+// onDevice runs the rest of the generation on the session's device (see backend.Generator).
+func (r *Runner) onDevice(ctx context.Context, g backend.Generator, req Request, p sample.Params, res *Result, emit func(Token) (bool, error)) ([]float32, error) {
+	first := res.Tokens[0]
+	last, err := g.Continue(ctx, p, req.Prompt, first, req.MaxTokens-1, req.StopIDs, func(id int) (bool, error) {
+		res.Tokens = append(res.Tokens, id)
+		stop, err := emit(Token{ID: id})
+		if stop || slices.Contains(req.StopIDs, id) {
+			res.FinishReason = "stop"
+			return true, err
+		}
+		return false, err
+	})
+	if err == nil && res.FinishReason == "" {
+		res.FinishReason = "length"
+	}
+	return last, err
 }
 
 // lookup finds the longest cached prefix of the prompt: in memory, or on disk when the disk

@@ -41,8 +41,9 @@ type Step struct {
 	Config *config.Config
 	MaxCtx int
 
-	StepBuf int   // {pos, token} uint32
-	Logits  int   // [vocab] float32
+	StepBuf int // {pos, token} uint32
+	Logits  int // [vocab] float32
+	Sampler SamplerBuffers
 	Session []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
 	weights []weightSrc
@@ -327,8 +328,14 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// Control and activations, shared by all layers.
 	s.StepBuf = b.buffer("step", 8, plan.Control)
-	params := b.buffer("sample_params", 4*16, plan.Control)
-	sampState := b.buffer("sample_state", 4, plan.Control)
+	s.Sampler = SamplerBuffers{
+		Params: b.buffer("sample.params", 4*16, plan.Control),
+		State:  b.buffer("sample.state", 4*int64(V), plan.Control), // per request: count | seen<<31
+		Bias:   b.floats("sample.bias", V, plan.Control),
+		Pen:    b.floats("sample.pen", o.MaxCtx+1, plan.Control),
+		Status: b.buffer("sample.status", 4, plan.Control),
+	}
+	params, sampState := s.Sampler.Params, s.Sampler.State
 	res := b.floats("residual", H, plan.Activations)
 	s.consts = append(s.consts, constSrc{params, bytesOf(kernels.SampleParams{}.Words())})
 
@@ -519,20 +526,46 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		})
 	}
 
-	// LM head with the final norm folded in, greedy selection.
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
 	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
+	// LM head with the final norm folded in, then the next token's selection in one of two modes
+	// (plan.Dispatch.Mode): greedy (argmax) or sampling (engine/sample's procedure). Both select
+	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
+	// set), so the logits buffer keeps what the model produced for a host that reads it.
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
+	pl := b.floats("sample.logits", V, plan.Activations)
+	sc := map[int]any{kernels.SampleVocab: V, kernels.SampleChunk: kernels.SampleDefaultChunk, kernels.SampleProbeOp: 0}
+	sb := s.Sampler
+	b.add(plan.Dispatch{
+		Kernel: "sample_penalties", Constants: sc, Buffers: binds(s.Logits, params, sampState, sb.Bias, sb.Pen, pl),
+		Threadgroups: [3]int{ceilDiv(V, kernels.SamplePenaltyThreads), 1, 1}, Group: [3]int{kernels.SamplePenaltyThreads, 1, 1},
+		Reads:  []plan.Range{b.whole(s.Logits), b.whole(params), b.whole(sampState), b.whole(sb.Bias), b.whole(sb.Pen)},
+		Writes: []plan.Range{b.whole(pl)},
+	})
 	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
 	b.add(plan.Dispatch{
-		Kernel: "argmax_partial", Constants: ac, Buffers: binds(s.Logits, partial),
+		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Mode: ModeGreedy,
 		Threadgroups: [3]int{kernels.ArgmaxDefaultGroups, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
-		Reads: []plan.Range{b.whole(s.Logits)}, Writes: []plan.Range{b.whole(partial)},
+		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(partial)},
 	})
 	b.add(plan.Dispatch{
-		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState),
+		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Mode: ModeGreedy,
 		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
-		Reads: []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)}, Writes: []plan.Range{b.whole(s.StepBuf)},
+		Reads:  []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
+		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState)},
+	})
+	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, kernels.SampleDefaultChunk)), plan.Activations)
+	b.add(plan.Dispatch{
+		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Mode: ModeSample,
+		Threadgroups: [3]int{kernels.SampleGroups(V, kernels.SampleDefaultChunk), 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
+		Reads: []plan.Range{b.whole(pl), b.whole(params)}, Writes: []plan.Range{b.whole(cand)},
+	})
+	b.add(plan.Dispatch{
+		Kernel: "sample_final", Constants: sc, Mode: ModeSample,
+		Buffers:      map[int]plan.Binding{1: {Buffer: params}, 2: {Buffer: cand}, 3: {Buffer: s.StepBuf}, 4: {Buffer: sampState}, 5: {Buffer: sb.Status}},
+		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
+		Reads:  []plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
+		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)},
 	})
 	if err := s.Plan.Validate(); err != nil {
 		return nil, err
@@ -575,6 +608,21 @@ func (s *Step) Views(w *model.Weights) map[string][]byte {
 		}
 	}
 	return out
+}
+
+// The step's selection modes (plan.Dispatch.Mode).
+const (
+	ModeGreedy = "greedy" // argmax of the penalised logits (argmax_partial, argmax_final)
+	ModeSample = "sample" // seeded sampling (sample_select, sample_final)
+)
+
+// SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).
+type SamplerBuffers struct {
+	Params int // kernels.SampleParams words
+	State  int // [vocab] uint32 token states
+	Bias   int // [vocab] float32
+	Pen    int // [MaxCtx+1] float32 penalty table
+	Status int // uint32: bit 0 set when sample_final's result must be redone on the host
 }
 
 // Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the

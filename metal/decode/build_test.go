@@ -20,13 +20,16 @@ func productionStep(t *testing.T, ctx int) *Step {
 // TestProductionPlanShape: one embed; per GDN layer 7 dispatches (in_proj ×4 with the input
 // norm, conv, gdn, out_proj +=, router and gate/up with the post norm, down +=), per attention
 // layer 8 (q/k/v with the norm, rope+KV, partial, combine, o_proj +=, the three MoE); the LM head
-// with the final norm; two argmax. No add_rmsnorm is left.
+// with the final norm; the penalties, then two argmax (greedy) or select + final (sampling). No
+// add_rmsnorm is left.
 func TestProductionPlanShape(t *testing.T) {
 	s := productionStep(t, 4096)
-	st := s.Plan.Stats()
-	if want := 1 + 30*7 + 10*8 + 3; st.Dispatches != want {
-		t.Fatalf("%d dispatches, want %d", st.Dispatches, want)
+	for _, mode := range []string{ModeGreedy, ModeSample} {
+		if st := s.Plan.Stats(mode); st.Dispatches != 1+30*7+10*8+4 {
+			t.Fatalf("%s: %d dispatches, want %d", mode, st.Dispatches, 1+30*7+10*8+4)
+		}
 	}
+	st := s.Plan.Stats(ModeSample)
 	if st.Dispatches > 300 {
 		t.Fatalf("%d dispatches per token, the target is ≤ 300", st.Dispatches)
 	}
@@ -98,8 +101,44 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 				seen[x.Buffer] = true
 			}
 			for idx, b := range d.Buffers {
-				if !seen[b.Buffer] && s.Plan.Buffers[b.Buffer].Name != "sample_state" {
+				if !seen[b.Buffer] {
 					t.Fatalf("dispatch %d (%s): buffer(%d) %s has no range", i, d.Kernel, idx, s.Plan.Buffers[b.Buffer].Name)
+				}
+			}
+		}
+	}
+}
+
+// TestModesStayOrdered: in each selection mode the dispatches that run, with the barriers of
+// the skipped ones carried to the next that runs (as exec encodes them), never overlap two that
+// conflict.
+func TestModesStayOrdered(t *testing.T) {
+	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t)} {
+		for _, mode := range []string{ModeGreedy, ModeSample} {
+			groupR, groupW := map[int]bool{}, map[int]bool{}
+			barrier := false
+			for i, d := range s.Plan.Dispatches {
+				if barrier = barrier || d.Barrier; !d.RunsIn(mode) {
+					continue
+				}
+				if barrier {
+					groupR, groupW, barrier = map[int]bool{}, map[int]bool{}, false
+				}
+				w := map[int]bool{}
+				for _, x := range d.Writes {
+					w[x.Buffer] = true
+				}
+				for _, b := range d.Buffers {
+					if !w[b.Buffer] && groupW[b.Buffer] || w[b.Buffer] && (groupW[b.Buffer] || groupR[b.Buffer]) {
+						t.Fatalf("%s: dispatch %d (%s) runs beside a conflicting one on %s", mode, i, d.Kernel, s.Plan.Buffers[b.Buffer].Name)
+					}
+				}
+				for _, b := range d.Buffers {
+					if w[b.Buffer] {
+						groupW[b.Buffer] = true
+					} else {
+						groupR[b.Buffer] = true
+					}
 				}
 			}
 		}

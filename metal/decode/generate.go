@@ -5,60 +5,40 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// The decode loop keeps the token ids and the position on the GPU: argmax_final writes
-// {pos+1, token} into the step buffer and the next step's embed_q4 reads it, so step t+1 can be
-// committed before step t has finished (Metal runs the command buffers of one queue in commit
-// order). The host must then not read the step buffer after waiting for step t: step t+1 may
-// already have overwritten it. Each session's plan therefore ends with a readback dispatch: a
-// second argmax_final over the same partial keys whose {pos, token} output is bound to one of two
-// 8-byte slots of a readback buffer, alternating per step. Step t writes slot t%2, which step t+2
-// (the next writer) is only committed after the host has waited for step t and read it.
-//
-// The readback dispatch shares argmax_final's params: with the greedy (all-zero) params it
-// writes only its slot; penalty flags would make it count each token twice in the sample state.
-// TODO(sampler): when sample_penalties/sample_select/sample_final replace argmax (temperature,
-// top-k/p, penalties from kernels.SampleParams), the readback must copy the chosen token instead
-// of re-running argmax_final, and the params block must be written per request before Generate.
+// The decode loop keeps the token ids and the position on the GPU: the step's selection
+// (argmax_final or sample_final) writes {pos+1, token} into the step buffer and the next step's
+// embed_q4 reads it, so step t+1 can be committed before step t has finished (Metal runs the
+// command buffers of one queue in commit order). The host must then not read the step buffer
+// after waiting for step t: step t+1 may already have overwritten it. Each session's plan
+// therefore ends with a readback dispatch, step_copy, which copies the step buffer into one of
+// two 8-byte slots of a readback buffer, alternating per step. Step t writes slot t%2, which
+// step t+2 (the next writer) is only committed after the host has waited for step t and read it.
 
-// withReadback copies p (sharing the unchanged dispatches) and appends the readback buffer and
-// dispatch; it returns the copy and the readback dispatch's index.
-func withReadback(p *plan.Plan) (*plan.Plan, int) {
+// withReadback copies the step's plan (sharing the unchanged dispatches) and appends the
+// readback buffer and dispatch; it returns the copy and the readback dispatch's index.
+func withReadback(s *Step) (*plan.Plan, int) {
+	p := s.Plan
 	q := &plan.Plan{Buffers: slices.Clone(p.Buffers), Dispatches: slices.Clone(p.Dispatches)}
-	final := -1
-	for i, d := range q.Dispatches {
-		if d.Kernel == "argmax_final" {
-			final = i
-		}
-	}
-	if final < 0 {
-		return q, -1
-	}
 	buf := len(q.Buffers)
 	q.Buffers = append(q.Buffers, plan.Buffer{Name: "readback", Size: 16, Kind: plan.Control})
-	d := q.Dispatches[final]
-	bind := map[int]plan.Binding{}
-	for k, v := range d.Buffers {
-		bind[k] = v
-	}
-	bind[1] = plan.Binding{Buffer: buf}
-	var reads []plan.Range
-	for _, r := range d.Reads {
-		if r.Buffer != d.Buffers[1].Buffer { // not the step buffer
-			reads = append(reads, r)
-		}
-	}
-	reads = append(reads, plan.Range{Buffer: buf, Len: 16})
 	q.Dispatches = append(q.Dispatches, plan.Dispatch{
-		Kernel: d.Kernel, Constants: d.Constants, Buffers: bind, ThreadgroupMem: d.ThreadgroupMem,
-		Threadgroups: d.Threadgroups, Group: d.Group,
-		Barrier: false, // reads only the partial keys, as argmax_final does: both may run together
-		Reads:   reads, Writes: []plan.Range{{Buffer: buf, Len: 16}},
+		// argmax.metal's constants: the emulator, like a strict Metal, wants every one of the file.
+		Kernel:       "step_copy",
+		Constants:    map[int]any{kernels.ArgmaxVocab: s.Config.VocabSize, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups},
+		Buffers:      map[int]plan.Binding{0: {Buffer: s.StepBuf}, 1: {Buffer: buf}},
+		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{1, 1, 1},
+		Barrier: true, // after the selection wrote the step buffer
+		Reads:   []plan.Range{{Buffer: s.StepBuf, Len: 8}}, Writes: []plan.Range{{Buffer: buf, Len: 16}},
 	})
 	return q, len(q.Dispatches) - 1
 }
@@ -88,27 +68,34 @@ var ErrContextFull = errors.New("generate: the KV cache is full")
 //
 // Generate holds the backend's step lock for its whole run.
 func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, onToken func(id int) (stop bool)) ([]int, error) {
-	if s.err != nil {
-		return nil, s.err
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if s.pos == 0 {
 		return nil, errors.New("generate: no prompt (feed it with Forward first)")
 	}
-	if s.readback < 0 {
-		return nil, errors.New("generate: the plan has no argmax_final")
-	}
 	if maxTokens <= 0 {
 		return nil, nil
 	}
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	s.x.Mode = ModeGreedy
+	var notify func(int) (bool, error)
+	if onToken != nil {
+		notify = func(id int) (bool, error) { return onToken(id), nil }
+	}
+	return s.loop(ctx, s.NextToken(), true, maxTokens, stopIDs, notify)
+}
+
+// loop runs the pipelined steps: tokens[0] is first (passed to onToken when notify is set), each
+// step consumes the last token and produces the next, two steps in flight. It returns the
+// tokens, first included, under Generate's stop and state rules. The caller holds the step lock.
+func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens int, stopIDs []int, onToken func(id int) (bool, error)) ([]int, error) {
 	room := s.e.step.MaxCtx - s.pos // positions left: each returned token takes one
 	if room <= 0 {
 		return nil, ErrContextFull
 	}
 	limit := min(maxTokens, room)
-
-	s.e.mu.Lock()
-	defer s.e.mu.Unlock()
-
 	start := s.pos
 	slots := s.x.Bytes(s.plan.Dispatches[s.readback].Buffers[1].Buffer)
 	type inflight struct {
@@ -117,6 +104,9 @@ func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, on
 	}
 	var queue []inflight
 	submitted := 0 // steps committed; step k consumes token k-1 at position start+k-1
+	step := s.x.Bytes(s.e.step.StepBuf)
+	binary.LittleEndian.PutUint32(step[0:], uint32(start))
+	binary.LittleEndian.PutUint32(step[4:], uint32(first))
 	submit := func() error {
 		k := submitted + 1
 		off := 8 * int64(k%2)
@@ -131,25 +121,35 @@ func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, on
 		queue = append(queue, inflight{p, k})
 		return nil
 	}
-	// fail drains what is in flight and marks the session unusable.
-	fail := func(err error) error {
+	// drain waits for what is in flight; fail also marks the session unusable.
+	drain := func() {
 		for _, f := range queue {
 			_ = f.p.Wait()
 		}
 		queue = nil
+	}
+	fail := func(err error) error {
+		drain()
 		s.err = fmt.Errorf("generate: step failed, session unusable: %w", err)
 		return s.err
 	}
 
-	tokens := []int{s.NextToken()}
+	tokens := []int{first}
 	byStop := false // onToken or a stop id ended it
+	var cbErr error
 	stopped := func(id int) bool {
-		if onToken != nil && onToken(id) || slices.Contains(stopIDs, id) {
+		if onToken != nil {
+			var stop bool
+			if stop, cbErr = onToken(id); stop || cbErr != nil {
+				byStop = true
+			}
+		}
+		if slices.Contains(stopIDs, id) {
 			byStop = true
 		}
 		return byStop
 	}
-	done := stopped(tokens[0]) || ctx.Err() != nil
+	done := notify && stopped(first) || !notify && slices.Contains(stopIDs, first) || ctx.Err() != nil
 	for !done && len(tokens) < limit {
 		// Keep two steps in flight: the one producing the next token and the one consuming it.
 		for len(queue) < 2 && submitted < limit {
@@ -186,11 +186,89 @@ func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, on
 	}
 	queue = nil
 	s.pos = start + len(tokens)
-	if err := ctx.Err(); err != nil {
-		return tokens, err
-	}
-	if !byStop && len(tokens) < maxTokens {
+	switch {
+	case cbErr != nil:
+		return tokens, cbErr
+	case ctx.Err() != nil:
+		return tokens, ctx.Err()
+	case !byStop && len(tokens) < maxTokens:
 		return tokens, ErrContextFull
 	}
 	return tokens, nil
+}
+
+// Continue implements backend.Generator: the request's selection runs in the step (greedy:
+// argmax of the penalised logits; sampling: sample_select + sample_final), bit for bit
+// engine/sample's, with the token state (prompt ids seen, first counted), logit bias, the
+// vocabulary limit (as a bias of -inf on the ids past it) and the penalty table written into the
+// step's sampler buffers first.
+func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(int) (bool, error)) ([]float32, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if !onDevice(p) {
+		return nil, backend.ErrNotOnDevice
+	}
+	if s.pos == 0 {
+		return nil, errors.New("generate: no prompt (feed it with Forward first)")
+	}
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	if err := s.setSampler(p, prompt, first); err != nil {
+		return nil, err
+	}
+	tokens, err := s.loop(ctx, first, false, 1+max, stopIDs, onToken)
+	if len(tokens) == 0 {
+		return nil, err
+	}
+	return floatsOf(s.x.Bytes(s.e.step.Logits)), err
+}
+
+// onDevice reports whether the step's sampler reproduces p: no logprobs, and greedy or a top-k
+// the sampler sorts whole (with top-k off, or above kernels.SampleMaxK, sample_final may have to
+// hand a step back to the host, which the pipelined loop cannot do).
+func onDevice(p sample.Params) bool {
+	return p.Seed != nil && !p.Logprobs && p.TopLogprobs == 0 &&
+		(p.Temperature == 0 || p.TopK > 0 && p.TopK <= kernels.SampleMaxK)
+}
+
+// setSampler writes the request's sampler buffers and chooses the step's mode.
+func (s *Session) setSampler(p sample.Params, prompt []int, first int) error {
+	V := s.e.w.Config.VocabSize
+	setup, err := kernels.NewSampleSetup(p, prompt, V, s.pos-1, s.e.step.MaxCtx)
+	if err != nil {
+		return err
+	}
+	pr := &setup.Params
+	if first >= 0 && first < V {
+		if pr.Flags&kernels.SampleFlagCount != 0 {
+			setup.State[first]++
+		}
+		if pr.Flags&kernels.SampleFlagSeen != 0 {
+			setup.State[first] |= kernels.TokenSeen
+		}
+	}
+	if p.VocabLimit > 0 && p.VocabLimit < V { // padding rows are never chosen
+		if setup.Bias == nil {
+			setup.Bias = make([]float32, V)
+		}
+		pr.Flags |= kernels.SampleFlagBias
+		for id := p.VocabLimit; id < V; id++ {
+			setup.Bias[id] = float32(math.Inf(-1))
+		}
+	}
+	sb := s.e.step.Sampler
+	copy(s.x.Bytes(sb.Params), bytesOf(pr.Words()))
+	copy(s.x.Bytes(sb.State), bytesOf(setup.State))
+	if setup.Bias != nil {
+		copy(s.x.Bytes(sb.Bias), bytesOf(setup.Bias))
+	}
+	if setup.Pen != nil {
+		copy(s.x.Bytes(sb.Pen), bytesOf(setup.Pen))
+	}
+	s.x.Mode = ModeSample
+	if p.Temperature == 0 {
+		s.x.Mode = ModeGreedy
+	}
+	return nil
 }

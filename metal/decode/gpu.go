@@ -16,7 +16,7 @@ import (
 
 // KernelFiles are the kernel sources the decode step uses.
 var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
-	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal"}
+	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // DefaultMaxCtx is a session's positions when neither the model nor the caller gives any.
 const DefaultMaxCtx = 4096
@@ -131,7 +131,7 @@ type slot struct {
 }
 
 func (e *GPU) newSlot() (*slot, error) {
-	p, rb := withReadback(e.step.Plan)
+	p, rb := withReadback(e.step)
 	x, err := exec.New(e.dev, p)
 	if err != nil {
 		return nil, err
@@ -178,6 +178,7 @@ func (e *GPU) newSession() (*Session, error) {
 		return nil, err
 	}
 	e.step.Init(sl.x.Bytes)
+	sl.x.Mode = ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
 	return &Session{e: e, slot: sl}, nil
 }
 

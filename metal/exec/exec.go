@@ -86,6 +86,8 @@ type Executor struct {
 
 	// WaitTimeout bounds Pending.Wait (0: DefaultWaitTimeout).
 	WaitTimeout time.Duration
+	// Mode selects the plan's mode-specific dispatches (plan.Dispatch.Mode) that steps run.
+	Mode string
 	hung        atomic.Pointer[error] // set when a step did not complete in time
 }
 
@@ -250,10 +252,15 @@ func (e *Executor) submit() (Pending, error) {
 	if err != nil {
 		return Pending{}, err
 	}
+	barrier := false
 	for i := range e.p.Dispatches {
 		d := &e.p.Dispatches[i]
-		if d.Barrier {
+		if barrier = barrier || d.Barrier; !d.RunsIn(e.Mode) {
+			continue // its barrier, if any, goes before the next dispatch that runs
+		}
+		if barrier {
 			enc.Barrier()
+			barrier = false
 		}
 		enc.SetPipeline(e.pipes[i])
 		for idx, b := range d.Buffers {

@@ -27,3 +27,6 @@ func Argmax(x []float32, n int) int {
 	}
 	return best
 }
+
+// StepCopy is step_copy's Go reference: the slot gets the step buffer's {pos, token}.
+func StepCopy(step []uint32) [2]uint32 { return [2]uint32{step[0], step[1]} }

@@ -110,3 +110,16 @@ kernel void argmax_final(device const ulong* partial [[buffer(0)]],  // [GROUPS]
     }
   }
 }
+
+// step_copy copies the step buffer's {pos, token} — what the step's selection (argmax_final or
+// sample_final) wrote — into a slot of the readback buffer. The decode loop reads that slot after
+// waiting for the step: by then the next step, committed before the wait, may have overwritten
+// the step buffer itself. One thread.
+kernel void step_copy(device const uint* step [[buffer(0)]],  // {pos, token}
+                      device uint* slot [[buffer(1)]],        // {pos, token}
+                      uint i [[thread_position_in_grid]]) {
+  if (i == 0) {
+    slot[0] = step[0];
+    slot[1] = step[1];
+  }
+}

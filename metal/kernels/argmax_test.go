@@ -168,3 +168,28 @@ func TestArgmaxASan(t *testing.T) {
 		t.Fatalf("argmax chose %d, want %d", got, want)
 	}
 }
+
+// TestStepCopy: step_copy writes the step buffer's two words into the slot at its binding's
+// offset and nothing else, in every thread order and under ASan.
+func TestStepCopy(t *testing.T) {
+	for _, opt := range []emu.Options{{}, {ASan: true}} {
+		lib := library(t, opt, "argmax.metal")
+		for _, order := range emu.Orders {
+			step := emu.BufferOf([]uint32{123456, 0xfffffffe})
+			slots := emu.BufferOf([]uint32{7, 7, 7, 7, 7, 7})
+			// The file's function constants (the emulator asks for all of them; step_copy uses none).
+			c := map[int]any{ArgmaxVocab: 1, ArgmaxGroups: 1}
+			err := pipeline(t, lib, "step_copy", c).Dispatch(emu.Dispatch{
+				Threadgroups: [3]int{1}, Group: [3]int{1},
+				Buffers: map[int]emu.Binding{0: {Buffer: step}, 1: {Buffer: slots, Offset: 8}}, Order: order,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := StepCopy(step.Uint32s())
+			if got := slots.Uint32s(); got[2] != want[0] || got[3] != want[1] || got[0] != 7 || got[1] != 7 || got[4] != 7 || got[5] != 7 {
+				t.Fatalf("%v: slots %v, want %v at words 2-3", order, got, want)
+			}
+		}
+	}
+}

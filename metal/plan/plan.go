@@ -49,6 +49,11 @@ type Dispatch struct {
 	// Reads and Writes are the device bytes the dispatch touches, for the traffic model: a range
 	// many threadgroups re-read counts once per dispatch (caches absorb the rest).
 	Reads, Writes []Range
+	// Mode, when set, makes the dispatch run only in that mode of the step (the executor's
+	// SetMode): one plan holds alternative tails, e.g. greedy selection and sampling. Barriers are
+	// derived as if every dispatch ran; a skipped dispatch's barrier is kept before the next one
+	// that runs, so each mode stays ordered.
+	Mode string
 }
 
 // Plan is a static decode step: the buffers and the dispatches, in order.
@@ -64,18 +69,27 @@ type Stats struct {
 	Bytes      int64 // modelled DRAM traffic: distinct bytes read plus distinct bytes written, per dispatch
 }
 
-// Stats computes dispatch, barrier and traffic counts.
-func (p *Plan) Stats() Stats {
+// Stats computes dispatch, barrier and traffic counts of the step in mode (see Dispatch.Mode).
+func (p *Plan) Stats(mode string) Stats {
 	var s Stats
+	barrier := false
 	for _, d := range p.Dispatches {
+		barrier = barrier || d.Barrier
+		if !d.RunsIn(mode) {
+			continue
+		}
 		s.Dispatches++
-		if d.Barrier {
+		if barrier {
 			s.Barriers++
 		}
+		barrier = false
 		s.Bytes += distinct(d.Reads) + distinct(d.Writes)
 	}
 	return s
 }
+
+// RunsIn reports whether the dispatch runs in mode.
+func (d *Dispatch) RunsIn(mode string) bool { return d.Mode == "" || d.Mode == mode }
 
 // Validate checks that every binding and range stays inside its buffer.
 func (p *Plan) Validate() error {

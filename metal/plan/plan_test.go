@@ -13,7 +13,7 @@ func TestStatsCountDistinctBytes(t *testing.T) {
 			{Kernel: "b", Barrier: true, Reads: []Range{{2, 0, 100}, {0, 900, 50}, {0, 950, 50}}, Writes: []Range{{1, 10, 20}, {1, 20, 20}}},
 		},
 	}
-	s := p.Stats()
+	s := p.Stats("")
 	// a: w 0..800 (800) + x 100 read, y 100 written; b: y 100 + w 900..1000 (100) read, x 10..40 (30) written.
 	if s.Dispatches != 2 || s.Barriers != 1 || s.Bytes != 800+100+100+100+100+30 {
 		t.Fatalf("stats %+v", s)
@@ -24,5 +24,24 @@ func TestStatsCountDistinctBytes(t *testing.T) {
 	p.Dispatches[1].Writes = append(p.Dispatches[1].Writes, Range{1, 90, 20})
 	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "dispatch 1 (b)") {
 		t.Fatalf("out-of-bounds range: %v", err)
+	}
+}
+
+// TestModes: a dispatch with a mode counts only in that mode, and the barrier of a skipped one
+// is kept before the next dispatch that runs.
+func TestModes(t *testing.T) {
+	p := &Plan{
+		Buffers: []Buffer{{"x", 8, Activations}},
+		Dispatches: []Dispatch{
+			{Kernel: "a"},
+			{Kernel: "g", Barrier: true, Mode: "greedy"},
+			{Kernel: "s", Mode: "sample"},
+			{Kernel: "end", Barrier: true},
+		},
+	}
+	for mode, want := range map[string]Stats{"greedy": {Dispatches: 3, Barriers: 2}, "sample": {Dispatches: 3, Barriers: 2}, "": {Dispatches: 2, Barriers: 1}} {
+		if got := p.Stats(mode); got != want {
+			t.Errorf("mode %q: %+v, want %+v", mode, got, want)
+		}
 	}
 }

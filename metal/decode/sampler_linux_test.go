@@ -1,0 +1,137 @@
+//go:build linux
+
+package decode
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/cpu"
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/runner"
+	"github.com/lilyformac/lily/engine/sample"
+)
+
+// counted wraps a backend to count the generations its sessions continued on the device.
+type counted struct {
+	backend.Backend
+	continued *int
+}
+
+func (c counted) NewSession() backend.Session {
+	return countedSession{c.Backend.NewSession().(*Session), c.continued}
+}
+
+type countedSession struct {
+	*Session
+	continued *int
+}
+
+func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(int) (bool, error)) ([]float32, error) {
+	logits, err := s.Session.Continue(ctx, p, prompt, first, max, stopIDs, onToken)
+	if err == nil {
+		*s.continued++
+	}
+	return logits, err
+}
+
+// hostOnly hides a backend's device loop: its sessions are sampled on the host from the logits.
+type hostOnly struct{ backend.Backend }
+
+func (h hostOnly) NewSession() backend.Session { return plainSession{h.Backend.NewSession()} }
+
+type plainSession struct{ backend.Session }
+
+// TestDeviceSamplerMatchesCPU: through the runner, the emulated GPU's pipelined loop with its
+// sampler in the step chooses exactly what engine/sample chooses from the same GPU's logits
+// (greedy, seeded sampling with top-k/top-p/min-p, penalties and logit bias, a vocabulary limit,
+// a stop id), and settings the device does not run (top-k off, logprobs) fall back to the host.
+// It also gives the CPU backend's tokens for these seeds: the two backends' logits differ by
+// rounding (bf16 KV cache), so a draw landing within that of a boundary between two candidates
+// may legitimately go either way (with a 40-token prompt, 4 of 5 other seeds agreed over 16
+// tokens at T 0.9).
+func TestDeviceSamplerMatchesCPU(t *testing.T) {
+	dir := "../../testdata/golden/tiny-b"
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := 0
+	gpu := counted{newEmu(t, w, EmuOptions{MaxCtx: 160}), &n}
+	host := cpu.New(w)
+	seed := func(s uint64) *uint64 { return &s }
+	V := w.Config.VocabSize
+	prompt := g.PromptIDs[:8]
+	greedy := generate(t, host, runner.Request{Prompt: prompt, MaxTokens: 10, NoCache: true})
+	for _, c := range []struct {
+		name     string
+		p        sample.Params
+		stops    []int
+		onDevice bool
+	}{
+		{"greedy to a stop id", sample.Params{}, []int{greedy[6]}, true},
+		{"top-k", sample.Params{Temperature: 0.8, TopK: 20, Seed: seed(1)}, nil, true},
+		{"penalties, bias, vocab limit", sample.Params{Temperature: 1, TopP: 0.95, TopK: 20, MinP: 0.02, PresencePenalty: 1.5, FrequencyPenalty: 0.3,
+			RepetitionPenalty: 1.1, LogitBias: map[int]float32{5: 3, 7: -100}, VocabLimit: V - 100, Seed: seed(2)}, nil, true},
+		{"logprobs (host)", sample.Params{Temperature: 0.7, TopK: 20, Seed: seed(5), Logprobs: true}, nil, false},
+	} {
+		req := runner.Request{Prompt: prompt, MaxTokens: 10, Sampling: c.p, StopIDs: c.stops, NoCache: true}
+		want, sampled := generate(t, host, req), generate(t, hostOnly{gpu}, req)
+		before := n
+		got := generate(t, gpu, req)
+		if !slices.Equal(got, sampled) {
+			t.Fatalf("%s: the device chose %v, engine/sample from the same logits %v", c.name, got, sampled)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: GPU %v, CPU %v", c.name, got, want)
+		}
+		if ran := n > before; ran != c.onDevice {
+			t.Fatalf("%s: continued on the device %v, want %v", c.name, ran, c.onDevice)
+		}
+		if c.stops != nil && len(got) != slices.Index(greedy, c.stops[0])+1 {
+			t.Fatalf("stop id: %v", got)
+		}
+	}
+}
+
+func generate(t *testing.T, b backend.Backend, req runner.Request) []int {
+	t.Helper()
+	var ids []int
+	res, err := runner.New(b, runner.Options{}).Generate(context.Background(), req, func(tok runner.Token) (bool, error) {
+		ids = append(ids, tok.ID)
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, res.Tokens) {
+		t.Fatalf("emitted %v, result %v", ids, res.Tokens)
+	}
+	return ids
+}
+
+// TestOnDevice: what the step's sampler runs (seeded, no logprobs, greedy or a top-k it sorts
+// whole) and what it leaves to the host.
+func TestOnDevice(t *testing.T) {
+	s := uint64(1)
+	for _, c := range []struct {
+		p    sample.Params
+		want bool
+	}{
+		{sample.Params{Seed: &s}, true},
+		{sample.Params{Temperature: 1, TopK: 20, Seed: &s}, true},
+		{sample.Params{Temperature: 1, TopK: 1024, Seed: &s}, true},
+		{sample.Params{Temperature: 1, TopK: 1025, Seed: &s}, false},
+		{sample.Params{Temperature: 1, Seed: &s}, false}, // top-k off: more candidates than it sorts
+		{sample.Params{Temperature: 1, TopK: 20}, false}, // no seed
+		{sample.Params{TopK: 20, Seed: &s, TopLogprobs: 2}, false},
+	} {
+		if got := onDevice(c.p); got != c.want {
+			t.Errorf("%+v: on device %v, want %v", c.p, got, c.want)
+		}
+	}
+}
