@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/mtl"
@@ -164,7 +165,7 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	if o.model != "" {
 		return fmt.Errorf("--plan models the production config from shapes only: drop --model")
 	}
-	c := decode.ProductionConfig()
+	c := config.Production()
 	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx})
 	if err != nil {
 		return err

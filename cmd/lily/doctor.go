@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/metal/decode"
@@ -73,7 +74,7 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 // productionContext is the context lily serve would hold for the production model in a GPU
 // working set of so many bytes.
 func productionContext(workingSet int64) (int, string, error) {
-	c := decode.ProductionConfig()
+	c := config.Production()
 	m, err := decode.MemoryOf(c)
 	if err != nil {
 		return 0, "", err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 )
 
 // LayerKind says which token mixer a decoder layer uses.
@@ -203,27 +204,48 @@ func Parse(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// production holds the exact Qwen3.6-35B-A3B numbers.
+// Production is Qwen3.6-35B-A3B's text configuration, the one place its numbers are written:
+// a checkpoint's config.json is validated against it, and the decode plan, lily bench --plan and
+// lily doctor size the model from it without a checkpoint.
+func Production() *Config {
+	c := &Config{
+		Profile:   ProfileProduction,
+		VocabSize: 248320, HiddenSize: 2048, NumLayers: 40, NumHeads: 16, NumKVHeads: 2, HeadDim: 256,
+		RotaryDim: 64, RopeTheta: 10_000_000,
+		LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
+		NumExperts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermed: 512,
+		RMSNormEps: 1e-6, MaxPositions: 262144,
+	}
+	for i := range c.NumLayers {
+		k := LinearAttention
+		if i%4 == 3 { // every 4th layer is full attention
+			k = FullAttention
+		}
+		c.Layers = append(c.Layers, k)
+	}
+	return c
+}
+
+// production are the fields a production checkpoint must match exactly.
 var production = []struct {
 	field string
 	get   func(*Config) int
-	want  int
 }{
-	{"vocab_size", func(c *Config) int { return c.VocabSize }, 248320},
-	{"num_hidden_layers", func(c *Config) int { return c.NumLayers }, 40},
-	{"num_attention_heads", func(c *Config) int { return c.NumHeads }, 16},
-	{"num_key_value_heads", func(c *Config) int { return c.NumKVHeads }, 2},
-	{"head_dim", func(c *Config) int { return c.HeadDim }, 256},
-	{"linear_num_key_heads", func(c *Config) int { return c.LinearKeyHeads }, 16},
-	{"linear_num_value_heads", func(c *Config) int { return c.LinearValueHeads }, 32},
-	{"linear_key_head_dim", func(c *Config) int { return c.LinearKeyDim }, 128},
-	{"linear_value_head_dim", func(c *Config) int { return c.LinearValueDim }, 128},
-	{"linear_conv_kernel_dim", func(c *Config) int { return c.ConvKernel }, 4},
-	{"num_experts", func(c *Config) int { return c.NumExperts }, 256},
-	{"num_experts_per_tok", func(c *Config) int { return c.TopK }, 8},
-	{"moe_intermediate_size", func(c *Config) int { return c.MoEIntermediate }, 512},
-	{"shared_expert_intermediate_size", func(c *Config) int { return c.SharedIntermed }, 512},
-	{"rotary dim (head_dim × partial_rotary_factor)", func(c *Config) int { return c.RotaryDim }, 64},
+	{"vocab_size", func(c *Config) int { return c.VocabSize }},
+	{"num_hidden_layers", func(c *Config) int { return c.NumLayers }},
+	{"num_attention_heads", func(c *Config) int { return c.NumHeads }},
+	{"num_key_value_heads", func(c *Config) int { return c.NumKVHeads }},
+	{"head_dim", func(c *Config) int { return c.HeadDim }},
+	{"linear_num_key_heads", func(c *Config) int { return c.LinearKeyHeads }},
+	{"linear_num_value_heads", func(c *Config) int { return c.LinearValueHeads }},
+	{"linear_key_head_dim", func(c *Config) int { return c.LinearKeyDim }},
+	{"linear_value_head_dim", func(c *Config) int { return c.LinearValueDim }},
+	{"linear_conv_kernel_dim", func(c *Config) int { return c.ConvKernel }},
+	{"num_experts", func(c *Config) int { return c.NumExperts }},
+	{"num_experts_per_tok", func(c *Config) int { return c.TopK }},
+	{"moe_intermediate_size", func(c *Config) int { return c.MoEIntermediate }},
+	{"shared_expert_intermediate_size", func(c *Config) int { return c.SharedIntermed }},
+	{"rotary dim (head_dim × partial_rotary_factor)", func(c *Config) int { return c.RotaryDim }},
 }
 
 // Test-family limits: small enough for tests and the embedded demo, same kernels' assumptions.
@@ -231,27 +253,24 @@ const maxTestHidden = 1024
 
 func validate(c *Config, p string) error {
 	switch {
-	case c.HiddenSize == 2048:
+	case c.HiddenSize == Production().HiddenSize:
+		want := Production()
 		c.Profile = ProfileProduction
 		for _, f := range production {
-			if got := f.get(c); got != f.want {
-				return &FieldError{p + f.field, fmt.Sprintf("%d (Qwen3.6-35B-A3B)", f.want), fmt.Sprint(got)}
+			if got, w := f.get(c), f.get(want); got != w {
+				return &FieldError{p + f.field, fmt.Sprintf("%d (Qwen3.6-35B-A3B)", w), fmt.Sprint(got)}
 			}
 		}
 		for i, k := range c.Layers {
-			want := LinearAttention
-			if i%4 == 3 {
-				want = FullAttention
-			}
-			if k != want {
-				return &FieldError{fmt.Sprintf("%slayer_types[%d]", p, i), want.String() + " (Qwen3.6-35B-A3B: every 4th layer is full attention)", k.String()}
+			if k != want.Layers[i] {
+				return &FieldError{fmt.Sprintf("%slayer_types[%d]", p, i), want.Layers[i].String() + " (Qwen3.6-35B-A3B: every 4th layer is full attention)", k.String()}
 			}
 		}
-		if c.RopeTheta != 1e7 {
-			return &FieldError{p + "rope_parameters.rope_theta", "10000000 (Qwen3.6-35B-A3B)", fmt.Sprint(c.RopeTheta)}
+		if c.RopeTheta != want.RopeTheta {
+			return &FieldError{p + "rope_parameters.rope_theta", strconv.FormatFloat(want.RopeTheta, 'f', -1, 64) + " (Qwen3.6-35B-A3B)", fmt.Sprint(c.RopeTheta)}
 		}
-		if c.RMSNormEps != 1e-6 {
-			return &FieldError{p + "rms_norm_eps", "1e-06 (Qwen3.6-35B-A3B)", fmt.Sprint(c.RMSNormEps)}
+		if c.RMSNormEps != want.RMSNormEps {
+			return &FieldError{p + "rms_norm_eps", fmt.Sprintf("%g (Qwen3.6-35B-A3B)", want.RMSNormEps), fmt.Sprint(c.RMSNormEps)}
 		}
 	case c.HiddenSize > 0 && c.HiddenSize <= maxTestHidden:
 		c.Profile = ProfileTest

@@ -66,26 +66,6 @@ type constSrc struct {
 	data []byte
 }
 
-// ProductionConfig is Qwen3.6-35B-A3B's text configuration (shapes only, no checkpoint needed).
-func ProductionConfig() *config.Config {
-	c := &config.Config{
-		Profile:   config.ProfileProduction,
-		VocabSize: 248320, HiddenSize: 2048, NumLayers: 40, NumHeads: 16, NumKVHeads: 2, HeadDim: 256,
-		RotaryDim: 64, RopeTheta: 10_000_000,
-		LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
-		NumExperts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermed: 512,
-		RMSNormEps: 1e-6, MaxPositions: 262144,
-	}
-	for i := range c.NumLayers {
-		k := config.LinearAttention
-		if i%4 == 3 {
-			k = config.FullAttention
-		}
-		c.Layers = append(c.Layers, k)
-	}
-	return c
-}
-
 // qmat is a quantized matrix held in three plan buffers (codes, bf16 scales, bf16 biases).
 type qmat struct {
 	words, scales, biases int

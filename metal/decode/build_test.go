@@ -10,7 +10,7 @@ import (
 
 func productionStep(t *testing.T, ctx int) *Step {
 	t.Helper()
-	s, err := Build(ProductionConfig(), Options{MaxCtx: ctx + 1, TrafficCtx: ctx})
+	s, err := Build(config.Production(), Options{MaxCtx: ctx + 1, TrafficCtx: ctx})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func tinyStep(t *testing.T) *Step {
 }
 
 func TestBuildRejectsBadShapes(t *testing.T) {
-	c := ProductionConfig()
+	c := config.Production()
 	if _, err := Build(c, Options{}); err == nil {
 		t.Fatal("max context 0 accepted")
 	}

@@ -3,12 +3,14 @@ package decode
 import (
 	"strings"
 	"testing"
+
+	"github.com/lilyformac/lily/engine/config"
 )
 
 // TestContextFromWorkingSet: the context is what fits beside the weights, capped at the model's;
 // an asked context that does not fit, or weights that do not, is a clear error.
 func TestContextFromWorkingSet(t *testing.T) {
-	c := ProductionConfig()
+	c := config.Production()
 	m, err := MemoryOf(c)
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ type Executor struct {
 	WaitTimeout time.Duration
 	// Mode selects the plan's mode-specific dispatches (plan.Dispatch.Mode) that steps run.
 	Mode string
-	hung        atomic.Pointer[error] // set when a step did not complete in time
+	hung atomic.Pointer[error] // set when a step did not complete in time
 }
 
 // DefaultWaitTimeout is how long Wait lets a step run before calling the GPU hung. A decode step

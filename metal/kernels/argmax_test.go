@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/emu"
 )
@@ -146,7 +147,7 @@ func TestArgmaxPenalties(t *testing.T) {
 func TestArgmaxProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "argmax.metal")
 	r := rand.New(rand.NewPCG(85, 86))
-	const n = 248320
+	n := config.Production().VocabSize
 	x := make([]float32, n+64)
 	for i, gen := range []logitGen{logitGens[2], logitGens[1]} {
 		gen.f(r, x)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
@@ -27,7 +28,10 @@ var moeShapes = []struct {
 	{MoEShape{H: 576, E: 33, K: 1, I: 128, SI: 64}, 1024},
 }
 
-var moeProduction = MoEShape{H: 2048, E: 256, K: 8, I: 512, SI: 512}
+var moeProduction = func() MoEShape {
+	c := config.Production()
+	return MoEShape{H: c.HiddenSize, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}
+}()
 
 // randomMoE quantizes random float weights for a small shape (router and shared gate 8-bit).
 func randomMoE(r *rand.Rand, s MoEShape) *model.MoE {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/emu"
 )
@@ -558,8 +559,8 @@ func TestSampleProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "sample.metal")
 	r := rand.New(rand.NewPCG(69, 70))
 	for i, c := range []sampleCase{
-		{"thinking", sample.Params{Temperature: 1, TopP: 0.95, TopK: 20}, 248320, SampleDefaultChunk},
-		{"non-thinking", sample.Params{Temperature: 0.7, TopP: 0.8, TopK: 20, PresencePenalty: 1.5, RepetitionPenalty: 1.1}, 248320, SampleDefaultChunk},
+		{"thinking", sample.Params{Temperature: 1, TopP: 0.95, TopK: 20}, config.Production().VocabSize, SampleDefaultChunk},
+		{"non-thinking", sample.Params{Temperature: 0.7, TopP: 0.8, TopK: 20, PresencePenalty: 1.5, RepetitionPenalty: 1.1}, config.Production().VocabSize, SampleDefaultChunk},
 	} {
 		if redo := runSampleCase(t, lib, r, c, logitGens[2], uint64(i), 2, emu.Orders[i]); redo != 0 {
 			t.Errorf("%s: %d CPU redos", c.name, redo)

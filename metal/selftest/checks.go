@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/engine/sample"
@@ -535,7 +536,7 @@ func modelLogits(r *rand.Rand, x []float32) {
 }
 
 func checkArgmax(e *env) (float64, error) {
-	const n = 248320
+	n := config.Production().VocabSize
 	groups := kernels.ArgmaxDefaultGroups
 	x := make([]float32, n+64)
 	modelLogits(e.r, x)
