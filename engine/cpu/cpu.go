@@ -3,16 +3,19 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/internal/hostmem"
 )
 
 // Model runs the forward pass of loaded weights. It is safe for concurrent use with separate States.
@@ -447,50 +450,81 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 func (s *Session) Pos() int { return s.st.Pos }
 
 // Save copies the session's state (conv windows, DeltaNet state, KV rows) into a snapshot: the
-// hybrid model's recurrent state cannot be truncated, so reuse needs exact copies.
+// hybrid model's recurrent state cannot be truncated, so reuse needs exact copies. The copy lives
+// outside the Go heap (internal/hostmem) until Close.
 func (s *Session) Save() (backend.Snapshot, error) {
-	return &snapshot{m: s.m, st: s.st.clone()}, nil
+	sn, err := s.m.newSnapshot(s.st.Pos)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range s.st.parts() {
+		copy(sn.parts[i], *v)
+	}
+	return sn, nil
 }
 
 // Close does nothing: the session's memory is Go memory.
 func (s *Session) Close() {}
 
 type snapshot struct {
-	m  *Model
-	st *State
+	m     *Model
+	pos   int
+	mem   []byte
+	parts [][]float32 // views of mem, in State.parts order
 }
 
-func (sn *snapshot) Pos() int     { return sn.st.Pos }
-func (sn *snapshot) Bytes() int64 { return sn.st.bytes() }
-func (sn *snapshot) Close()       {}
+// newSnapshot allocates an empty snapshot of pos positions.
+func (m *Model) newSnapshot(pos int) (*snapshot, error) {
+	shape := m.stateAt(pos)
+	var n int
+	for _, v := range shape.parts() {
+		n += len(*v)
+	}
+	mem, err := hostmem.Alloc(4 * int64(n))
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %d bytes for a snapshot: %w", 4*n, err)
+	}
+	sn := &snapshot{m: m, pos: pos, mem: mem}
+	floats := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), n)
+	for _, v := range shape.parts() {
+		sn.parts = append(sn.parts, floats[:len(*v):len(*v)])
+		floats = floats[len(*v):]
+	}
+	return sn, nil
+}
+
+// stateAt is an empty state with room for pos positions of K and V rows.
+func (m *Model) stateAt(pos int) *State {
+	st := m.NewState()
+	st.Pos = pos
+	kv := m.cfg.NumKVHeads * m.cfg.HeadDim
+	for i := range st.k {
+		if st.conv[i] == nil { // an attention layer
+			st.k[i], st.v[i] = make([]float32, pos*kv), make([]float32, pos*kv)
+		}
+	}
+	return st
+}
+
+func (sn *snapshot) Pos() int     { return sn.pos }
+func (sn *snapshot) Bytes() int64 { return int64(len(sn.mem)) }
+
+// Close frees the snapshot's memory.
+func (sn *snapshot) Close() {
+	sn.parts = nil
+	hostmem.Free(sn.mem)
+	sn.mem = nil
+}
 
 // Restore starts a session from a copy of the snapshot's state.
 func (sn *snapshot) Restore() (backend.Session, error) {
-	return &Session{m: sn.m, st: sn.st.clone()}, nil
+	if sn.parts == nil {
+		return nil, errors.New("cpu: restore of a closed snapshot")
+	}
+	st := sn.m.stateAt(sn.pos)
+	for i, v := range st.parts() {
+		copy(*v, sn.parts[i])
+	}
+	return &Session{m: sn.m, st: st}, nil
 }
 
-func (st *State) clone() *State {
-	out := &State{Pos: st.Pos}
-	cp := func(src [][]float32) [][]float32 {
-		out := make([][]float32, len(src))
-		for i, v := range src {
-			if v != nil {
-				out[i] = append(make([]float32, 0, len(v)), v...)
-			}
-		}
-		return out
-	}
-	out.conv, out.ssm, out.k, out.v = cp(st.conv), cp(st.ssm), cp(st.k), cp(st.v)
-	return out
-}
-
-// bytes is the memory the state's caches hold.
-func (st *State) bytes() int64 {
-	var n int
-	for _, group := range [][][]float32{st.conv, st.ssm, st.k, st.v} {
-		for _, v := range group {
-			n += len(v)
-		}
-	}
-	return int64(n) * 4
-}

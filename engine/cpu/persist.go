@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -15,9 +16,12 @@ func (m *Model) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	if !ok || sn.m != m {
 		return nil, fmt.Errorf("cpu: not a snapshot of this model")
 	}
-	out := make([]byte, 0, sn.st.bytes())
-	for _, v := range sn.st.parts() {
-		for _, f := range *v {
+	if sn.parts == nil {
+		return nil, errors.New("cpu: encoding a closed snapshot")
+	}
+	out := make([]byte, 0, len(sn.mem))
+	for _, v := range sn.parts {
+		for _, f := range v {
 			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
 		}
 	}
@@ -26,30 +30,28 @@ func (m *Model) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 
 // DecodeSnapshot reads what EncodeSnapshot wrote for pos positions.
 func (m *Model) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
-	st := m.NewState()
-	st.Pos = pos
-	kv := m.cfg.NumKVHeads * m.cfg.HeadDim
-	for i := range st.k {
-		if st.conv[i] == nil { // an attention layer: pos rows of K and V
-			st.k[i], st.v[i] = make([]float32, pos*kv), make([]float32, pos*kv)
-		}
+	if pos < 0 || pos > maxSnapshotPositions {
+		return nil, fmt.Errorf("cpu: a snapshot of %d positions", pos)
 	}
-	parts := st.parts()
-	var n int
-	for _, v := range parts {
-		n += 4 * len(*v)
+	sn, err := m.newSnapshot(pos)
+	if err != nil {
+		return nil, err
 	}
-	if n != len(data) {
-		return nil, fmt.Errorf("cpu: a snapshot of %d positions is %d bytes, not %d", pos, n, len(data))
+	if len(sn.mem) != len(data) {
+		sn.Close()
+		return nil, fmt.Errorf("cpu: a snapshot of %d positions is %d bytes, not %d", pos, len(sn.mem), len(data))
 	}
-	for _, v := range parts {
-		for j := range *v {
-			(*v)[j] = math.Float32frombits(binary.LittleEndian.Uint32(data))
+	for _, v := range sn.parts {
+		for j := range v {
+			v[j] = math.Float32frombits(binary.LittleEndian.Uint32(data))
 			data = data[4:]
 		}
 	}
-	return &snapshot{m: m, st: st}, nil
+	return sn, nil
 }
+
+// maxSnapshotPositions bounds what a snapshot file may claim before memory is set aside for it.
+const maxSnapshotPositions = 1 << 20
 
 // parts lists the state's arrays in encoding order.
 func (st *State) parts() []*[]float32 {

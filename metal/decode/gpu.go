@@ -10,6 +10,7 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/internal/hostmem"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -263,20 +264,41 @@ func (s *Session) Save() (backend.Snapshot, error) {
 	}
 	s.e.mu.Lock() // no step writes the buffers while they are copied
 	defer s.e.mu.Unlock()
-	sn := &Snapshot{e: s.e, pos: s.pos}
-	s.e.step.eachState(s.pos, func(buf int, off, n int64) {
-		sn.parts = append(sn.parts, part{buf, off, slices.Clone(s.x.Bytes(buf)[off : off+n])})
-		sn.bytes += n
-	})
+	sn, err := s.e.newSnapshot(s.pos)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range sn.parts {
+		copy(p.data, s.x.Bytes(p.buf)[p.off:])
+	}
 	return sn, nil
 }
 
-// Snapshot is a session's saved state (host memory).
+// Snapshot is a session's saved state, in host memory outside the Go heap (internal/hostmem),
+// freed by Close.
 type Snapshot struct {
 	e     *GPU
 	pos   int
-	parts []part
+	mem   []byte
+	parts []part // spans of mem, in eachState order
 	bytes int64
+}
+
+// newSnapshot allocates an empty snapshot of pos positions.
+func (e *GPU) newSnapshot(pos int) (*Snapshot, error) {
+	var n int64
+	e.step.eachState(pos, func(_ int, _, size int64) { n += size })
+	mem, err := hostmem.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %d bytes for a snapshot: %w", n, err)
+	}
+	sn := &Snapshot{e: e, pos: pos, mem: mem, bytes: n}
+	rest := mem
+	e.step.eachState(pos, func(buf int, off, size int64) {
+		sn.parts = append(sn.parts, part{buf, off, rest[:size:size]})
+		rest = rest[size:]
+	})
+	return sn, nil
 }
 
 type part struct {
@@ -292,7 +314,11 @@ func (sn *Snapshot) Pos() int { return sn.pos }
 func (sn *Snapshot) Bytes() int64 { return sn.bytes }
 
 // Close drops the snapshot's memory.
-func (sn *Snapshot) Close() { sn.parts = nil }
+func (sn *Snapshot) Close() {
+	sn.parts = nil
+	hostmem.Free(sn.mem)
+	sn.mem = nil
+}
 
 // Restore starts a session on an executor with the snapshot's state copied in.
 func (sn *Snapshot) Restore() (backend.Session, error) {
@@ -434,15 +460,14 @@ func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 	if pos < 0 || pos > e.step.MaxCtx {
 		return nil, fmt.Errorf("decode: a snapshot of %d positions does not fit a KV cache of %d", pos, e.step.MaxCtx)
 	}
-	var n int64
-	e.step.eachState(pos, func(_ int, _, size int64) { n += size })
-	if n != int64(len(data)) {
-		return nil, fmt.Errorf("decode: a snapshot of %d positions is %d bytes, not %d", pos, n, len(data))
+	sn, err := e.newSnapshot(pos)
+	if err != nil {
+		return nil, err
 	}
-	sn := &Snapshot{e: e, pos: pos, bytes: n}
-	e.step.eachState(pos, func(buf int, off, size int64) {
-		sn.parts = append(sn.parts, part{buf, off, data[:size:size]})
-		data = data[size:]
-	})
+	if sn.bytes != int64(len(data)) {
+		sn.Close()
+		return nil, fmt.Errorf("decode: a snapshot of %d positions is %d bytes, not %d", pos, sn.bytes, len(data))
+	}
+	copy(sn.mem, data)
 	return sn, nil
 }
