@@ -527,4 +527,3 @@ func (sn *snapshot) Restore() (backend.Session, error) {
 	}
 	return &Session{m: sn.m, st: st}, nil
 }
-
