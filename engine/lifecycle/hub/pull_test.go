@@ -570,13 +570,19 @@ func TestPullDiskFull(t *testing.T) {
 		if w := written.Load(); w <= 0 || w > budget {
 			t.Fatalf("%d bytes accounted before the disk filled", w)
 		}
-		h.hub.ResetServed()
-		if _, err := h.pull(h.client()); err != nil {
+		// The rerun gets a fake hub of its own. Requests the first pull sent and then abandoned
+		// when the disk filled can still reach the first hub's handlers after that pull has
+		// returned, and the bytes those handlers write (to a closed connection) would count as
+		// served to the rerun.
+		h.hub = hubtest.New(t, repo, rev, testFiles())
+		h.hub.Token = "hf_secret"
+		r, err := h.client().PullWith(context.Background(), repo, rev, h.dir, VerifyFast)
+		if err != nil {
 			t.Fatal(err)
 		}
 		h.checkComplete()
-		if want := h.hub.TotalSize() - written.Load(); h.hub.Served() != want {
-			t.Fatalf("rerun served %d bytes, want the missing %d", h.hub.Served(), want)
+		if want := h.hub.TotalSize() - written.Load(); h.hub.Served() != want || r.Bytes != want {
+			t.Fatalf("rerun served %d bytes and transferred %d, want the missing %d", h.hub.Served(), r.Bytes, want)
 		}
 	})
 }

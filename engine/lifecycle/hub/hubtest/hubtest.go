@@ -253,9 +253,13 @@ type countingWriter struct {
 	n *atomic.Int64
 }
 
+// Write counts p before writing it, then takes back what was not written: a client can have
+// read the bytes (and a pull returned) before the write returns here, and Served read then must
+// already include them.
 func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
 	n, err := w.ResponseWriter.Write(p)
-	w.n.Add(int64(n))
+	w.n.Add(int64(n - len(p)))
 	return n, err
 }
 
@@ -296,6 +300,7 @@ func (h *Hub) Short(w http.ResponseWriter, r *http.Request, data []byte, n int) 
 	w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, len(data)))
 	w.Header().Set("Content-Length", strconv.Itoa(n))
 	w.WriteHeader(http.StatusPartialContent)
-	w.Write(data[start : start+n])
-	h.served.Add(int64(n))
+	h.served.Add(int64(n)) // before the write, as countingWriter does
+	m, _ := w.Write(data[start : start+n])
+	h.served.Add(int64(m - n))
 }
