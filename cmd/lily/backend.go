@@ -8,7 +8,7 @@ import (
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
-	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/gpu"
 )
 
 // backends are the executors `--backend` can name: the Go reference, the Metal kernels on the MSL
@@ -54,12 +54,12 @@ func openBackend(name, dir string, ctx int, emuMemory int64) (b backend.Backend,
 		w.Close()
 		return nil, nil, nil, fmt.Errorf("--ctx %d exceeds the model's %d positions", ctx, w.Config.MaxPositions)
 	}
-	var gpu *decode.GPU
+	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		gpu, err = decode.NewMetal(w, ctx)
+		g, err = gpu.NewMetal(w, ctx)
 	case "emu": // the decode plan run on the emulator
-		gpu, err = decode.NewEmu(w, decode.EmuOptions{MaxCtx: ctx, WorkingSet: emuMemory})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: ctx, WorkingSet: emuMemory})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}
@@ -67,7 +67,7 @@ func openBackend(name, dir string, ctx int, emuMemory int64) (b backend.Backend,
 		w.Close()
 		return nil, nil, nil, fmt.Errorf("backend %s: %w", name, err)
 	}
-	return gpu, w.Config, func() { gpu.Close(); w.Close() }, nil
+	return g, w.Config, func() { g.Close(); w.Close() }, nil
 }
 
 // sessionContext is how many positions a session of b holds: a GPU's KV cache, else the model's.

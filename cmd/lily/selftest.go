@@ -12,7 +12,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
-	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/selftest"
 )
 
@@ -35,17 +35,17 @@ type selftestCheck struct {
 }
 
 // selftestGPU is the GPU decode backend the end-to-end check compares with engine/cpu: Metal on
-// macOS, the emulator elsewhere (decode.NewEmu fails off Linux).
+// macOS, the emulator elsewhere (gpu.NewEmu fails off Linux).
 func selftestGPU(w *model.Weights) (backend.Backend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
-		b, err := decode.NewMetal(w, maxCtx)
+		b, err := gpu.NewMetal(w, maxCtx)
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	b, err := decode.NewEmu(w, decode.EmuOptions{MaxCtx: maxCtx})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx})
 	if err != nil {
 		return nil, err
 	}

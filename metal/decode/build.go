@@ -1,16 +1,16 @@
 // Package decode builds the static single-token decode step of the model as a plan.Plan over the
 // metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
-// one since the last barrier), sizes its KV cache from the device's memory, uploads a
-// checkpoint's weights into it, and runs it on Metal or the MSL emulator as an
-// engine/backend.Backend whose sessions share pooled executors and save host snapshots.
+// one since the last barrier), describes what holds a sequence's state in it, uploads a
+// checkpoint's weights into it, and models its memory; metal/gpu runs it.
 //
 // One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
 // in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added
 // into the residual in place (QMV_ADD); attention: qmv_multi_norm_q4 q/k/v, attn_qk_rope_kv,
 // attn_decode_partial/combine, qmv_q4 o_proj added into the residual), moe_router_norm and
 // moe_gate_up_norm (the post-attention norm folded in), moe_down_combine (into the residual in
-// place) → qmv_norm_q4 LM head (the final norm folded in) → argmax_partial/argmax_final (writes
-// the greedy token and advances pos in the step buffer). No dispatch writes a normed copy of the
+// place) → qmv_norm_q4 LM head (the final norm folded in) → sample_penalties, then per request
+// argmax_partial/argmax_final or sample_select/sample_final (writes the chosen token and advances
+// pos in the step buffer). No dispatch writes a normed copy of the
 // residual: every consumer of a norm recomputes rsqrt(mean(x²)+eps) from the residual itself.
 package decode
 
@@ -131,11 +131,11 @@ func (b *builder) matrix(name string, rows, cols, bits int, get func(*model.Weig
 	// The three buffers are filled together from the matrix: the checks above run first.
 	b.s.weights = append(b.s.weights,
 		weightSrc{buf: m.words, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Words, name) },
-			view: func(w *model.Weights) []byte { return bytesOf(get(w).Words) }},
+			view: func(w *model.Weights) []byte { return BytesOf(get(w).Words) }},
 		weightSrc{buf: m.scales, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Scales, name) },
-			view: func(w *model.Weights) []byte { return bytesOf(get(w).Scales) }},
+			view: func(w *model.Weights) []byte { return BytesOf(get(w).Scales) }},
 		weightSrc{buf: m.biases, fill: func(w *model.Weights, dst []byte) error { return put(dst, get(w).Biases, name) },
-			view: func(w *model.Weights) []byte { return bytesOf(get(w).Biases) }})
+			view: func(w *model.Weights) []byte { return BytesOf(get(w).Biases) }})
 	return m
 }
 
@@ -317,7 +317,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	}
 	params, sampState := s.Sampler.Params, s.Sampler.State
 	res := b.floats("residual", H, plan.Activations)
-	s.consts = append(s.consts, constSrc{params, bytesOf(kernels.SampleParams{}.Words())})
+	s.consts = append(s.consts, constSrc{params, BytesOf(kernels.SampleParams{}.Words())})
 
 	var qkv, u, z, ga, gb, y int
 	if gs.HV > 0 && hasKind(c, config.LinearAttention) {
@@ -340,7 +340,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		mlpart = b.floats("attn.ml_part", mll, plan.Activations)
 		attnOut = b.floats("attn.out", qd, plan.Activations)
 		invFreq = b.floats("rope.inv_freq", c.RotaryDim/2, plan.Weights)
-		s.consts = append(s.consts, constSrc{invFreq, bytesOf(kernels.RopeInvFreq(c.RotaryDim, c.RopeTheta))})
+		s.consts = append(s.consts, constSrc{invFreq, BytesOf(kernels.RopeInvFreq(c.RotaryDim, c.RopeTheta))})
 	}
 	ids := b.buffer("moe.ids", int64(4*ms.K), plan.Activations)
 	weights := b.floats("moe.weights", ms.K+1, plan.Activations)
@@ -620,10 +620,10 @@ func (s *Step) Init(bytes func(i int) []byte) {
 	clear(bytes(s.StepBuf))
 }
 
-// eachState calls f with every span of device memory that holds a sequence's state after pos
+// StateSpans calls f with every span of device memory that holds a sequence's state after pos
 // positions: the GDN states, conv windows and step buffer whole, and of each KV cache (laid out
 // [kv head][MaxCtx][head dim]) the first pos rows of every head.
-func (s *Step) eachState(pos int, f func(buf int, off, n int64)) {
+func (s *Step) StateSpans(pos int, f func(buf int, off, n int64)) {
 	rowBytes := int64(2 * s.Config.HeadDim)
 	for _, buf := range append(slices.Clone(s.Session), s.StepBuf) {
 		if s.Plan.Buffers[buf].Kind != plan.KVCache {

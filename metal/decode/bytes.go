@@ -5,9 +5,9 @@ import (
 	"unsafe"
 )
 
-// bytesOf is the little-endian bytes of a slice of 2- or 4-byte values (every host Lily runs on,
+// BytesOf is the little-endian bytes of a slice of 2- or 4-byte values (every host Lily runs on,
 // x86-64 and arm64, is little-endian, as Metal's unified memory views are).
-func bytesOf[T uint16 | uint32 | float32](v []T) []byte {
+func BytesOf[T uint16 | uint32 | float32](v []T) []byte {
 	if len(v) == 0 {
 		return nil
 	}
@@ -20,7 +20,7 @@ func put[T uint16 | uint32 | float32](dst []byte, v []T, name string) error {
 	if dst == nil {
 		return nil
 	}
-	src := bytesOf(v)
+	src := BytesOf(v)
 	if len(src) != len(dst) {
 		return fmt.Errorf("decode: %s: %d bytes for a buffer of %d", name, len(src), len(dst))
 	}
@@ -28,9 +28,9 @@ func put[T uint16 | uint32 | float32](dst []byte, v []T, name string) error {
 	return nil
 }
 
-// floatsOf reads little-endian float32 values.
-func floatsOf(b []byte) []float32 {
+// FloatsOf reads little-endian float32 values.
+func FloatsOf(b []byte) []float32 {
 	out := make([]float32, len(b)/4)
-	copy(bytesOf(out), b)
+	copy(BytesOf(out), b)
 	return out
 }

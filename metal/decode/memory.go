@@ -8,6 +8,9 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
+// DefaultMaxCtx is a session's positions when neither the model nor the caller gives any.
+const DefaultMaxCtx = 4096
+
 // Memory is what a model's decode step holds in device memory, in bytes, from its plan.
 type Memory struct {
 	Weights       int64 `json:"weights_bytes"`

@@ -14,7 +14,7 @@ import (
 
 // E2ETolerance bounds max |GPU logit − CPU logit| over every prompt and decode position. The GPU
 // decode step keeps K and V in bf16 (relative rounding up to 2^-9 per element) and sums in other
-// float32 orders; metal/decode's golden test measured up to 0.025 against HF on the tiny
+// float32 orders; metal/gpu's golden test measured up to 0.025 against HF on the tiny
 // checkpoints (the CPU backend is within 2e-3 of HF), so 3e-2 as there. Greedy choices are
 // compared separately.
 const E2ETolerance = 3e-2

@@ -59,7 +59,7 @@ type Result struct {
 	Err        error         // the check could not run, or failed a structural test (unwritten output, wrong id)
 }
 
-// GPUBackend makes the GPU decode backend for a checkpoint (decode.NewMetal or decode.NewEmu).
+// GPUBackend makes the GPU decode backend for a checkpoint (gpu.NewMetal or gpu.NewEmu).
 type GPUBackend func(w *model.Weights) (backend.Backend, error)
 
 // Options configure Run.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
-	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/kernels"
 )
 
@@ -39,7 +39,7 @@ func device(t *testing.T) exec.Device {
 }
 
 func emuBackend(w *model.Weights) (backend.Backend, error) {
-	b, err := decode.NewEmu(w, decode.EmuOptions{MaxCtx: 64, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: 64, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3})
 	if err != nil {
 		return nil, err
 	}

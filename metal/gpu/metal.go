@@ -1,4 +1,4 @@
-package decode
+package gpu
 
 import (
 	"github.com/lilyformac/lily/engine/model"

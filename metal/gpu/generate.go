@@ -1,4 +1,4 @@
-package decode
+package gpu
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/sample"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
@@ -21,12 +22,12 @@ import (
 // command buffers of one queue in commit order). The host must then not read the step buffer
 // after waiting for step t: step t+1 may already have overwritten it. Each session's plan
 // therefore ends with a readback dispatch, step_copy, which copies the step buffer into one of
-// two 8-byte slots of a readback buffer, alternating per step. Step t writes slot t%2, which
+// two 8-byte slots of a readback buffer, alternating per step. decode.Step t writes slot t%2, which
 // step t+2 (the next writer) is only committed after the host has waited for step t and read it.
 
 // withReadback copies the step's plan (sharing the unchanged dispatches) and appends the
 // readback buffer and dispatch; it returns the copy and the readback dispatch's index.
-func withReadback(s *Step) (*plan.Plan, int) {
+func withReadback(s *decode.Step) (*plan.Plan, int) {
 	p := s.Plan
 	q := &plan.Plan{Buffers: slices.Clone(p.Buffers), Dispatches: slices.Clone(p.Dispatches)}
 	buf := len(q.Buffers)
@@ -79,7 +80,7 @@ func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, on
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	s.x.Mode = ModeGreedy
+	s.x.Mode = decode.ModeGreedy
 	var notify func(int) (bool, error)
 	if onToken != nil {
 		notify = func(id int) (bool, error) { return onToken(id), nil }
@@ -221,7 +222,7 @@ func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, f
 	if len(tokens) == 0 {
 		return nil, err
 	}
-	return floatsOf(s.x.Bytes(s.e.step.Logits)), err
+	return decode.FloatsOf(s.x.Bytes(s.e.step.Logits)), err
 }
 
 // onDevice reports whether the step's sampler reproduces p: no logprobs, and greedy or a top-k
@@ -258,17 +259,17 @@ func (s *Session) setSampler(p sample.Params, prompt []int, first int) error {
 		}
 	}
 	sb := s.e.step.Sampler
-	copy(s.x.Bytes(sb.Params), bytesOf(pr.Words()))
-	copy(s.x.Bytes(sb.State), bytesOf(setup.State))
+	copy(s.x.Bytes(sb.Params), decode.BytesOf(pr.Words()))
+	copy(s.x.Bytes(sb.State), decode.BytesOf(setup.State))
 	if setup.Bias != nil {
-		copy(s.x.Bytes(sb.Bias), bytesOf(setup.Bias))
+		copy(s.x.Bytes(sb.Bias), decode.BytesOf(setup.Bias))
 	}
 	if setup.Pen != nil {
-		copy(s.x.Bytes(sb.Pen), bytesOf(setup.Pen))
+		copy(s.x.Bytes(sb.Pen), decode.BytesOf(setup.Pen))
 	}
-	s.x.Mode = ModeSample
+	s.x.Mode = decode.ModeSample
 	if p.Temperature == 0 {
-		s.x.Mode = ModeGreedy
+		s.x.Mode = decode.ModeGreedy
 	}
 	return nil
 }

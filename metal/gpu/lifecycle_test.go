@@ -1,4 +1,4 @@
-package decode
+package gpu
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -94,7 +95,7 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	}
 	baseBufs, baseBytes := e.Live()
 	devBufs, devBytes := dev.held()
-	mem, _ := MemoryOf(w.Config)
+	mem, _ := decode.MemoryOf(w.Config)
 	r := runner.New(e, runner.Options{CacheBytes: 3 * mem.Snapshot(16), PrefillChunk: 5, CheckpointEvery: 8})
 	seed := uint64(1)
 	start := time.Now()

@@ -1,11 +1,12 @@
 //go:build linux
 
-package decode
+package gpu
 
 import (
 	"testing"
 
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
 )
 
@@ -37,7 +38,7 @@ func TestSnapshotContinuesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := MemoryOf(w.Config)
+	mem, _ := decode.MemoryOf(w.Config)
 	stepBuf := e.Step().Plan.Buffers[e.Step().StepBuf].Size
 	if snap.Pos() != 6 || snap.Bytes() != mem.Snapshot(6)+stepBuf {
 		t.Fatalf("snapshot pos %d, %d bytes; want 6 and the state + 6 KV rows (%d) + the step buffer (%d)", snap.Pos(), snap.Bytes(), mem.Snapshot(6), stepBuf)

@@ -1,4 +1,8 @@
-package decode
+// Package gpu is the GPU backend: metal/decode's step run on a device (Metal, or the MSL emulator
+// on Linux) through metal/exec, as an engine/backend.Backend — sessions over pooled executors,
+// host snapshots for the prefix cache, the KV cache sized from the device's memory, and the
+// pipelined loop that keeps the token and the sampler on the GPU.
+package gpu
 
 import (
 	"errors"
@@ -11,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/internal/hostmem"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -18,9 +23,6 @@ import (
 // KernelFiles are the kernel sources the decode step uses.
 var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
-
-// DefaultMaxCtx is a session's positions when neither the model nor the caller gives any.
-const DefaultMaxCtx = 4096
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
 // whose sessions each own an executor (their activations, GDN state and KV caches) over weight
@@ -33,7 +35,7 @@ const DefaultMaxCtx = 4096
 type GPU struct {
 	name string
 	w    *model.Weights
-	step *Step
+	step *decode.Step
 	dev  *sharedDevice
 	why  string     // why the context is below the model's, if it is
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
@@ -56,7 +58,7 @@ type GPUOptions struct {
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	mem, err := MemoryOf(w.Config)
+	mem, err := decode.MemoryOf(w.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +66,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := Build(w.Config, Options{MaxCtx: maxCtx})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx})
 	if err != nil {
 		return nil, err
 	}
@@ -97,8 +99,8 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	return e, nil
 }
 
-// Step is the plan the backend runs.
-func (e *GPU) Step() *Step { return e.step }
+// decode.Step is the plan the backend runs.
+func (e *GPU) Step() *decode.Step { return e.step }
 
 // Name identifies the backend ("emu" or "metal").
 func (e *GPU) Name() string { return e.name }
@@ -179,7 +181,7 @@ func (e *GPU) newSession() (*Session, error) {
 		return nil, err
 	}
 	e.step.Init(sl.x.Bytes)
-	sl.x.Mode = ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
+	sl.x.Mode = decode.ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
 	return &Session{e: e, slot: sl}, nil
 }
 
@@ -227,13 +229,13 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	var out [][]float32
 	for i, id := range tokens {
 		st := s.x.Bytes(s.e.step.StepBuf)
-		copy(st, bytesOf([]uint32{uint32(s.pos), uint32(id)}))
+		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
 		if err := s.x.Step(); err != nil {
 			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
 		}
 		s.pos++
 		if all || i == len(tokens)-1 {
-			out = append(out, floatsOf(s.x.Bytes(s.e.step.Logits)))
+			out = append(out, decode.FloatsOf(s.x.Bytes(s.e.step.Logits)))
 		}
 	}
 	return out, nil
@@ -280,21 +282,21 @@ type Snapshot struct {
 	e     *GPU
 	pos   int
 	mem   []byte
-	parts []part // spans of mem, in eachState order
+	parts []part // spans of mem, in StateSpans order
 	bytes int64
 }
 
 // newSnapshot allocates an empty snapshot of pos positions.
 func (e *GPU) newSnapshot(pos int) (*Snapshot, error) {
 	var n int64
-	e.step.eachState(pos, func(_ int, _, size int64) { n += size })
+	e.step.StateSpans(pos, func(_ int, _, size int64) { n += size })
 	mem, err := hostmem.Alloc(n)
 	if err != nil {
 		return nil, fmt.Errorf("decode: %d bytes for a snapshot: %w", n, err)
 	}
 	sn := &Snapshot{e: e, pos: pos, mem: mem, bytes: n}
 	rest := mem
-	e.step.eachState(pos, func(buf int, off, size int64) {
+	e.step.StateSpans(pos, func(buf int, off, size int64) {
 		sn.parts = append(sn.parts, part{buf, off, rest[:size:size]})
 		rest = rest[size:]
 	})
@@ -441,7 +443,7 @@ func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipe
 	return p, err
 }
 
-// EncodeSnapshot concatenates a snapshot's spans in eachState order: the KV rows without the
+// EncodeSnapshot concatenates a snapshot's spans in StateSpans order: the KV rows without the
 // cache's unused tail, so the encoding holds for any MaxCtx of the same model.
 func (e *GPU) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	sn, ok := s.(*Snapshot)
