@@ -294,6 +294,9 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 	}
 	sampler := sample.New(p, req.Prompt)
 	consumed := func() []int { return append(slices.Clone(req.Prompt), res.Tokens[:len(res.Tokens)-1]...) }
+	if err := ctx.Err(); err != nil { // a prompt served whole from the cache ran no prefill check
+		return nil, nil, err
+	}
 	for step := 0; ; step++ {
 		if req.OnLogits != nil {
 			if err := req.OnLogits(step, logits); err != nil {

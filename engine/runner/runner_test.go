@@ -236,3 +236,18 @@ func TestHoldSpansEachGeneration(t *testing.T) {
 		t.Fatalf("held %d after a failed generation", held)
 	}
 }
+
+// TestCancelledBeforeAFullHit: a request whose whole prompt is cached, arriving cancelled, emits
+// nothing.
+func TestCancelledBeforeAFullHit(t *testing.T) {
+	r := New(tinyBackend(t), Options{CacheBytes: 1 << 30})
+	p := prompt(12, 6)
+	collect(t, r, Request{Prompt: p, MaxTokens: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	emitted := 0
+	res, err := r.Generate(ctx, Request{Prompt: p, MaxTokens: 2}, func(Token) (bool, error) { emitted++; return false, nil })
+	if !errors.Is(err, context.Canceled) || emitted != 0 || res.CachedTokens != len(p) {
+		t.Fatalf("err %v, %d emitted, cached %d", err, emitted, res.CachedTokens)
+	}
+}
