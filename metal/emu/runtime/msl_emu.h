@@ -581,10 +581,9 @@ template <class T> inline Gathered<T> gather(T x, const char* file, int line, co
   g.mask = emu::rt::simd_exchange(&x, sizeof(T), g.v, file, line, what);
   return g;
 }
-template <class T, class Op> inline T reduce(const Gathered<T>& g, Op op) {
-  T buf[32];
-  uint32_t present = g.mask;
-  for (int i = 0; i < 32; i++) buf[i] = g.v[i];
+// tree combines the present lanes' values with op over one fixed pairwise tree, so every lane
+// gets the same bits.
+template <class T, class Op> inline T tree(T* buf, uint32_t present, Op op) {
   for (int s = 1; s < 32; s <<= 1) {
     for (int i = 0; i < 32; i += 2 * s) {
       bool a = (present >> i) & 1, b = (present >> (i + s)) & 1;
@@ -594,6 +593,32 @@ template <class T, class Op> inline T reduce(const Gathered<T>& g, Op op) {
     }
   }
   return buf[0];
+}
+template <class T, class Op> inline T reduce(const Gathered<T>& g, Op op) {
+  T buf[32];
+  for (int i = 0; i < 32; i++) buf[i] = g.v[i];
+  return tree(buf, g.mask, op);
+}
+// reduce_shared reduces the active lanes' x; the first lane to get there shares the result with
+// the others, which would compute the same bits.
+template <class T, class Op>
+inline T reduce_shared(T x, Op op, const char* file, int line, const char* what) {
+  static_assert(sizeof(T) <= emu::rt::kMaxSimdValue, "SIMD value too large");
+  const unsigned char* data;
+  unsigned char* memo;
+  bool* memo_set;
+  uint32_t present = emu::rt::simd_share(&x, sizeof(T), &data, &memo, &memo_set, file, line, what);
+  T r;
+  if (!*memo_set) {
+    T buf[32];
+    __builtin_memcpy(buf, data, sizeof buf);
+    r = tree(buf, present, op);
+    __builtin_memcpy(memo, &r, sizeof(T));
+    *memo_set = true;
+    return r;
+  }
+  __builtin_memcpy(&r, memo, sizeof(T));
+  return r;
 }
 inline uint32_t lane() { return emu::rt::current_thread()->tiisg; }
 template <class T> inline T poison() {
@@ -610,8 +635,7 @@ template <class T> inline T from(const Gathered<T>& g, uint32_t src) {
 #define MSL_EMU_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
 #define MSL_EMU_REDUCE(name, op)                                                  \
   template <class T> inline T name(T x, MSL_EMU_SITE) {                          \
-    auto g = simd_detail::gather(x, file, line, #name);                          \
-    return simd_detail::reduce(g, [](T a, T b) { return op; });                  \
+    return simd_detail::reduce_shared(x, [](T a, T b) { return op; }, file, line, #name); \
   }
 MSL_EMU_REDUCE(simd_sum, a + b)
 MSL_EMU_REDUCE(simd_product, a * b)

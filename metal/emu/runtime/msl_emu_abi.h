@@ -76,6 +76,13 @@ MSL_EMU_HIDDEN const ThreadInfo* current_thread();
 // that are not active are filled with 0xFF) and returns the mask of active lanes.
 MSL_EMU_HIDDEN uint32_t simd_exchange(const void* val, uint32_t size, void* all, const char* file,
                                       int line, const char* what);
+// simd_share is simd_exchange without the copy: it points *data at the lanes' bytes (lane i's at
+// i*size, valid until this lane's next SIMD-group call) and *memo at kMaxSimdValue bytes shared
+// by the lanes of this call, *memo_set false until a lane sets it, so a reduction that every lane
+// would compute alike is computed once per simdgroup.
+MSL_EMU_HIDDEN uint32_t simd_share(const void* val, uint32_t size, const unsigned char** data,
+                                   unsigned char** memo, bool** memo_set, const char* file,
+                                   int line, const char* what);
 MSL_EMU_HIDDEN void threadgroup_barrier(const char* file, int line);
 // tg_alloc returns the threadgroup variable identified by key for the current threadgroup,
 // allocating it (filled with 0xFF) the first time a thread of the group asks.

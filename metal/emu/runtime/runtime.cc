@@ -140,8 +140,12 @@ struct Fiber {
 };
 
 struct SimdSlots {
-  unsigned char data[2][kSimdWidth][kMaxSimdValue];
+  // Lane i's value sits at i * size (every lane of one call exchanges the same size, checked
+  // when the group is released), so a full group's values are read with one copy.
+  unsigned char data[2][kSimdWidth * kMaxSimdValue];
   uint32_t mask[2];
+  unsigned char memo[2][kMaxSimdValue];  // a result the lanes of one call share (simd_share)
+  bool memo_set[2];
 };
 
 struct Block {
@@ -321,6 +325,14 @@ static std::string lanes(const std::vector<uint32_t>& v) {
   return s + "}";
 }
 
+// threads_of lists the threads of a simdgroup starting at thread lo whose lanes are set in mask.
+static std::vector<uint32_t> threads_of(uint32_t lo, uint32_t mask) {
+  std::vector<uint32_t> v;
+  for (uint32_t l = 0; l < kSimdWidth; l++)
+    if ((mask >> l) & 1) v.push_back(lo + l);
+  return v;
+}
+
 static std::string group_name(const Worker* w) {
   return strf("threadgroup (%u,%u,%u)", w->gid.x, w->gid.y, w->gid.z);
 }
@@ -347,28 +359,53 @@ static void set_error(Worker* w, const std::string& msg) {
 
 const ThreadInfo* current_thread() { return &tw->cur->ti; }
 
-uint32_t simd_exchange(const void* val, uint32_t size, void* all, const char* file, int line,
-                       const char* what) {
-  Worker* w = tw;
-  Fiber* f = w->cur;
+// publish stores this lane's value for the simdgroup's current call and waits until every active
+// lane has arrived; it returns the call's slot parity.
+static uint32_t publish(Worker* w, Fiber* f, const void* val, uint32_t size, const char* file,
+                        int line, const char* what) {
   if (size > (uint32_t)kMaxSimdValue) fail(file, line, "SIMD-group function on a value larger than 64 bytes");
   SimdSlots& s = w->sgs[f->ti.sgitg];
   uint32_t par = f->simd_seq & 1;
-  memcpy(s.data[par][f->ti.tiisg], val, size);
+  memcpy(s.data[par] + f->ti.tiisg * size, val, size);
   f->state = kAtSimd;
   f->file = file;
   f->line = line;
   f->what = what;
   f->xsize = size;
   yield(w, f);
+  f->simd_seq++;
+  return par;
+}
+
+uint32_t simd_exchange(const void* val, uint32_t size, void* all, const char* file, int line,
+                       const char* what) {
+  Worker* w = tw;
+  Fiber* f = w->cur;
+  uint32_t par = publish(w, f, val, size, file, line, what);
+  SimdSlots& s = w->sgs[f->ti.sgitg];
   uint32_t mask = s.mask[par];
   unsigned char* out = (unsigned char*)all;
-  for (int lane = 0; lane < kSimdWidth; lane++) {
-    if ((mask >> lane) & 1) memcpy(out + lane * size, s.data[par][lane], size);
-    else memset(out + lane * size, 0xFF, size);
+  if (mask == 0xFFFFFFFFu) {
+    memcpy(out, s.data[par], kSimdWidth * size);
+  } else {
+    for (int lane = 0; lane < kSimdWidth; lane++) {
+      if ((mask >> lane) & 1) memcpy(out + lane * size, s.data[par] + lane * size, size);
+      else memset(out + lane * size, 0xFF, size);
+    }
   }
-  f->simd_seq++;
   return mask;
+}
+
+uint32_t simd_share(const void* val, uint32_t size, const unsigned char** data, unsigned char** memo,
+                    bool** memo_set, const char* file, int line, const char* what) {
+  Worker* w = tw;
+  Fiber* f = w->cur;
+  uint32_t par = publish(w, f, val, size, file, line, what);
+  SimdSlots& s = w->sgs[f->ti.sgitg];
+  *data = s.data[par];
+  *memo = s.memo[par];
+  *memo_set = &s.memo_set[par];
+  return s.mask[par];
 }
 
 void threadgroup_barrier(const char* file, int line) {
@@ -415,30 +452,30 @@ static bool release_simd(Worker* w, bool* released) {
   for (uint32_t sg = 0; sg < w->nsg; sg++) {
     uint32_t lo = sg * kSimdWidth, hi = std::min(w->n, lo + kSimdWidth);
     const Fiber* first = nullptr;
-    uint32_t mask = 0;
-    std::vector<uint32_t> at_simd, at_bar;
     const Fiber* bar = nullptr;
+    uint32_t mask = 0, barmask = 0;  // lanes waiting in a SIMD-group function, at a barrier
     for (uint32_t i = lo; i < hi; i++) {
       const Fiber& f = w->fibers[i];
       if (f.state == kAtSimd) {
         if (!first) first = &f;
         mask |= 1u << (i - lo);
-        at_simd.push_back(i);
       } else if (f.state == kAtBarrier) {
-        at_bar.push_back(i);
+        barmask |= 1u << (i - lo);
         bar = &f;
       }
     }
     if (!first) continue;
-    if (!at_bar.empty()) {
+    if (barmask) {
       set_error(w, strf("%s, simdgroup %u: threads %s wait in %s while threads %s wait at %s "
                         "(divergent SIMD-group function and barrier)",
-                        group_name(w).c_str(), sg, lanes(at_simd).c_str(), site(*first).c_str(),
-                        lanes(at_bar).c_str(), site(*bar).c_str()));
+                        group_name(w).c_str(), sg, lanes(threads_of(lo, mask)).c_str(),
+                        site(*first).c_str(), lanes(threads_of(lo, barmask)).c_str(),
+                        site(*bar).c_str()));
       return false;
     }
-    for (uint32_t i : at_simd) {
+    for (uint32_t i = lo; i < hi; i++) {
       const Fiber& f = w->fibers[i];
+      if (!((mask >> (i - lo)) & 1)) continue;
       if (!same_site(f, *first) || f.simd_seq != first->simd_seq || f.xsize != first->xsize) {
         set_error(w, strf("%s, simdgroup %u: thread %u waits in %s while thread %u waits in %s "
                           "(SIMD-group functions in divergent control flow are not supported)",
@@ -448,7 +485,9 @@ static bool release_simd(Worker* w, bool* released) {
       }
     }
     w->sgs[sg].mask[first->simd_seq & 1] = mask;
-    for (uint32_t i : at_simd) w->fibers[i].state = kRunnable;
+    w->sgs[sg].memo_set[first->simd_seq & 1] = false;
+    for (uint32_t i = lo; i < hi; i++)
+      if ((mask >> (i - lo)) & 1) w->fibers[i].state = kRunnable;
     *released = true;
   }
   return true;
