@@ -146,7 +146,13 @@ type planOutput struct {
 	Bytes             int64   `json:"bytes_per_token"`
 	IdealBytes        int64   `json:"ideal_bytes_per_token"`
 	BytesRatioToIdeal float64 `json:"bytes_ratio_to_ideal"`
-	Memory            struct {
+	// PromptToken is what a prompt token before the last costs while prefill runs the decode
+	// step token by token: the layers only (decode.ModePrefill), no LM head or selection.
+	PromptToken struct {
+		Dispatches int   `json:"dispatches"`
+		Bytes      int64 `json:"bytes"`
+	} `json:"prompt_token"`
+	Memory struct {
 		decode.Memory
 		Snapshot int64 `json:"snapshot_bytes"` // a prefix-cache snapshot at the context
 	} `json:"memory"`
@@ -177,6 +183,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
 		ContextByMacGB:    map[string]int{},
 	}
+	pre := step.Plan.Stats(decode.ModePrefill)
+	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
 	if out.Memory.Memory, err = decode.MemoryOf(c); err != nil {
 		return err
 	}
@@ -193,8 +201,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	w := cmd.OutOrStdout()
 	m := out.Memory
-	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\n",
-		out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal)
+	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\nprompt token (layers only): dispatches %d  bytes %d\n",
+		out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal, out.PromptToken.Dispatches, out.PromptToken.Bytes)
 	fmt.Fprintf(w, "memory: weights %d, KV %d per position, state %d, scratch %d, snapshot at %d positions %d\ncontext by Mac memory:",
 		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
 	for _, gb := range macSizes {

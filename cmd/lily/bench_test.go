@@ -24,6 +24,12 @@ func TestBenchPlan(t *testing.T) {
 	if r := p["bytes_ratio_to_ideal"].(float64); r < 1 || r > 1.05 {
 		t.Fatalf("traffic ratio %g", r)
 	}
+	// A prompt token skips the LM head: fewer dispatches, less traffic, by at least the head's
+	// 248,320 × 2,048 4-bit weights.
+	pt, _ := p["prompt_token"].(map[string]any)
+	if pt == nil || pt["dispatches"].(float64) >= p["dispatches_per_token"].(float64) || p["bytes_per_token"].(float64)-pt["bytes"].(float64) < 248320*2048/2 {
+		t.Fatalf("prompt_token %v against %s", pt, out)
+	}
 	if p["barriers_per_token"].(float64) > p["dispatches_per_token"].(float64) {
 		t.Fatalf("more barriers than dispatches: %s", out)
 	}

@@ -96,6 +96,7 @@ type builder struct {
 	p       *plan.Plan
 	read    map[int]bool // buffers read since the last barrier
 	written map[int]bool // buffers written since the last barrier
+	modes   []string     // the Modes of dispatches added without their own
 }
 
 func (b *builder) buffer(name string, size int64, kind plan.Kind) int {
@@ -167,6 +168,9 @@ func (b *builder) vector(name string, n int, bf16 bool, get func(*model.Weights)
 // read or written, since the last barrier. Every bound buffer counts as read unless the
 // dispatch's Writes name it.
 func (b *builder) add(d plan.Dispatch) {
+	if d.Modes == nil {
+		d.Modes = b.modes
+	}
 	writes := map[int]bool{}
 	for _, r := range d.Writes {
 		writes[r.Buffer] = true
@@ -509,9 +513,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
 	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
 	// LM head with the final norm folded in, then the next token's selection in one of two modes
-	// (plan.Dispatch.Mode): greedy (argmax) or sampling (engine/sample's procedure). Both select
+	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
 	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
-	// set), so the logits buffer keeps what the model produced for a host that reads it.
+	// set), so the logits buffer keeps what the model produced for a host that reads it. A
+	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
+	b.modes = []string{ModeGreedy, ModeSample}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
 	pl := b.floats("sample.logits", V, plan.Activations)
 	sc := map[int]any{kernels.SampleVocab: V, kernels.SampleChunk: kernels.SampleDefaultChunk, kernels.SampleProbeOp: 0}
@@ -524,24 +530,24 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	})
 	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
 	b.add(plan.Dispatch{
-		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Mode: ModeGreedy,
+		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Modes: []string{ModeGreedy},
 		Threadgroups: [3]int{kernels.ArgmaxDefaultGroups, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
 		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(partial)},
 	})
 	b.add(plan.Dispatch{
-		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Mode: ModeGreedy,
+		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Modes: []string{ModeGreedy},
 		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
 		Reads:  []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
 		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState)},
 	})
 	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, kernels.SampleDefaultChunk)), plan.Activations)
 	b.add(plan.Dispatch{
-		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Mode: ModeSample,
+		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Modes: []string{ModeSample},
 		Threadgroups: [3]int{kernels.SampleGroups(V, kernels.SampleDefaultChunk), 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
 		Reads: []plan.Range{b.whole(pl), b.whole(params)}, Writes: []plan.Range{b.whole(cand)},
 	})
 	b.add(plan.Dispatch{
-		Kernel: "sample_final", Constants: sc, Mode: ModeSample,
+		Kernel: "sample_final", Constants: sc, Modes: []string{ModeSample},
 		Buffers:      map[int]plan.Binding{1: {Buffer: params}, 2: {Buffer: cand}, 3: {Buffer: s.StepBuf}, 4: {Buffer: sampState}, 5: {Buffer: sb.Status}},
 		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
 		Reads:  []plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
@@ -590,10 +596,11 @@ func (s *Step) Views(w *model.Weights) map[string][]byte {
 	return out
 }
 
-// The step's selection modes (plan.Dispatch.Mode).
+// The step's modes (plan.Dispatch.Modes).
 const (
-	ModeGreedy = "greedy" // argmax of the penalised logits (argmax_partial, argmax_final)
-	ModeSample = "sample" // seeded sampling (sample_select, sample_final)
+	ModeGreedy  = "greedy"  // logits, then the argmax of the penalised logits (argmax_partial, argmax_final)
+	ModeSample  = "sample"  // logits, then seeded sampling (sample_select, sample_final)
+	ModePrefill = "prefill" // the layers only: a prompt token before the last, whose logits nobody reads
 )
 
 // SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).

@@ -86,7 +86,7 @@ type Executor struct {
 
 	// WaitTimeout bounds Pending.Wait (0: DefaultWaitTimeout).
 	WaitTimeout time.Duration
-	// Mode selects the plan's mode-specific dispatches (plan.Dispatch.Mode) that steps run.
+	// Mode selects the plan's mode-specific dispatches (plan.Dispatch.Modes) that steps run.
 	Mode string
 	hung atomic.Pointer[error] // set when a step did not complete in time
 }

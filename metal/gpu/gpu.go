@@ -226,15 +226,23 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
+	// The greedy mode leaves its token in the step buffer (NextToken); tokens whose logits are
+	// not returned skip the LM head and the selection.
+	defer func() { s.x.Mode = decode.ModeGreedy }()
 	var out [][]float32
 	for i, id := range tokens {
 		st := s.x.Bytes(s.e.step.StepBuf)
 		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
+		keep := all || i == len(tokens)-1
+		s.x.Mode = decode.ModePrefill
+		if keep {
+			s.x.Mode = decode.ModeGreedy
+		}
 		if err := s.x.Step(); err != nil {
 			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
 		}
 		s.pos++
-		if all || i == len(tokens)-1 {
+		if keep {
 			out = append(out, decode.FloatsOf(s.x.Bytes(s.e.step.Logits)))
 		}
 	}

@@ -178,3 +178,49 @@ func TestSnapshotEncoding(t *testing.T) {
 		t.Fatal("data of 5 positions accepted as 6")
 	}
 }
+
+// TestPrefillSkipsTheHead: prompt tokens whose logits are not returned run in ModePrefill, which
+// ends after the layers (no LM head, no selection) and changes nothing the next token sees: the
+// last row equals, bit for bit, the one of a prefill that computed every row.
+func TestPrefillSkipsTheHead(t *testing.T) {
+	dir := "../../testdata/golden/tiny-b"
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := newEmu(t, w, EmuOptions{MaxCtx: 32})
+	p := e.Step().Plan
+	for _, d := range p.Dispatches {
+		if d.RunsIn(decode.ModePrefill) {
+			for _, r := range d.Writes {
+				if r.Buffer == e.Step().Logits {
+					t.Fatalf("%s writes the logits in prefill mode", d.Kernel)
+				}
+			}
+		}
+	}
+	if pre, full := p.Stats(decode.ModePrefill), p.Stats(decode.ModeGreedy); pre.Dispatches >= full.Dispatches || pre.Bytes >= full.Bytes {
+		t.Fatalf("prefill mode %+v, greedy %+v", pre, full)
+	}
+	rows := func(all bool) [][]float32 {
+		s := e.NewSession()
+		defer s.Close()
+		out, err := s.Forward(g.PromptIDs[:10], all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := s.Forward(g.PromptIDs[10:11], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{out[len(out)-1], next[0]}
+	}
+	every, last := rows(true), rows(false)
+	for i := range every {
+		if d := maxAbsDiff(every[i], last[i]); d != 0 {
+			t.Fatalf("row %d: a prefill without the head differs by %g", i, d)
+		}
+	}
+}

@@ -49,11 +49,11 @@ type Dispatch struct {
 	// Reads and Writes are the device bytes the dispatch touches, for the traffic model: a range
 	// many threadgroups re-read counts once per dispatch (caches absorb the rest).
 	Reads, Writes []Range
-	// Mode, when set, makes the dispatch run only in that mode of the step (the executor's
-	// SetMode): one plan holds alternative tails, e.g. greedy selection and sampling. Barriers are
-	// derived as if every dispatch ran; a skipped dispatch's barrier is kept before the next one
-	// that runs, so each mode stays ordered.
-	Mode string
+	// Modes, when set, make the dispatch run only in those modes of the step (exec.Executor's
+	// Mode): one plan holds alternative tails, e.g. greedy selection, sampling, or none for a
+	// prefill token whose logits nobody reads. Barriers are derived as if every dispatch ran; a
+	// skipped dispatch's barrier is kept before the next one that runs, so each mode stays ordered.
+	Modes []string
 }
 
 // Plan is a static decode step: the buffers and the dispatches, in order.
@@ -69,7 +69,7 @@ type Stats struct {
 	Bytes      int64 // modelled DRAM traffic: distinct bytes read plus distinct bytes written, per dispatch
 }
 
-// Stats computes dispatch, barrier and traffic counts of the step in mode (see Dispatch.Mode).
+// Stats computes dispatch, barrier and traffic counts of the step in mode (see Dispatch.Modes).
 func (p *Plan) Stats(mode string) Stats {
 	var s Stats
 	barrier := false
@@ -89,7 +89,17 @@ func (p *Plan) Stats(mode string) Stats {
 }
 
 // RunsIn reports whether the dispatch runs in mode.
-func (d *Dispatch) RunsIn(mode string) bool { return d.Mode == "" || d.Mode == mode }
+func (d *Dispatch) RunsIn(mode string) bool {
+	if len(d.Modes) == 0 {
+		return true
+	}
+	for _, m := range d.Modes {
+		if m == mode {
+			return true
+		}
+	}
+	return false
+}
 
 // Validate checks that every binding and range stays inside its buffer.
 func (p *Plan) Validate() error {

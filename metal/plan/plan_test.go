@@ -27,19 +27,20 @@ func TestStatsCountDistinctBytes(t *testing.T) {
 	}
 }
 
-// TestModes: a dispatch with a mode counts only in that mode, and the barrier of a skipped one
+// TestModes: a dispatch with modes counts only in those modes, and the barrier of a skipped one
 // is kept before the next dispatch that runs.
 func TestModes(t *testing.T) {
 	p := &Plan{
 		Buffers: []Buffer{{"x", 8, Activations}},
 		Dispatches: []Dispatch{
 			{Kernel: "a"},
-			{Kernel: "g", Barrier: true, Mode: "greedy"},
-			{Kernel: "s", Mode: "sample"},
+			{Kernel: "g", Barrier: true, Modes: []string{"greedy"}},
+			{Kernel: "s", Modes: []string{"sample"}},
+			{Kernel: "both", Modes: []string{"greedy", "sample"}},
 			{Kernel: "end", Barrier: true},
 		},
 	}
-	for mode, want := range map[string]Stats{"greedy": {Dispatches: 3, Barriers: 2}, "sample": {Dispatches: 3, Barriers: 2}, "": {Dispatches: 2, Barriers: 1}} {
+	for mode, want := range map[string]Stats{"greedy": {Dispatches: 4, Barriers: 2}, "sample": {Dispatches: 4, Barriers: 2}, "prefill": {Dispatches: 2, Barriers: 1}} {
 		if got := p.Stats(mode); got != want {
 			t.Errorf("mode %q: %+v, want %+v", mode, got, want)
 		}
