@@ -25,11 +25,31 @@ func defaultBackend() string {
 	return "cpu"
 }
 
-// openBackend loads the checkpoint in dir for the named backend, with sessions of ctx positions
-// (0: the model's, or on a GPU as many as its memory holds; on the emulator emuMemory bytes stand
-// for Metal's working set, 0: no limit). closeFn frees the backend's device memory, then the
-// mapped weights.
-func openBackend(name, dir string, ctx int, emuMemory int64) (b backend.Backend, cfg *config.Config, closeFn func(), err error) {
+// backendOptions size a backend's sessions: ctx positions (0: the model's, or on a GPU as many as
+// its memory holds; on the emulator emuMemory bytes stand for Metal's working set, 0: no limit),
+// and the GPU backends' KV cache format (kvBits 16 or 8; 0: 16).
+type backendOptions struct {
+	ctx       int
+	emuMemory int64
+	kvBits    int
+}
+
+const kvBitsHelp = "KV cache format on the GPU backends: 16 (bfloat16) or 8 (int8 with a scale per 32 values: about half the KV memory, so about twice the context, and less traffic per token at long contexts)"
+
+// checkKVBits reports a --kv-bits value the backend cannot use.
+func checkKVBits(bits int, backend string) error {
+	switch {
+	case bits != 16 && bits != 8:
+		return fmt.Errorf("--kv-bits %d: expected 16 or 8", bits)
+	case bits == 8 && backend == "cpu":
+		return fmt.Errorf("--kv-bits 8 is for the GPU backends (metal, emu); the cpu reference keeps float32 KV")
+	}
+	return nil
+}
+
+// openBackend loads the checkpoint in dir for the named backend with o's sessions. closeFn frees
+// the backend's device memory, then the mapped weights.
+func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *config.Config, closeFn func(), err error) {
 	if dir == "" {
 		return nil, nil, nil, fmt.Errorf("--model DIR is required")
 	}
@@ -50,16 +70,16 @@ func openBackend(name, dir string, ctx int, emuMemory int64) (b backend.Backend,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if ctx > 0 && w.Config.MaxPositions > 0 && ctx > w.Config.MaxPositions {
+	if o.ctx > 0 && w.Config.MaxPositions > 0 && o.ctx > w.Config.MaxPositions {
 		w.Close()
-		return nil, nil, nil, fmt.Errorf("--ctx %d exceeds the model's %d positions", ctx, w.Config.MaxPositions)
+		return nil, nil, nil, fmt.Errorf("--ctx %d exceeds the model's %d positions", o.ctx, w.Config.MaxPositions)
 	}
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, ctx)
+		g, err = gpu.NewMetal(w, o.ctx, o.kvBits)
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: ctx, WorkingSet: emuMemory})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

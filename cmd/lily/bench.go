@@ -20,6 +20,7 @@ import (
 type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
+	kvBits                        int
 	cacheMB                       int
 	warmup, plan, demo            bool
 }
@@ -61,6 +62,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&o.trace, "agent-trace", "", "replay this multi-turn agent conversation (testdata/agent/trace.json) through the server and report each turn")
 	f.IntVar(&o.traceTokens, "max-tokens", 16, "with --agent-trace: tokens generated per turn (greedy)")
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
+	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	return cmd
 }
 
@@ -81,7 +83,13 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
 	}
 	if o.plan {
+		if o.kvBits != 16 && o.kvBits != 8 {
+			return fmt.Errorf("--kv-bits %d: expected 16 or 8", o.kvBits)
+		}
 		return runBenchPlan(cmd, o)
+	}
+	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+		return err
 	}
 	if o.demo {
 		if o.model != "" {
@@ -96,7 +104,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, 0, 0)
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits})
 	if err != nil {
 		return err
 	}
@@ -172,12 +180,12 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--plan models the production config from shapes only: drop --model")
 	}
 	c := config.Production()
-	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx})
+	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx, KVBits: o.kvBits})
 	if err != nil {
 		return err
 	}
 	st := step.Plan.Stats(decode.ModeSample) // what a sampled chat request runs per token
-	ideal := plan.IdealBytes(c, o.ctx).Total()
+	ideal := plan.IdealBytes(c, o.ctx, o.kvBits).Total()
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
@@ -185,7 +193,7 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
-	if out.Memory.Memory, err = decode.MemoryOf(c); err != nil {
+	if out.Memory.Memory, err = decode.MemoryOf(c, o.kvBits); err != nil {
 		return err
 	}
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
@@ -201,8 +209,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	w := cmd.OutOrStdout()
 	m := out.Memory
-	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\nprompt token (layers only): dispatches %d  bytes %d\n",
-		out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal, out.PromptToken.Dispatches, out.PromptToken.Bytes)
+	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B, %d-bit KV) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\nprompt token (layers only): dispatches %d  bytes %d\n",
+		o.kvBits, out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal, out.PromptToken.Dispatches, out.PromptToken.Bytes)
 	fmt.Fprintf(w, "memory: weights %d, KV %d per position, state %d, scratch %d, snapshot at %d positions %d\ncontext by Mac memory:",
 		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
 	for _, gb := range macSizes {

@@ -24,7 +24,7 @@ import (
 type runOptions struct {
 	model, backend, promptIDs, prompt, output, logitsOut string
 	chat                                                 bool
-	maxTokens, topK                                      int
+	maxTokens, topK, kvBits                              int
 	temperature, topP, minP                              float32
 	seed                                                 int64
 	ignoreEOS                                            bool
@@ -67,6 +67,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.output, "output", "json", "json or text")
 	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
+	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	return cmd
 }
 
@@ -85,6 +86,9 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 	if o.maxTokens < 1 {
 		return fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
 	}
+	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+		return err
+	}
 	if (o.prompt == "") == (o.promptIDs == "") {
 		return fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
 	}
@@ -99,7 +103,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 			return err
 		}
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, 0, 0)
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits})
 	if err != nil {
 		return err
 	}

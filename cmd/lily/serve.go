@@ -36,11 +36,11 @@ import (
 )
 
 type serveOptions struct {
-	model, backend, host, apiKey, cors, allowedHosts  string
-	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB int
-	diskCacheGB                                       float64
-	demo, insecure                                    bool
-	timeout, stallTimeout                             time.Duration
+	model, backend, host, apiKey, cors, allowedHosts          string
+	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
+	diskCacheGB                                               float64
+	demo, insecure                                            bool
+	timeout, stallTimeout                                     time.Duration
 }
 
 // shutdownGrace is how long a SIGTERM waits for open requests: they are ended at once (streams
@@ -70,6 +70,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.apiKey, "api-key", "", "require this bearer key (default $LILY_API_KEY)")
 	f.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback bind without an API key")
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
+	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
@@ -112,6 +113,8 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--emu-gpu-memory-mb %d: expected 0 or more, and only with --backend emu", o.emuMemoryMB)
 	case o.ctx < 0:
 		return fmt.Errorf("--ctx %d: expected a positive number of tokens (0: the model's)", o.ctx)
+	case checkKVBits(o.kvBits, o.backend) != nil:
+		return checkKVBits(o.kvBits, o.backend)
 	case o.timeout <= 0:
 		return fmt.Errorf("--request-timeout %v: expected a positive duration", o.timeout)
 	case o.stallTimeout <= 0:
@@ -287,7 +290,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, dir, o.ctx, int64(o.emuMemoryMB)<<20)
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -348,7 +351,7 @@ func openDiskCache(o serveOptions, dir string, b backend.Backend) (*runner.Disk,
 		return nil, err
 	}
 	sum := sha256.Sum256(cfg)
-	id := runner.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: b.Name()}
+	id := runner.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: fmt.Sprintf("%s kv%d", b.Name(), cmp.Or(o.kvBits, 16))}
 	if m, err := hub.ReadMarker(dir); err == nil {
 		id.Model = m.Repo + "@" + m.Revision
 	}

@@ -74,7 +74,7 @@ func TestServeStartupFailsThenRetries(t *testing.T) {
 }
 
 func TestServeOptionsChecked(t *testing.T) {
-	ok := serveOptions{host: "127.0.0.1", port: 8000, queue: 16, cacheMB: 4096, maxBodyMB: 16, timeout: time.Minute, stallTimeout: time.Second}
+	ok := serveOptions{host: "127.0.0.1", port: 8000, queue: 16, cacheMB: 4096, maxBodyMB: 16, timeout: time.Minute, stallTimeout: time.Second, kvBits: 16, backend: "emu"}
 	if err := ok.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +91,8 @@ func TestServeOptionsChecked(t *testing.T) {
 		"--request-timeout":  func(o *serveOptions) { o.timeout = 0 },
 		"--stall-timeout -1": func(o *serveOptions) { o.stallTimeout = -time.Second },
 		"--port 70000":       func(o *serveOptions) { o.port = 70000 },
+		"--kv-bits 4":        func(o *serveOptions) { o.kvBits = 4 },
+		"--kv-bits 8 (cpu)":  func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
 	} {
 		o := ok
 		mutate(&o)
@@ -216,10 +218,10 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := decode.MemoryOf(w.Config)
+	mem, _ := decode.MemoryOf(w.Config, 16)
 	w.Close()
 	ws := mem.Weights + mem.State + mem.Scratch + 512<<20 + 1000*mem.KVPerPosition // room for 1,000 positions
-	b, cfg, closeFn, err := openBackend("emu", dir, 0, ws)
+	b, cfg, closeFn, err := openBackend("emu", dir, backendOptions{emuMemory: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	if n != 1000 || sessionContext(b, cfg) != 1000 || !strings.Contains(why, "1000 of the model's 4096 positions") {
 		t.Fatalf("context %d (%q)", n, why)
 	}
-	if _, _, _, err := openBackend("emu", dir, 2000, ws); err == nil || !strings.Contains(err.Error(), "--ctx 2000") {
+	if _, _, _, err := openBackend("emu", dir, backendOptions{ctx: 2000, emuMemory: ws}); err == nil || !strings.Contains(err.Error(), "--ctx 2000") {
 		t.Fatalf("--ctx 2000 in room for 1000: %v", err)
 	}
 	if err := (serveOptions{host: "127.0.0.1", backend: "cpu", maxBodyMB: 1, timeout: time.Second, stallTimeout: time.Second, emuMemoryMB: 5}).check(); err == nil {
@@ -245,7 +247,7 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dm, _ := decode.MemoryOf(dw.Config)
+	dm, _ := decode.MemoryOf(dw.Config, 16)
 	dw.Close()
 	mb := int((dm.Weights+dm.State+dm.Scratch+512<<20)>>20) + 4
 	want := int((int64(mb)<<20 - 512<<20 - dm.Weights - dm.State - dm.Scratch) / dm.KVPerPosition)

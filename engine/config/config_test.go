@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// productionJSON is the multimodal wrapper config of mlx-community/Qwen3.6-35B-A3B-4bit as
-// documented in model.md §1 and §4.5 (layer_types omitted: derived from full_attention_interval).
+// productionJSON is the multimodal wrapper config of mlx-community/Qwen3.6-35B-A3B-4bit at the
+// pinned revision: text_config with the model's numbers, quantization with the 8-bit router and
+// shared-expert gate overrides (layer_types omitted: derived from full_attention_interval).
 func productionJSON() map[string]any {
 	q := map[string]any{"group_size": 64.0, "bits": 4.0, "mode": "affine"}
 	for i := range 40 {

@@ -48,7 +48,7 @@ type Disk struct {
 type Identity struct {
 	Model   string // repo@revision of a pulled checkpoint, else its directory
 	Config  string // a hash of config.json
-	Backend string // the backend's name: each encodes its own state layout
+	Backend string // the backend's name and KV cache format: each encodes its own state layout
 }
 
 func (id Identity) sum() [32]byte {

@@ -27,8 +27,11 @@ import (
 
 // Options size a decode plan.
 type Options struct {
-	// MaxCtx is the number of positions each attention layer's bf16 KV cache holds.
+	// MaxCtx is the number of positions each attention layer's KV cache holds.
 	MaxCtx int
+	// KVBits is the KV cache's format: 16 (bfloat16, also 0) or 8 (int8 blocks of 32 with a
+	// binary16 scale: about half the memory and the attention traffic; kernels.KV8).
+	KVBits int
 	// TrafficCtx is the context (tokens already cached) the traffic model assumes for the
 	// position-dependent ranges: the KV rows attention reads (TrafficCtx+1, the new one included)
 	// and the row it writes. 0 or more than MaxCtx-1 means MaxCtx-1.
@@ -40,6 +43,7 @@ type Step struct {
 	Plan   *plan.Plan
 	Config *config.Config
 	MaxCtx int
+	KVBits int // 16 or 8 (Options.KVBits)
 
 	StepBuf int // {pos, token} uint32
 	Logits  int // [vocab] float32
@@ -302,11 +306,17 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	if tctx <= 0 || tctx > o.MaxCtx-1 {
 		tctx = o.MaxCtx - 1
 	}
-	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx}
+	if o.KVBits != 0 && o.KVBits != 16 && o.KVBits != 8 {
+		return nil, fmt.Errorf("decode: --kv-bits %d: want 16 or 8", o.KVBits)
+	}
+	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx, KVBits: kvBits(o.KVBits)}
 	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
-	as := kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, MaxCtx: o.MaxCtx}
+	as := s.attnShape()
+	if err := as.Validate(); err != nil {
+		return nil, err
+	}
 	ms := kernels.MoEShape{H: H, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}
 	splits := kernels.AttnSplits(o.MaxCtx)
 
@@ -415,19 +425,19 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			wo := b.matrix(a+"o_proj", H, qd, 4, func(w *model.Weights) *quant.Matrix { return at(w).O })
 			qNorm := b.vector(a+"q_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).QNorm })
 			kNorm := b.vector(a+"k_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).KNorm })
-			kc := b.buffer(a+"k_cache", int64(2*as.CacheLen()), plan.KVCache)
-			vc := b.buffer(a+"v_cache", int64(2*as.CacheLen()), plan.KVCache)
+			kc := b.buffer(a+"k_cache", int64(as.CacheBytes()), plan.KVCache)
+			vc := b.buffer(a+"v_cache", int64(as.CacheBytes()), plan.KVCache)
 			s.Session = append(s.Session, kc, vc)
 
 			b.qmvMultiNorm([]qmat{wq, wk, wv}, []int{qg, ak, av}, res, inNorm, eps)
-			rowBytes := int64(2 * as.HeadDim)
 			var kvWrites, kvReads []plan.Range
-			for j := range as.KVHeads {
-				head := int64(j*o.MaxCtx) * rowBytes
-				for _, cache := range []int{kc, vc} {
-					kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: head + int64(tctx)*rowBytes, Len: rowBytes})
-					kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: head, Len: int64(tctx+1) * rowBytes})
-				}
+			for _, cache := range []int{kc, vc} {
+				as.CacheSpans(tctx, 1, func(off, n int64) {
+					kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
+				})
+				as.CacheSpans(0, tctx+1, func(off, n int64) {
+					kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: off, Len: n})
+				})
 			}
 			b.add(plan.Dispatch{
 				Kernel: "attn_qk_rope_kv", Constants: as.Constants(eps),
@@ -628,17 +638,28 @@ func (s *Step) Init(bytes func(i int) []byte) {
 }
 
 // StateSpans calls f with every span of device memory that holds a sequence's state after pos
-// positions: the GDN states, conv windows and step buffer whole, and of each KV cache (laid out
-// [kv head][MaxCtx][head dim]) the first pos rows of every head.
+// positions: the GDN states, conv windows and step buffer whole, and of each KV cache the first
+// pos rows of every kv head (kernels.AttnShape.CacheSpans).
 func (s *Step) StateSpans(pos int, f func(buf int, off, n int64)) {
-	rowBytes := int64(2 * s.Config.HeadDim)
+	as := s.attnShape()
 	for _, buf := range append(slices.Clone(s.Session), s.StepBuf) {
 		if s.Plan.Buffers[buf].Kind != plan.KVCache {
 			f(buf, 0, s.Plan.Buffers[buf].Size)
 			continue
 		}
-		for h := range s.Config.NumKVHeads {
-			f(buf, int64(h*s.MaxCtx)*rowBytes, int64(pos)*rowBytes)
-		}
+		as.CacheSpans(0, pos, func(off, n int64) { f(buf, off, n) })
 	}
+}
+
+// attnShape is the attention layers' shape in this step.
+func (s *Step) attnShape() kernels.AttnShape {
+	c := s.Config
+	return kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, MaxCtx: s.MaxCtx, KVBits: s.KVBits}
+}
+
+func kvBits(b int) int {
+	if b == 0 {
+		return 16
+	}
+	return b
 }

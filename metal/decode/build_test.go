@@ -17,6 +17,29 @@ func productionStep(t *testing.T, ctx int) *Step {
 	return s
 }
 
+// TestKV8Plan: with an 8-bit KV cache the plan is the same dispatches and moves the ideal's
+// bytes for that format: at 32k cached tokens the KV read is 10,880 instead of 20,480 bytes per
+// position, so a token at that context moves about 12% fewer bytes.
+func TestKV8Plan(t *testing.T) {
+	const ctx = 32768
+	c := config.Production()
+	s8, err := Build(c, Options{MaxCtx: ctx + 1, TrafficCtx: ctx, KVBits: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s16 := productionStep(t, ctx)
+	st8, st16 := s8.Plan.Stats(ModeSample), s16.Plan.Stats(ModeSample)
+	ideal8, ideal16 := plan.IdealBytes(c, ctx, 8), plan.IdealBytes(c, ctx, 16)
+	r8 := float64(st8.Bytes) / float64(ideal8.Total())
+	t.Logf("ctx %d: 8-bit KV %d bytes per token (ideal %d, ratio %.4f), bf16 KV %d (ideal %d)", ctx, st8.Bytes, ideal8.Total(), r8, st16.Bytes, ideal16.Total())
+	if st8.Dispatches != st16.Dispatches || r8 < 1 || r8 > 1.05 || ideal8.KV*20480 != ideal16.KV*10880 {
+		t.Fatalf("8-bit plan: %+v (ratio %.4f), bf16 %+v", st8, r8, st16)
+	}
+	if err := s8.Plan.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestProductionPlanShape: one embed; per GDN layer 7 dispatches (in_proj ×4 with the input
 // norm, conv, gdn, out_proj +=, router and gate/up with the post norm, down +=), per attention
 // layer 8 (q/k/v with the norm, rope+KV, partial, combine, o_proj +=, the three MoE); the LM head
@@ -41,7 +64,7 @@ func TestProductionPlanShape(t *testing.T) {
 	if err := s.Plan.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ideal := plan.IdealBytes(s.Config, 4096)
+	ideal := plan.IdealBytes(s.Config, 4096, 16)
 	ratio := float64(st.Bytes) / float64(ideal.Total())
 	t.Logf("ctx 4096: %d dispatches, %d barriers, %d bytes, ideal %d (ratio %.4f)", st.Dispatches, st.Barriers, st.Bytes, ideal.Total(), ratio)
 	if ratio < 1 || ratio > 1.05 {

@@ -17,21 +17,22 @@ type Memory struct {
 	KVPerPosition int64 `json:"kv_bytes_per_position"` // K and V rows of every attention layer
 	State         int64 `json:"state_bytes"`           // DeltaNet state and conv windows
 	Scratch       int64 `json:"scratch_bytes"`         // activations, logits, step buffer
+	KVBits        int   `json:"kv_bits"`               // the KV cache's format (16 or 8)
 }
 
 // reserve is device memory left to Metal itself (pipelines, command buffers, the OS's own use
 // of the GPU) when sizing the KV cache.
 const reserve = 512 << 20
 
-// MemoryOf sizes c's decode step at its full context (the attention scratch grows a little with
-// the context).
-func MemoryOf(c *config.Config) (Memory, error) {
+// MemoryOf sizes c's decode step with a kvBits KV cache (16 or 8; 0: 16) at its full context
+// (the attention scratch grows a little with the context).
+func MemoryOf(c *config.Config, kvBits int) (Memory, error) {
 	full := max(c.MaxPositions, 1)
-	s, err := Build(c, Options{MaxCtx: full})
+	s, err := Build(c, Options{MaxCtx: full, KVBits: kvBits})
 	if err != nil {
 		return Memory{}, err
 	}
-	var m Memory
+	m := Memory{KVBits: s.KVBits}
 	for _, b := range s.Plan.Buffers {
 		switch b.Kind {
 		case plan.Weights:
@@ -79,15 +80,19 @@ func (m Memory) Context(c *config.Config, asked int, workingSet int64) (int, str
 	}
 	fit := m.Fit(workingSet)
 	gib := func(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+	more := "raise iogpu.wired_limit_mb"
+	if m.KVBits != 8 {
+		more += " or use --kv-bits 8 (half the KV memory)"
+	}
 	switch {
 	case fit == 0:
 		return 0, "", fmt.Errorf("the weights (%s) and one session's state (%s) do not fit in this GPU's working set of %s: raise iogpu.wired_limit_mb (sudo sysctl) or use a Mac with more memory", gib(m.Weights), gib(m.State+m.Scratch), gib(workingSet))
 	case asked > fit:
-		return 0, "", fmt.Errorf("--ctx %d needs %s of KV cache, but %d positions fit beside the weights in this GPU's working set of %s: lower --ctx or raise iogpu.wired_limit_mb", asked, gib(int64(asked)*m.KVPerPosition), fit, gib(workingSet))
+		return 0, "", fmt.Errorf("--ctx %d needs %s of KV cache, but %d positions fit beside the weights in this GPU's working set of %s: lower --ctx, or %s", asked, gib(int64(asked)*m.KVPerPosition), fit, gib(workingSet), more)
 	case asked > 0:
 		return asked, "", nil
 	case fit < full:
-		return fit, fmt.Sprintf("%d of the model's %d positions fit in this GPU's working set of %s beside %s of weights: raise iogpu.wired_limit_mb to serve more", fit, full, gib(workingSet), gib(m.Weights)), nil
+		return fit, fmt.Sprintf("%d of the model's %d positions fit in this GPU's working set of %s beside %s of weights: %s to serve more", fit, full, gib(workingSet), gib(m.Weights), more), nil
 	}
 	return full, "", nil
 }

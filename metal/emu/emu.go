@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu/gen"
 )
 
@@ -286,7 +287,7 @@ func constantBits(typ string, v any) (uint64, error) {
 	case "float":
 		return uint64(math.Float32bits(float32(f))), nil
 	case "half":
-		return uint64(f32ToHalf(float32(f))), nil
+		return uint64(quant.F32ToF16(float32(f))), nil
 	case "bfloat":
 		return uint64(f32ToBF16(float32(f))), nil
 	}
@@ -301,39 +302,6 @@ func f32ToBF16(f float32) uint16 {
 	}
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
-}
-
-// f32ToHalf rounds to IEEE binary16, to nearest even.
-func f32ToHalf(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23&0xff) - 127 + 15
-	man := b & 0x7fffff
-	switch {
-	case b&0x7fffffff > 0x7f800000: // NaN
-		return sign | 0x7e00
-	case exp >= 31: // overflow or Inf
-		return sign | 0x7c00
-	case exp <= 0: // subnormal or zero
-		if exp < -10 {
-			return sign
-		}
-		man |= 0x800000
-		shift := uint(14 - exp)
-		h := man >> shift
-		rem := man & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || rem == half && h&1 == 1 {
-			h++
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(exp)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
-		h++ // may carry into the exponent, and to Inf: both correct
-	}
-	return sign | uint16(h)
 }
 
 // Binding binds a buffer, from Offset on, to a [[buffer(n)]] parameter.

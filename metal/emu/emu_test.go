@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lilyformac/lily/engine/quant"
 )
 
 var (
@@ -275,7 +277,7 @@ func TestTemplateKernels(t *testing.T) {
 		if name == "scaled_half" {
 			h := make([]uint16, len(in))
 			for i, v := range in {
-				h[i] = f32ToHalf(v)
+				h[i] = quant.F32ToF16(v)
 			}
 			bin = BufferOf(h)
 		} else {
@@ -366,7 +368,7 @@ func TestHalfAndBFloatRounding(t *testing.T) {
 	}
 	bad := 0
 	for i, f := range in {
-		if got, want := h.Uint16s()[i], f32ToHalf(f); got != want && bad < 10 {
+		if got, want := h.Uint16s()[i], quant.F32ToF16(f); got != want && bad < 10 {
 			t.Errorf("half(%g): clang %#04x, Go %#04x", f, got, want)
 			bad++
 		}

@@ -13,6 +13,7 @@ import (
 type EmuOptions struct {
 	MaxCtx     int
 	WorkingSet int64
+	KVBits     int
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

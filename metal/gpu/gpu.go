@@ -51,6 +51,8 @@ type GPUOptions struct {
 	// WorkingSet is the device memory the backend may use (Metal: recommendedMaxWorkingSetSize);
 	// 0: no limit known (the emulator).
 	WorkingSet int64
+	// KVBits is the KV cache's format: 16 (bfloat16; also 0) or 8 (decode.Options.KVBits).
+	KVBits int
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -58,7 +60,7 @@ type GPUOptions struct {
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	mem, err := decode.MemoryOf(w.Config)
+	mem, err := decode.MemoryOf(w.Config, o.KVBits)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +68,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits})
 	if err != nil {
 		return nil, err
 	}

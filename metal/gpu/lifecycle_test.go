@@ -95,7 +95,7 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	}
 	baseBufs, baseBytes := e.Live()
 	devBufs, devBytes := dev.held()
-	mem, _ := decode.MemoryOf(w.Config)
+	mem, _ := decode.MemoryOf(w.Config, 0)
 	r := runner.New(e, runner.Options{CacheBytes: 3 * mem.Snapshot(16), PrefillChunk: 5, CheckpointEvery: 8})
 	seed := uint64(1)
 	start := time.Now()

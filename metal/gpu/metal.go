@@ -9,8 +9,8 @@ import (
 // NewMetal compiles the kernels on the default Metal device, builds the decode plan for w and
 // uploads the weights (macOS; elsewhere it fails with metal/mtl's "only on macOS" error). A
 // session holds maxCtx positions; 0: as many as the device's working set holds beside the
-// weights, up to the model's context.
-func NewMetal(w *model.Weights, maxCtx int) (*GPU, error) {
+// weights, up to the model's context. kvBits is the KV cache's format (16, or 8).
+func NewMetal(w *model.Weights, maxCtx, kvBits int) (*GPU, error) {
 	srcs := map[string]string{}
 	for _, n := range KernelFiles {
 		srcs[n] = kernels.Source(n)
@@ -19,5 +19,5 @@ func NewMetal(w *model.Weights, maxCtx int) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("metal", w, dev, GPUOptions{MaxCtx: maxCtx, WorkingSet: dev.WorkingSet()})
+	return NewGPU("metal", w, dev, GPUOptions{MaxCtx: maxCtx, WorkingSet: dev.WorkingSet(), KVBits: kvBits})
 }

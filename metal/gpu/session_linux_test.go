@@ -38,7 +38,7 @@ func TestSnapshotContinuesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := decode.MemoryOf(w.Config)
+	mem, _ := decode.MemoryOf(w.Config, 0)
 	stepBuf := e.Step().Plan.Buffers[e.Step().StepBuf].Size
 	if snap.Pos() != 6 || snap.Bytes() != mem.Snapshot(6)+stepBuf {
 		t.Fatalf("snapshot pos %d, %d bytes; want 6 and the state + 6 KV rows (%d) + the step buffer (%d)", snap.Pos(), snap.Bytes(), mem.Snapshot(6), stepBuf)
@@ -140,42 +140,55 @@ func TestSnapshotEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e, other := newEmu(t, w, EmuOptions{MaxCtx: 32}), newEmu(t, w, EmuOptions{MaxCtx: 48})
-	a := e.NewSession()
-	defer a.Close()
-	if _, err := a.Forward(g.PromptIDs[:5], false); err != nil {
-		t.Fatal(err)
-	}
-	snap, _ := a.Save()
-	data, err := e.EncodeSnapshot(snap)
-	if err != nil || int64(len(data)) != snap.Bytes() {
-		t.Fatalf("encode: %v, %d bytes of %d", err, len(data), snap.Bytes())
-	}
-	back, err := other.DecodeSnapshot(data, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := back.Restore()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	next := g.PromptIDs[5:8]
-	fromA, _ := a.Forward(next, true)
-	fromB, err := b.Forward(next, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range fromA {
-		if d := maxAbsDiff(fromA[i], fromB[i]); d != 0 {
-			t.Fatalf("row %d: decoded snapshot differs by %g", i, d)
+	encoded := map[int][]byte{}
+	for _, bits := range []int{16, 8} {
+		e, other := newEmu(t, w, EmuOptions{MaxCtx: 32, KVBits: bits}), newEmu(t, w, EmuOptions{MaxCtx: 48, KVBits: bits})
+		a := e.NewSession()
+		if _, err := a.Forward(g.PromptIDs[:5], false); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := other.DecodeSnapshot(data[:len(data)-2], 5); err == nil {
-		t.Fatal("short data accepted")
-	}
-	if _, err := other.DecodeSnapshot(data, 6); err == nil {
-		t.Fatal("data of 5 positions accepted as 6")
+		snap, _ := a.Save()
+		data, err := e.EncodeSnapshot(snap)
+		if err != nil || int64(len(data)) != snap.Bytes() {
+			t.Fatalf("%d-bit KV: encode: %v, %d bytes of %d", bits, err, len(data), snap.Bytes())
+		}
+		encoded[bits] = data
+		back, err := other.DecodeSnapshot(data, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := back.Restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := g.PromptIDs[5:8]
+		fromA, _ := a.Forward(next, true)
+		fromB, err := b.Forward(next, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fromA {
+			if d := maxAbsDiff(fromA[i], fromB[i]); d != 0 {
+				t.Fatalf("%d-bit KV: row %d: decoded snapshot differs by %g", bits, i, d)
+			}
+		}
+		if _, err := other.DecodeSnapshot(data[:len(data)-2], 5); err == nil {
+			t.Fatal("short data accepted")
+		}
+		if _, err := other.DecodeSnapshot(data, 6); err == nil {
+			t.Fatal("data of 5 positions accepted as 6")
+		}
+		if bits == 8 {
+			if _, err := other.DecodeSnapshot(encoded[16], 5); err == nil {
+				t.Fatal("a bf16 cache's snapshot accepted by an 8-bit one")
+			}
+		}
+		a.Close()
+		b.Close()
+		snap.Close()
+		back.Close()
+		e.Close()
+		other.Close()
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/lilyformac/lily/engine/f32"
-	"github.com/lilyformac/lily/engine/quant"
 )
 
 // AttnSplitsConst is the function constant index of ATTN_SPLITS (attn_decode.metal); the shape
@@ -52,8 +51,8 @@ func AttnActiveSplits(n, splits int) int {
 func (s AttnShape) AttnPartialThreads() int { return 32 * s.Heads / s.KVHeads }
 
 // AttnPartialThreadgroupMem is attn_decode_partial's [[threadgroup(0)]] length in bytes: a K
-// and a V tile of AttnTile bf16 rows.
-func (s AttnShape) AttnPartialThreadgroupMem() int { return 2 * AttnTile * s.HeadDim * 2 }
+// and a V tile of AttnTile rows (values, and block scales in an 8-bit cache).
+func (s AttnShape) AttnPartialThreadgroupMem() int { return 2 * AttnTile * s.RowBytes() }
 
 // AttnPartialLens are the lengths in floats of attn_decode_partial's outputs: o [Heads][splits]
 // [HeadDim] and (max, sum) [Heads][splits][2].
@@ -63,20 +62,16 @@ func (s AttnShape) AttnPartialLens(splits int) (o, ml int) {
 
 // AttnDecode is the Go reference of attn_decode_partial + attn_decode_combine for the token at
 // pos: engine/cpu's attention with the same float32 operations (scores, max-subtracted exp, sum,
-// divide, gate) over the bf16 caches ([KVHeads][MaxCtx][HeadDim]). q holds the rotated queries
-// ([Heads·HeadDim]), qg the q projection (the gates are its second halves).
-func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []uint16) []float32 {
+// divide, gate) over the caches ([KVHeads][MaxCtx][HeadDim] in the shape's format, read with
+// LoadKV). q holds the rotated queries ([Heads·HeadDim]), qg the q projection (the gates are its
+// second halves).
+func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte) []float32 {
 	hd, g := s.HeadDim, s.Heads/s.KVHeads
 	n := min(pos+1, s.MaxCtx)
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	out := make([]float32, s.Heads*hd)
 	kj, vj := make([]float32, hd), make([]float32, hd)
-	row := func(dst []float32, cache []uint16, kvh, j int) {
-		base := (kvh*s.MaxCtx + j) * hd
-		for d := range dst {
-			dst[d] = quant.BF16ToF32(cache[base+d])
-		}
-	}
+	row := func(dst []float32, cache []byte, kvh, j int) { s.LoadKV(cache, kvh, j, dst) }
 	for head := range s.Heads {
 		kvh := head / g
 		qh := q[head*hd : (head+1)*hd]

@@ -1,4 +1,4 @@
-// attn_decode.metal: decode attention of one token over the bf16 KV cache, split over the
+// attn_decode.metal: decode attention of one token over the KV cache, split over the
 // context (flash-decoding), with the GQA group folded into one threadgroup so each K/V row is
 // read from device memory once for all the query heads that share it (engine/cpu attention(),
 // the part after RoPE):
@@ -10,9 +10,11 @@
 // per kv head; 8 for the model: 256 threads). Simdgroup g handles query head kvh·G + g; lane l
 // holds dims [l·E, l·E+E) of q and of the output (E = HD/32). The threadgroup walks its chunk of
 // positions in tiles of ATTN_TILE rows: the K and V rows of a tile are copied once into
-// threadgroup memory ([[threadgroup(0)]]: 2·ATTN_TILE·HD bf16, 16 KiB for HD = 256; 16-byte
-// loads by all threads), then every simdgroup scores them against
-// its query (one simd_sum per row) and folds them into an online softmax in float32 (running max
+// threadgroup memory ([[threadgroup(0)]]: 2·ATTN_TILE·HD bf16, 16 KiB for HD = 256; with an
+// 8-bit cache (ATTN_KV_BITS, attn_rope.metal's format) 2·ATTN_TILE·HD codes then 2·ATTN_TILE·HD/32
+// half scales, 8.5 KiB; 16-byte loads by all threads), then every simdgroup scores them against
+// its query (one simd_sum per row; with 8-bit codes a lane's E dims share one block, so its
+// partial dot product is scaled once) and folds them into an online softmax in float32 (running max
 // m, running sum l, unnormalised output o, rescaled once per tile). It writes the split's
 // partial (m, l) and o; a split whose chunk is empty writes the neutral partial
 // (-FLT_MAX, 0, zeros). Finite sentinels only: the kernels stay correct under fast math.
@@ -37,6 +39,7 @@ constant uint ATTN_NKV [[function_constant(1)]];      // kv heads (2)
 constant uint ATTN_HD [[function_constant(2)]];       // head dim (256): a multiple of 32, <= 256
 constant uint ATTN_MAX_CTX [[function_constant(4)]];  // positions per kv head in the cache
 constant uint ATTN_SPLITS [[function_constant(6)]];   // the grid's splits per kv head
+constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
 
 #define ATTN_TILE 16
 #define ATTN_MIN_CHUNK 64
@@ -53,8 +56,8 @@ inline uint attn_chunk(uint n) {
 }
 
 kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // [NQ*HD] rotated
-                                device const bfloat* k_cache [[buffer(1)]],  // [NKV][MAX_CTX][HD]
-                                device const bfloat* v_cache [[buffer(2)]],  // [NKV][MAX_CTX][HD]
+                                device const uchar* k_cache [[buffer(1)]],   // [NKV][MAX_CTX][HD]
+                                device const uchar* v_cache [[buffer(2)]],   // [NKV][MAX_CTX][HD]
                                 device const uint* step [[buffer(3)]],       // {pos, token}
                                 device float* o_part [[buffer(4)]],          // [NQ][SPLITS][HD]
                                 device float2* ml_part [[buffer(5)]],        // [NQ][SPLITS]
@@ -92,18 +95,36 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
   }
   float m = -FLT_MAX, l = 0.0f;
 
-  const ulong head_base = ulong(kvh) * ATTN_MAX_CTX * ATTN_HD;
+  // Tiles in threadgroup memory: K then V values (bf16, or int8 codes followed by the K then V
+  // block scales). A lane's dims lane·E..lane·E+E-1 lie in one block of 32 (E <= 8).
+  const bool q8 = ATTN_KV_BITS == 8;
+  const uint SB = ATTN_HD / 32;              // block scales per row
+  const uint VB = q8 ? ATTN_HD : 2 * ATTN_HD;  // value bytes per row
+  const ulong head_row = ulong(kvh) * ATTN_MAX_CTX;
+  device const half* k_scales = (device const half*)(k_cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
+  device const half* v_scales = (device const half*)(v_cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
   threadgroup uint4* k_tile = tiles;
-  threadgroup uint4* v_tile = tiles + ATTN_TILE * ATTN_HD / 8;
+  threadgroup uint4* v_tile = tiles + ATTN_TILE * VB / 16;
+  threadgroup half* ks_tile = (threadgroup half*)(tiles + 2 * ATTN_TILE * VB / 16);
+  threadgroup half* vs_tile = ks_tile + ATTN_TILE * SB;
   threadgroup const bfloat* kt = (threadgroup const bfloat*)k_tile;
   threadgroup const bfloat* vt = (threadgroup const bfloat*)v_tile;
+  threadgroup const char* kt8 = (threadgroup const char*)k_tile;
+  threadgroup const char* vt8 = (threadgroup const char*)v_tile;
+  const uint blk = lane * E / 32;
   for (uint t0 = begin; t0 < end; t0 += ATTN_TILE) {
     const uint rows = min(uint(ATTN_TILE), end - t0);
-    device const uint4* ks = (device const uint4*)(k_cache + head_base + ulong(t0) * ATTN_HD);
-    device const uint4* vs = (device const uint4*)(v_cache + head_base + ulong(t0) * ATTN_HD);
-    for (uint i = tid; i < rows * ATTN_HD / 8; i += ntg) {
+    device const uint4* ks = (device const uint4*)(k_cache + (head_row + t0) * VB);
+    device const uint4* vs = (device const uint4*)(v_cache + (head_row + t0) * VB);
+    for (uint i = tid; i < rows * VB / 16; i += ntg) {
       k_tile[i] = ks[i];
       v_tile[i] = vs[i];
+    }
+    if (q8) {
+      for (uint i = tid; i < rows * SB; i += ntg) {
+        ks_tile[i] = k_scales[(head_row + t0) * SB + i];
+        vs_tile[i] = v_scales[(head_row + t0) * SB + i];
+      }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -111,8 +132,15 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
     float mt = m;
     for (uint j = 0; j < rows; j++) {
       float acc = 0.0f;
-      for (uint e = 0; e < E; e++) {
-        acc += qr[e] * float(kt[j * ATTN_HD + lane * E + e]);
+      if (q8) {
+        for (uint e = 0; e < E; e++) {
+          acc += qr[e] * float(kt8[j * ATTN_HD + lane * E + e]);
+        }
+        acc *= float(ks_tile[j * SB + blk]);
+      } else {
+        for (uint e = 0; e < E; e++) {
+          acc += qr[e] * float(kt[j * ATTN_HD + lane * E + e]);
+        }
       }
       s[j] = simd_sum(acc) * scale;
       mt = max(mt, s[j]);
@@ -125,8 +153,15 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
     for (uint j = 0; j < rows; j++) {
       const float p = exp(s[j] - mt);
       l += p;
-      for (uint e = 0; e < E; e++) {
-        o[e] += p * float(vt[j * ATTN_HD + lane * E + e]);
+      if (q8) {
+        const float pv = p * float(vs_tile[j * SB + blk]);
+        for (uint e = 0; e < E; e++) {
+          o[e] += pv * float(vt8[j * ATTN_HD + lane * E + e]);
+        }
+      } else {
+        for (uint e = 0; e < E; e++) {
+          o[e] += p * float(vt[j * ATTN_HD + lane * E + e]);
+        }
       }
     }
     m = mt;

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
 )
 
@@ -18,36 +17,39 @@ type attnCase struct {
 	n      int // positions attended to: pos = n-1
 }
 
-// randCache fills positions 0..n-1 of a bf16 cache with N(0, scale²) values and the rest with
-// NaN, so reading past pos poisons the output.
-func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []uint16 {
-	c := make([]uint16, s.CacheLen())
+// randCache fills positions 0..n-1 of a cache with N(0, scale²) values (in the shape's format)
+// and the rest with 0xFF bytes (NaN in bf16 values and in 8-bit scales), so reading past pos
+// poisons the output.
+func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []byte {
+	c := make([]byte, s.CacheBytes())
+	for i := range c {
+		c[i] = 0xFF
+	}
+	x := make([]float32, s.HeadDim)
 	for kvh := range s.KVHeads {
-		for j := range s.MaxCtx {
-			base := (kvh*s.MaxCtx + j) * s.HeadDim
-			for d := range s.HeadDim {
-				if j < n {
-					c[base+d] = quant.F32ToBF16(float32(r.NormFloat64()) * scale)
-				} else {
-					c[base+d] = 0xFFFF
-				}
+		for j := range n {
+			for d := range x {
+				x[d] = float32(r.NormFloat64()) * scale
 			}
+			s.StoreKV(c, kvh, j, x)
 		}
 	}
 	return c
 }
 
-// exactAttn is the attention output in float64 (from the same bf16 caches).
-func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []uint16) []float64 {
+// exactAttn is the attention output in float64 (from the same caches: the values LoadKV reads
+// are exact in float32 for both formats).
+func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []byte) []float64 {
 	hd, g := s.HeadDim, s.Heads/s.KVHeads
 	out := make([]float64, s.Heads*hd)
+	kj, vj := make([]float32, hd), make([]float32, hd)
 	for head := range s.Heads {
-		base := func(j int) int { return ((head/g)*s.MaxCtx + j) * hd }
 		scores := make([]float64, n)
 		m := math.Inf(-1)
 		for j := range n {
+			s.LoadKV(kCache, head/g, j, kj)
 			for d := range hd {
-				scores[j] += float64(q[head*hd+d]) * float64(quant.BF16ToF32(kCache[base(j)+d]))
+				scores[j] += float64(q[head*hd+d]) * float64(kj[d])
 			}
 			scores[j] /= math.Sqrt(float64(hd))
 			m = max(m, scores[j])
@@ -57,13 +59,16 @@ func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []uint16) []f
 			scores[j] = math.Exp(scores[j] - m)
 			sum += scores[j]
 		}
-		for d := range hd {
-			var o float64
-			for j, p := range scores {
-				o += p / sum * float64(quant.BF16ToF32(vCache[base(j)+d]))
+		o := make([]float64, hd)
+		for j, p := range scores {
+			s.LoadKV(vCache, head/g, j, vj)
+			for d := range hd {
+				o[d] += p / sum * float64(vj[d])
 			}
+		}
+		for d := range hd {
 			gate := float64(qg[head*2*hd+hd+d])
-			out[head*hd+d] = o / (1 + math.Exp(-gate))
+			out[head*hd+d] = o[d] / (1 + math.Exp(-gate))
 		}
 	}
 	return out
@@ -155,21 +160,23 @@ func TestAttnDecode(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(51, 52))
 	var cases []attnCase
-	for _, s := range []AttnShape{{4, 2, 64, 16, 200}, {2, 1, 256, 64, 200}, {6, 2, 96, 0, 200}} {
+	for _, s := range []AttnShape{{4, 2, 64, 16, 200, KVBF16}, {2, 1, 256, 64, 200, KVBF16}, {6, 2, 96, 0, 200, KVBF16}, {4, 2, 64, 16, 200, KV8}, {2, 1, 256, 64, 200, KV8}} {
 		for _, n := range []int{1, 2, 63, 64, 65, 200} {
 			cases = append(cases, attnCase{s: s, n: n})
 		}
 	}
 	cases = append(cases,
-		attnCase{s: AttnShape{4, 2, 64, 16, 64}, n: 64},                // a single split
-		attnCase{s: AttnShape{4, 2, 64, 16, 5000}, splits: 3, n: 5000}, // long chunks
-		attnCase{s: AttnShape{4, 2, 64, 16, 5000}, n: 5000},            // 64 splits, 63 active
-		attnCase{s: AttnShape{8, 1, 32, 32, 300}, n: 300},              // 8 heads per kv head, E = 1
+		attnCase{s: AttnShape{4, 2, 64, 16, 64, KVBF16}, n: 64},                // a single split
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16}, splits: 3, n: 5000}, // long chunks
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16}, n: 5000},            // 64 splits, 63 active
+		attnCase{s: AttnShape{8, 1, 32, 32, 300, KVBF16}, n: 300},              // 8 heads per kv head, E = 1
+		attnCase{s: AttnShape{8, 1, 32, 32, 300, KV8}, n: 300},
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KV8}, n: 5000},
 	)
 	var worstX, worstR float64
 	for _, c := range cases {
 		for _, order := range emu.Orders {
-			t.Run(fmt.Sprintf("%d_%d_%d_max%d_s%d_n%d_%v", c.s.Heads, c.s.KVHeads, c.s.HeadDim, c.s.MaxCtx, c.splits, c.n, order), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%d_%d_%d_max%d_kv%d_s%d_n%d_%v", c.s.Heads, c.s.KVHeads, c.s.HeadDim, c.s.MaxCtx, c.s.bits(), c.splits, c.n, order), func(t *testing.T) {
 				xe, re := runAttnDecode(t, lib, r, c, order)
 				worstX, worstR = max(worstX, xe), max(worstR, re)
 			})
@@ -183,19 +190,22 @@ func TestAttnDecode(t *testing.T) {
 func TestAttnDecodeProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(53, 54))
-	s := AttnShape{16, 2, 256, 64, 5000}
-	for i, n := range []int{65, 5000} {
-		xe, re := runAttnDecode(t, lib, r, attnCase{s: s, splits: AttnSplits(32768), n: n}, emu.Orders[i])
-		t.Logf("model shape, %d positions, %d splits (%d active): error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)",
-			n, AttnSplits(32768), AttnActiveSplits(n, AttnSplits(32768)), xe, re)
+	for _, bits := range []int{KVBF16, KV8} {
+		s := AttnShape{16, 2, 256, 64, 5000, bits}
+		for i, n := range []int{65, 5000} {
+			xe, re := runAttnDecode(t, lib, r, attnCase{s: s, splits: AttnSplits(32768), n: n}, emu.Orders[i])
+			t.Logf("model shape, %d-bit cache, %d positions, %d splits (%d active): error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)",
+				bits, n, AttnSplits(32768), AttnActiveSplits(n, AttnSplits(32768)), xe, re)
+		}
 	}
 }
 
 func TestAttnDecodeASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(55, 56))
-	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130}, n: 130}, emu.Shuffle) // last rows of the cache
-	runAttnDecode(t, lib, r, attnCase{s: AttnShape{2, 1, 256, 64, 300}, n: 70}, emu.Reverse)
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KVBF16}, n: 130}, emu.Shuffle) // last rows of the cache
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{2, 1, 256, 64, 300, KVBF16}, n: 70}, emu.Reverse)
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KV8}, n: 130}, emu.Shuffle)
 }
 
 // TestAttnSplitRule pins the split rule's edges.

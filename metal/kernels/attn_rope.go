@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -17,6 +18,15 @@ const (
 	AttnRotaryDim = 3 // uint ATTN_ROT
 	AttnMaxCtx    = 4 // uint ATTN_MAX_CTX
 	AttnEps       = 5 // float ATTN_EPS
+	AttnKVBits    = 7 // uint ATTN_KV_BITS: the cache format
+)
+
+// KV cache formats (AttnShape.KVBits). An 8-bit cache holds int8 codes, then a binary16 scale
+// per block of KVBlock dims of a row: x ≈ code · scale, scale = max|x| / 127 over the block.
+const (
+	KVBF16  = 16
+	KV8     = 8
+	KVBlock = 32
 )
 
 // AttnRopeThreads is attn_qk_rope_kv's production threadgroup size (one thread per dim of a
@@ -28,6 +38,7 @@ const AttnRopeThreads = 256
 type AttnShape struct {
 	Heads, KVHeads, HeadDim, RotaryDim int
 	MaxCtx                             int // positions per kv head in the cache
+	KVBits                             int // cache format: KVBF16 (also 0) or KV8
 }
 
 // Validate reports whether attn_qk_rope_kv and the decode kernels support the shape.
@@ -43,6 +54,11 @@ func (s AttnShape) Validate() error {
 		return fmt.Errorf("attn: rotary dim %d: want even and at most the head dim %d", s.RotaryDim, s.HeadDim)
 	case s.MaxCtx <= 0:
 		return fmt.Errorf("attn: cache of %d positions", s.MaxCtx)
+	case s.KVBits != 0 && s.KVBits != KVBF16 && s.KVBits != KV8:
+		return fmt.Errorf("attn: KV cache of %d bits: want 16 or 8", s.KVBits)
+	case s.KVBits == KV8 && KVBlock%(s.HeadDim/32) != 0:
+		// attn_decode_partial's lanes hold HeadDim/32 dims each, which must lie in one block
+		return fmt.Errorf("attn: an 8-bit KV cache needs head dim 32, 64, 128 or 256, not %d", s.HeadDim)
 	}
 	return nil
 }
@@ -50,11 +66,89 @@ func (s AttnShape) Validate() error {
 // Constants returns the function constants attn_qk_rope_kv (and, with AttnDecodeConstants,
 // the decode kernels) are specialised with.
 func (s AttnShape) Constants(eps float32) map[int]any {
-	return map[int]any{AttnHeads: s.Heads, AttnKVHeads: s.KVHeads, AttnHeadDim: s.HeadDim, AttnRotaryDim: s.RotaryDim, AttnMaxCtx: s.MaxCtx, AttnEps: eps}
+	return map[int]any{AttnHeads: s.Heads, AttnKVHeads: s.KVHeads, AttnHeadDim: s.HeadDim, AttnRotaryDim: s.RotaryDim, AttnMaxCtx: s.MaxCtx, AttnEps: eps, AttnKVBits: s.bits()}
 }
 
-// CacheLen is the number of bf16 values of one layer's K (or V) cache, [KVHeads][MaxCtx][HeadDim].
-func (s AttnShape) CacheLen() int { return s.KVHeads * s.MaxCtx * s.HeadDim }
+func (s AttnShape) bits() int {
+	if s.KVBits == KV8 {
+		return KV8
+	}
+	return KVBF16
+}
+
+// RowBytes is what one position of one kv head takes in a K (or V) cache: its values, and in an
+// 8-bit cache its block scales.
+func (s AttnShape) RowBytes() int {
+	if s.bits() == KV8 {
+		return s.HeadDim + s.HeadDim/KVBlock*2
+	}
+	return 2 * s.HeadDim
+}
+
+// CacheBytes is one layer's K (or V) cache, [KVHeads][MaxCtx] rows (in an 8-bit cache the codes
+// of every row, then the scales of every row).
+func (s AttnShape) CacheBytes() int { return s.KVHeads * s.MaxCtx * s.RowBytes() }
+
+// CacheSpans calls f with the byte spans of a K (or V) cache that hold rows [from, from+n) of
+// every kv head (two per head in an 8-bit cache: codes and scales).
+func (s AttnShape) CacheSpans(from, n int, f func(off, len int64)) {
+	for h := range s.KVHeads {
+		r := int64(h*s.MaxCtx + from)
+		if s.bits() == KVBF16 {
+			f(r*int64(2*s.HeadDim), int64(n*2*s.HeadDim))
+			continue
+		}
+		sb := int64(s.HeadDim / KVBlock * 2)
+		f(r*int64(s.HeadDim), int64(n*s.HeadDim))
+		f(int64(s.KVHeads*s.MaxCtx*s.HeadDim)+r*sb, int64(n)*sb)
+	}
+}
+
+// StoreKV writes x as row pos of kv head kvh of a K (or V) cache, as attn_qk_rope_kv does.
+func (s AttnShape) StoreKV(cache []byte, kvh, pos int, x []float32) {
+	row := kvh*s.MaxCtx + pos
+	hd := s.HeadDim
+	if s.bits() == KVBF16 {
+		for d, v := range x[:hd] {
+			binary.LittleEndian.PutUint16(cache[2*(row*hd+d):], quant.F32ToBF16(v))
+		}
+		return
+	}
+	scales := cache[s.KVHeads*s.MaxCtx*hd:]
+	for b := 0; b < hd; b += KVBlock {
+		var amax float32
+		for _, v := range x[b : b+KVBlock] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		sc := quant.F32ToF16(amax / 127)
+		binary.LittleEndian.PutUint16(scales[2*(row*hd/KVBlock+b/KVBlock):], sc)
+		f := quant.F16ToF32(sc)
+		for d := b; d < b+KVBlock; d++ {
+			var q float32
+			if f > 0 {
+				q = min(max(float32(math.RoundToEven(float64(x[d]/f))), -127), 127)
+			}
+			cache[row*hd+d] = byte(int8(q))
+		}
+	}
+}
+
+// LoadKV reads row pos of kv head kvh of a K (or V) cache into dst, as attn_decode_partial does.
+func (s AttnShape) LoadKV(cache []byte, kvh, pos int, dst []float32) {
+	row := kvh*s.MaxCtx + pos
+	hd := s.HeadDim
+	if s.bits() == KVBF16 {
+		for d := range dst[:hd] {
+			dst[d] = quant.BF16ToF32(binary.LittleEndian.Uint16(cache[2*(row*hd+d):]))
+		}
+		return
+	}
+	scales := cache[s.KVHeads*s.MaxCtx*hd:]
+	for d := range dst[:hd] {
+		f := quant.F16ToF32(binary.LittleEndian.Uint16(scales[2*(row*hd/KVBlock+d/KVBlock):]))
+		dst[d] = float32(int8(cache[row*hd+d])) * f
+	}
+}
 
 // RopeInvFreq is the RoPE inverse-frequency table attn_qk_rope_kv reads (buffer 5): rot/2 values
 // computed as engine/cpu computes them (float32 exponent, float64 pow, float32 reciprocal).
@@ -77,9 +171,9 @@ type AttnRopeParams struct {
 // AttnQKRopeKV is the Go reference of attn_qk_rope_kv for the token at pos: engine/cpu's q and k
 // RMSNorm and RoPE with the same float32 operations. qg is the q projection ([Heads][2·HeadDim]:
 // query ‖ gate per head), k and v the kv projections; it returns the rotated queries
-// ([Heads·HeadDim]) and writes K (normalised, rotated) and V into the bf16 caches at pos (when
-// pos < MaxCtx).
-func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kCache, vCache []uint16) []float32 {
+// ([Heads·HeadDim]) and writes K (normalised, rotated) and V into the caches at pos (when
+// pos < MaxCtx), in the shape's format.
+func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kCache, vCache []byte) []float32 {
 	hd := s.HeadDim
 	q := make([]float32, s.Heads*hd)
 	for h := range s.Heads {
@@ -96,11 +190,8 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 		if pos >= s.MaxCtx {
 			continue // as the kernel: no cache write past the end
 		}
-		row := (j*s.MaxCtx + pos) * hd
-		for d := range hd {
-			kCache[row+d] = quant.F32ToBF16(kh[d])
-			vCache[row+d] = quant.F32ToBF16(v[j*hd+d])
-		}
+		s.StoreKV(kCache, j, pos, kh)
+		s.StoreKV(vCache, j, pos, v[j*hd:(j+1)*hd])
 	}
 	return q
 }

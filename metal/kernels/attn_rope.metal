@@ -15,7 +15,12 @@
 // 1/float32(pow(theta, float32(2i)/float32(ROT))) with a float64 pow), so the angles are the
 // reference's bits; cos and sin are metal::precise (the fast ones are only accurate on [-pi, pi]).
 //
-// The KV cache is bfloat16 [NKV][MAX_CTX][HD] per layer, K stored post-norm and post-RoPE.
+// The KV cache is [NKV][MAX_CTX][HD] per layer, K stored post-norm and post-RoPE, in one of two
+// formats (ATTN_KV_BITS):
+//   16: bfloat16 values;
+//    8: int8 codes, then (after all NKV·MAX_CTX·HD codes) one half scale per block of 32 dims,
+//       [NKV][MAX_CTX][HD/32]: scale = half(max|x| over the block / 127), code = round(x / scale)
+//       clamped to ±127 (0 when the scale is 0), x ≈ code · scale.
 // step (buffer 6) is {pos, token}; nothing is written to the cache when pos >= MAX_CTX.
 //
 // Geometry: NQ + NKV threadgroups (18 for the model) of any size up to 1024 (AttnRopeThreads =
@@ -30,8 +35,30 @@ constant uint ATTN_HD [[function_constant(2)]];       // head dim (256), at most
 constant uint ATTN_ROT [[function_constant(3)]];      // rotary dims (64), even, <= HD
 constant uint ATTN_MAX_CTX [[function_constant(4)]];  // positions the cache holds
 constant float ATTN_EPS [[function_constant(5)]];     // RMSNorm epsilon (1e-6)
+constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
 
 #define ATTN_ROPE_MAX_HD 512
+
+// attn_store_q8 writes dim d of the row starting at value index row (kv head · MAX_CTX + pos,
+// times HD) into an 8-bit cache: its code, and the block's scale from the block's 32 values of x
+// (every thread of the block computes the same scale; the block's first dim writes it).
+template <typename X>
+inline void attn_store_q8(device uchar* cache, ulong row, uint d, X x) {
+  const uint b0 = d / 32 * 32;
+  float amax = 0.0f;
+  for (uint i = b0; i < b0 + 32; i++) {
+    amax = max(amax, fabs(float(x[i])));
+  }
+  // precise divisions: the codes are the Go reference's under the file's relaxed math
+  const half sc = half(precise::divide(amax, 127.0f));
+  const float s = float(sc);
+  const float q = s > 0.0f ? clamp(rint(precise::divide(float(x[d]), s)), -127.0f, 127.0f) : 0.0f;
+  ((device char*)cache)[row + d] = char(q);
+  if (d == b0) {
+    device half* scales = (device half*)(cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
+    scales[row / 32 + d / 32] = sc;
+  }
+}
 
 kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ][2*HD]
                             device const float* k [[buffer(1)]],         // [NKV*HD]
@@ -41,8 +68,8 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device const float* inv_freq [[buffer(5)]],  // [ROT/2]
                             device const uint* step [[buffer(6)]],       // {pos, token}
                             device float* q_out [[buffer(7)]],           // [NQ*HD]
-                            device bfloat* k_cache [[buffer(8)]],        // [NKV][MAX_CTX][HD]
-                            device bfloat* v_cache [[buffer(9)]],        // [NKV][MAX_CTX][HD]
+                            device uchar* k_cache [[buffer(8)]],         // [NKV][MAX_CTX][HD]
+                            device uchar* v_cache [[buffer(9)]],         // [NKV][MAX_CTX][HD]
                             uint head [[threadgroup_position_in_grid]],
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
@@ -50,6 +77,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             uint sg [[simdgroup_index_in_threadgroup]],
                             uint nsg [[simdgroups_per_threadgroup]]) {
   threadgroup float y[ATTN_ROPE_MAX_HD];  // the normalised head
+  threadgroup float ko[ATTN_ROPE_MAX_HD];  // 8-bit cache: the rotated k row, quantised after
   threadgroup float partial[32];          // Σ x² per simdgroup
   threadgroup float inv_rms;
 
@@ -96,9 +124,20 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
     }
     if (is_q) {
       q_out[head * ATTN_HD + d] = o;
-    } else if (pos < ATTN_MAX_CTX) {
-      k_cache[row + d] = bfloat(o);
-      v_cache[row + d] = bfloat(v[kvh * ATTN_HD + d]);
+    } else if (pos < ATTN_MAX_CTX && ATTN_KV_BITS == 16) {
+      ((device bfloat*)k_cache)[row + d] = bfloat(o);
+      ((device bfloat*)v_cache)[row + d] = bfloat(v[kvh * ATTN_HD + d]);
+    } else {
+      ko[d] = o;
     }
+  }
+  if (is_q || pos >= ATTN_MAX_CTX || ATTN_KV_BITS == 16) {
+    return;  // the same for the whole threadgroup
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  device const float* vh = v + kvh * ATTN_HD;
+  for (uint d = tid; d < ATTN_HD; d += ntg) {
+    attn_store_q8(k_cache, row, d, ko);
+    attn_store_q8(v_cache, row, d, vh);
   }
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
 )
 
@@ -45,9 +46,10 @@ func absInt(x int) int {
 }
 
 // runAttnRope runs attn_qk_rope_kv for one token at pos and compares with AttnQKRopeKV: it
-// returns the relative error of the queries and the largest K difference in bf16 steps; V must be
-// exact and the rest of the caches untouched.
-func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos, threads int, order emu.Order) (qErr float64, kUlps int) {
+// returns the relative error of the queries and the largest K difference (bf16 cache: in bf16
+// steps; 8-bit cache: in codes of the block's scale); V must be exact and the rest of the caches
+// untouched.
+func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos, threads int, order emu.Order) (qErr float64, kSteps int) {
 	t.Helper()
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -55,13 +57,13 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 	p := randAttnRopeParams(r, s, 1e7)
 	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
 	k, v := randFloats(r, s.KVHeads*s.HeadDim, 1), randFloats(r, s.KVHeads*s.HeadDim, 1)
-	kWant, vWant := make([]uint16, s.CacheLen()), make([]uint16, s.CacheLen())
+	kWant, vWant := make([]byte, s.CacheBytes()), make([]byte, s.CacheBytes())
 	for i := range kWant {
-		kWant[i], vWant[i] = 0xFFFF, 0xFFFF
+		kWant[i], vWant[i] = 0xFF, 0xFF
 	}
 	qWant := AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
 
-	bQ, bK, bV := emu.NewBuffer(4*len(qWant)), emu.NewBuffer(2*s.CacheLen()), emu.NewBuffer(2*s.CacheLen())
+	bQ, bK, bV := emu.NewBuffer(4*len(qWant)), emu.NewBuffer(s.CacheBytes()), emu.NewBuffer(s.CacheBytes())
 	bQ.Fill(0xFF)
 	bK.Fill(0xFF)
 	bV.Fill(0xFF)
@@ -80,20 +82,68 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 		t.Fatal(err)
 	}
 	qErr = relErr(bQ.Float32s(), qWant)
-	kGot, vGot := bK.Uint16s(), bV.Uint16s()
+	kGot, vGot := bK.Bytes(), bV.Bytes()
+	row := make([]bool, len(kWant)) // bytes of row pos
+	if pos < s.MaxCtx {
+		s.CacheSpans(pos, 1, func(off, n int64) {
+			for i := off; i < off+n; i++ {
+				row[i] = true
+			}
+		})
+	}
 	for i := range vWant {
 		if vGot[i] != vWant[i] {
-			t.Fatalf("%+v pos %d: v cache [%d] = %#x, want %#x", s, pos, i, vGot[i], vWant[i])
+			t.Fatalf("%+v pos %d: v cache byte %d = %#x, want %#x", s, pos, i, vGot[i], vWant[i])
 		}
-		if (kGot[i] == 0xFFFF) != (kWant[i] == 0xFFFF) {
-			t.Fatalf("%+v pos %d: k cache [%d] = %#x, want %#x (written where it should not be, or not written)", s, pos, i, kGot[i], kWant[i])
+		if !row[i] && kGot[i] != 0xFF {
+			t.Fatalf("%+v pos %d: k cache byte %d written (%#x) outside row pos", s, pos, i, kGot[i])
 		}
 	}
-	kUlps = bf16Ulps(kGot, kWant)
-	if !(qErr <= 2e-6) || kUlps > 1 {
-		t.Errorf("%+v pos %d tg %d %v: q relative error %.2g, K off by %d bf16 steps", s, pos, threads, order, qErr, kUlps)
+	if pos < s.MaxCtx {
+		kSteps = kRowSteps(t, s, pos, kGot, kWant)
 	}
-	return qErr, kUlps
+	if !(qErr <= 2e-6) || kSteps > 1 {
+		t.Errorf("%+v pos %d tg %d %v: q relative error %.2g, K off by %d step(s)", s, pos, threads, order, qErr, kSteps)
+	}
+	return qErr, kSteps
+}
+
+// kRowSteps is the largest distance between two caches' row pos: in bf16 steps, or for an
+// 8-bit cache in codes of the larger of the two scales (which must agree to a binary16 step).
+func kRowSteps(t *testing.T, s AttnShape, pos int, got, want []byte) int {
+	t.Helper()
+	worst := 0
+	for j := range s.KVHeads {
+		if s.KVBits != KV8 {
+			base := 2 * (j*s.MaxCtx + pos) * s.HeadDim
+			n := 2 * s.HeadDim
+			worst = max(worst, bf16Ulps(u16s(got[base:base+n]), u16s(want[base:base+n])))
+			continue
+		}
+		g, w := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
+		s.LoadKV(got, j, pos, g)
+		s.LoadKV(want, j, pos, w)
+		scales := s.KVHeads * s.MaxCtx * s.HeadDim
+		for b := 0; b < s.HeadDim; b += KVBlock {
+			at := scales + 2*((j*s.MaxCtx+pos)*s.HeadDim/KVBlock+b/KVBlock)
+			sg, sw := quant.F16ToF32(u16s(got[at : at+2])[0]), quant.F16ToF32(u16s(want[at : at+2])[0])
+			if math.Abs(float64(sg-sw)) > math.Abs(float64(sw))/1024 {
+				t.Fatalf("%+v pos %d: kv head %d block %d scale %g, want %g", s, pos, j, b/KVBlock, sg, sw)
+			}
+			for d := b; d < b+KVBlock; d++ {
+				worst = max(worst, int(math.Round(math.Abs(float64(g[d]-w[d]))/float64(max(sg, sw)))))
+			}
+		}
+	}
+	return worst
+}
+
+func u16s(b []byte) []uint16 {
+	out := make([]uint16, len(b)/2)
+	for i := range out {
+		out[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+	}
+	return out
 }
 
 func TestAttnQKRopeKV(t *testing.T) {
@@ -104,14 +154,19 @@ func TestAttnQKRopeKV(t *testing.T) {
 		pos     int
 		threads int
 	}{
-		{AttnShape{4, 2, 64, 16, 8}, 0, 64},
-		{AttnShape{4, 2, 64, 16, 8}, 7, 40}, // a partial simdgroup
-		{AttnShape{4, 2, 64, 16, 70001}, 70000, 32},
-		{AttnShape{2, 1, 256, 64, 3}, 1, AttnRopeThreads},
-		{AttnShape{2, 1, 256, 64, 3}, 2, 96},      // several dims per thread
-		{AttnShape{2, 1, 256, 64, 3}, 5000, 1024}, // pos past the cache: queries only
-		{AttnShape{3, 3, 32, 32, 2}, 1, 7},        // rotary over the whole head, fewer threads than a simdgroup
-		{AttnShape{2, 2, 32, 0, 2}, 1, 32},        // no rotary dims
+		{AttnShape{4, 2, 64, 16, 8, KVBF16}, 0, 64},
+		{AttnShape{4, 2, 64, 16, 8, KVBF16}, 7, 40}, // a partial simdgroup
+		{AttnShape{4, 2, 64, 16, 70001, KVBF16}, 70000, 32},
+		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 1, AttnRopeThreads},
+		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 2, 96},      // several dims per thread
+		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 5000, 1024}, // pos past the cache: queries only
+		{AttnShape{3, 3, 32, 32, 2, KVBF16}, 1, 7},        // rotary over the whole head, fewer threads than a simdgroup
+		{AttnShape{2, 2, 32, 0, 2, KVBF16}, 1, 32},        // no rotary dims
+		{AttnShape{4, 2, 64, 16, 8, KV8}, 0, 64},
+		{AttnShape{4, 2, 64, 16, 8, KV8}, 7, 40}, // a partial simdgroup: blocks span simdgroups
+		{AttnShape{2, 1, 256, 64, 3, KV8}, 2, 96},
+		{AttnShape{2, 1, 256, 64, 3, KV8}, 5000, 1024}, // pos past the cache
+		{AttnShape{3, 3, 32, 32, 2, KV8}, 1, 7},
 	}
 	var worstQ float64
 	var worstK int
@@ -123,7 +178,7 @@ func TestAttnQKRopeKV(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("edge shapes: max relative error of q %.2g, K within %d bf16 step(s), V exact", worstQ, worstK)
+	t.Logf("edge shapes: max relative error of q %.2g, K within %d bf16 step(s) or 8-bit code(s), V exact", worstQ, worstK)
 }
 
 // TestAttnQKRopeKVProduction runs the model's shape (16 query heads, 2 kv heads, head dim 256,
@@ -131,18 +186,21 @@ func TestAttnQKRopeKV(t *testing.T) {
 func TestAttnQKRopeKVProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_rope.metal")
 	r := rand.New(rand.NewPCG(43, 44))
-	s := AttnShape{16, 2, 256, 64, 4100}
-	for i, pos := range []int{3, 4099} {
-		qe, ku := runAttnRope(t, lib, r, s, pos, AttnRopeThreads, emu.Orders[i+1])
-		t.Logf("model shape, pos %d: max relative error of q %.2g, K within %d bf16 step(s), V exact", pos, qe, ku)
+	for _, bits := range []int{KVBF16, KV8} {
+		s := AttnShape{16, 2, 256, 64, 4100, bits}
+		for i, pos := range []int{3, 4099} {
+			qe, ku := runAttnRope(t, lib, r, s, pos, AttnRopeThreads, emu.Orders[i+1])
+			t.Logf("model shape, %d-bit cache, pos %d: max relative error of q %.2g, K within %d step(s), V exact", bits, pos, qe, ku)
+		}
 	}
 }
 
 func TestAttnQKRopeKVASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "attn_rope.metal")
 	r := rand.New(rand.NewPCG(45, 46))
-	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6}, 5, 40, emu.Shuffle) // the last cache row
-	runAttnRope(t, lib, r, AttnShape{2, 1, 256, 64, 2}, 0, 256, emu.Reverse)
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KVBF16}, 5, 40, emu.Shuffle) // the last cache row
+	runAttnRope(t, lib, r, AttnShape{2, 1, 256, 64, 2, KVBF16}, 0, 256, emu.Reverse)
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KV8}, 5, 40, emu.Shuffle) // the last rows of codes and scales
 }
 
 // TestRopeInvFreq pins the table to engine/cpu's formula for the model (rotary 64, theta 1e7).

@@ -1,5 +1,5 @@
 // Package plan describes a decode step as a static list of GPU dispatches over buffers allocated
-// once, and models its memory traffic against the ideal (kernels.md §8).
+// once, and models its memory traffic against the ideal (each byte the token needs moved once).
 package plan
 
 import "github.com/lilyformac/lily/engine/config"
@@ -13,18 +13,19 @@ const (
 // Ideal is the least DRAM traffic one decoded token needs, split by kind.
 type Ideal struct {
 	Weights int64 // weights on the active path, as stored in the checkpoint
-	KV      int64 // K and V rows read by attention (bf16)
+	KV      int64 // K and V rows read by attention, in the cache's format
 	State   int64 // DeltaNet recurrent state read and written (float32)
 }
 
 // Total is the sum of the parts.
 func (i Ideal) Total() int64 { return i.Weights + i.KV + i.State }
 
-// IdealBytes is the ideal traffic of one decode step at context ctx (tokens already cached): every
-// active weight read once (the embedding row, each layer's projections and norms, the router, the
-// chosen experts and the shared one, the LM head), the KV cache read once, the recurrent state read
-// and written once. Conv windows, activations and logits are left out, as in kernels.md §8.2.
-func IdealBytes(c *config.Config, ctx int) Ideal {
+// IdealBytes is the ideal traffic of one decode step at context ctx (tokens already cached) with a
+// kvBits KV cache (16, or 8: int8 codes and a binary16 scale per 32 values): every active weight
+// read once (the embedding row, each layer's projections and norms, the router, the chosen
+// experts and the shared one, the LM head), the KV cache read once, the recurrent state read and
+// written once. Conv windows, activations and logits are small beside these and left out.
+func IdealBytes(c *config.Config, ctx, kvBits int) Ideal {
 	q4 := func(rows, cols int) float64 { return float64(rows) * float64(cols) * q4BytesPerWeight }
 	q8 := func(rows, cols int) float64 { return float64(rows) * float64(cols) * q8BytesPerWeight }
 	H := c.HiddenSize
@@ -56,6 +57,10 @@ func IdealBytes(c *config.Config, ctx int) Ideal {
 			fullLayers++
 		}
 	}
-	kv := int64(fullLayers) * 2 * int64(c.NumKVHeads*c.HeadDim) * 2 * int64(ctx)
+	row := int64(2 * c.HeadDim) // bytes per position per kv head
+	if kvBits == 8 {
+		row = int64(c.HeadDim + c.HeadDim/32*2)
+	}
+	kv := int64(fullLayers) * 2 * int64(c.NumKVHeads) * row * int64(ctx)
 	return Ideal{Weights: int64(w), KV: kv, State: state}
 }

@@ -92,8 +92,10 @@ func checks() []check {
 		{"conv1d_step", "8192 channels", convTol, checkConv},
 		{"gdn_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDN},
 		{"gdn_conv_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDNConv},
-		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, checkRope},
-		{"attn_decode", "partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, checkAttnDecode},
+		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KVBF16) }},
+		{"attn_qk_rope_kv_kv8", "8-bit KV cache, 16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KV8) }},
+		{"attn_decode", "partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KVBF16) }},
+		{"attn_decode_kv8", "8-bit KV cache, partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KV8) }},
 		{"moe_router", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, false) }},
 		{"moe_router_norm", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, true) }},
 		{"moe_gate_up", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), gateUpTol, func(e *env) (float64, error) { return checkGateUp(e, false) }},
@@ -325,22 +327,9 @@ func checkGDNConv(e *env) (float64, error) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-func bf16Steps(a, b uint16) int {
-	ia, ib := int(int16(a)), int(int16(b))
-	if ia < 0 {
-		ia = math.MinInt16 - ia
-	}
-	if ib < 0 {
-		ib = math.MinInt16 - ib
-	}
-	if ia > ib {
-		return ia - ib
-	}
-	return ib - ia
-}
-
-func checkRope(e *env) (float64, error) {
+func checkRope(e *env, bits int) (float64, error) {
 	s, r := attnShape, e.r
+	s.KVBits = bits
 	const pos = 300
 	p := kernels.AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: kernels.RopeInvFreq(s.RotaryDim, 1e7), Eps: eps}
 	for i := range p.QNorm {
@@ -348,9 +337,9 @@ func checkRope(e *env) (float64, error) {
 	}
 	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
 	k, v := randFloats(r, s.KVHeads*s.HeadDim, 1), randFloats(r, s.KVHeads*s.HeadDim, 1)
-	kWant, vWant := make([]uint16, s.CacheLen()), make([]uint16, s.CacheLen())
+	kWant, vWant := make([]byte, s.CacheBytes()), make([]byte, s.CacheBytes())
 	for i := range kWant {
-		kWant[i], vWant[i] = 0xFFFF, 0xFFFF
+		kWant[i], vWant[i] = 0xFF, 0xFF
 	}
 	b := newPB()
 	bs := map[int]int{0: b.in("qg", qg), 1: b.in("k", k), 2: b.in("v", v), 3: b.in("q_norm", p.QNorm), 4: b.in("k_norm", p.KNorm),
@@ -362,35 +351,61 @@ func checkRope(e *env) (float64, error) {
 		return math.NaN(), err
 	}
 	qWant := kernels.AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
-	kGot, vGot := u16s(x.Bytes(bs[8])), u16s(x.Bytes(bs[9]))
+	kGot, vGot := x.Bytes(bs[8]), x.Bytes(bs[9])
+	inRow := make([]bool, len(kWant))
+	s.CacheSpans(pos, 1, func(off, n int64) {
+		for i := off; i < off+n; i++ {
+			inRow[i] = true
+		}
+	})
 	for i := range vWant {
 		if vGot[i] != vWant[i] {
-			return math.NaN(), fmt.Errorf("V cache [%d] = %#x, want %#x", i, vGot[i], vWant[i])
+			return math.NaN(), fmt.Errorf("V cache byte %d = %#x, want %#x", i, vGot[i], vWant[i])
 		}
-		if (kGot[i] == 0xFFFF) != (kWant[i] == 0xFFFF) {
-			return math.NaN(), fmt.Errorf("K cache [%d] = %#x, want %#x (written where it should not be, or not written)", i, kGot[i], kWant[i])
+		if !inRow[i] && kGot[i] != 0xFF {
+			return math.NaN(), fmt.Errorf("K cache byte %d written outside row %d", i, pos)
 		}
-		if d := bf16Steps(kGot[i], kWant[i]); d > 2 {
-			return math.NaN(), fmt.Errorf("K cache [%d] = %#x, want %#x: %d bf16 steps apart, at most 2 allowed", i, kGot[i], kWant[i], d)
+	}
+	// K: within 2 bf16 steps, or 2 codes of its block's scale in an 8-bit cache.
+	got, want := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
+	for j := range s.KVHeads {
+		s.LoadKV(kGot, j, pos, got)
+		s.LoadKV(kWant, j, pos, want)
+		for d := range want {
+			step := float64(max(abs32(want[d]), 1e-30)) / 128
+			if bits == kernels.KV8 {
+				var amax float32
+				for _, w := range want[d/kernels.KVBlock*kernels.KVBlock:][:kernels.KVBlock] {
+					amax = max(amax, abs32(w))
+				}
+				step = float64(amax) / 127
+			}
+			if math.Abs(float64(got[d]-want[d])) > 2*step {
+				return math.NaN(), fmt.Errorf("K cache head %d dim %d = %g, want %g: more than 2 steps of %g apart", j, d, got[d], want[d], step)
+			}
 		}
 	}
 	return relErr(f32s(x.Bytes(bs[7])), qWant), nil
 }
 
-func checkAttnDecode(e *env) (float64, error) {
+func abs32(f float32) float32 { return float32(math.Abs(float64(f))) }
+
+func checkAttnDecode(e *env, bits int) (float64, error) {
 	s, r := attnShape, e.r
+	s.KVBits = bits
 	const n = 300
-	cache := func() []uint16 {
-		c := make([]uint16, s.CacheLen())
+	cache := func() []byte {
+		c := make([]byte, s.CacheBytes())
+		for i := range c {
+			c[i] = 0xFF // NaN past pos (bf16 values, 8-bit scales): reading it poisons the output
+		}
+		x := make([]float32, s.HeadDim)
 		for kvh := range s.KVHeads {
-			for j := range s.MaxCtx {
-				base := (kvh*s.MaxCtx + j) * s.HeadDim
-				for d := range s.HeadDim {
-					c[base+d] = 0xFFFF // NaN past pos: reading it poisons the output
-					if j < n {
-						c[base+d] = quant.F32ToBF16(float32(r.NormFloat64()))
-					}
+			for j := range n {
+				for d := range x {
+					x[d] = float32(r.NormFloat64())
 				}
+				s.StoreKV(c, kvh, j, x)
 			}
 		}
 		return c

@@ -308,6 +308,8 @@ func (b *pb) run(e *env, steps int, before func(x *exec.Executor, step int), aft
 
 func enc(v any) []byte {
 	switch s := v.(type) {
+	case []byte:
+		return slices.Clone(s)
 	case []float32:
 		out := make([]byte, 4*len(s))
 		for i, f := range s {
@@ -342,14 +344,6 @@ func u32s(b []byte) []uint32 {
 	out := make([]uint32, len(b)/4)
 	for i := range out {
 		out[i] = binary.LittleEndian.Uint32(b[4*i:])
-	}
-	return out
-}
-
-func u16s(b []byte) []uint16 {
-	out := make([]uint16, len(b)/2)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint16(b[2*i:])
 	}
 	return out
 }
