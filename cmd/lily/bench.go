@@ -25,7 +25,8 @@ type benchOptions struct {
 	warmup, plan, demo            bool
 }
 
-// benchOutput follows the anchor engine's measurement contract (lily-anchor.md §8.2).
+// benchOutput follows the measurement contract of Perplexity's lily engine, so figures compare:
+// the same synthetic prompt, one warm-up, one measured prefill, then greedy decode steps.
 type benchOutput struct {
 	SchemaVersion int        `json:"schema_version"`
 	Backend       string     `json:"backend"`

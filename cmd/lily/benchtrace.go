@@ -48,9 +48,9 @@ func runBenchTrace(cmd *cobra.Command, o benchOptions) error {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "%s on %s, prefix cache %d MiB\nturn  prompt  prefilled  cached   ttft_s  decode_tok/s\n", o.trace, o.backend, o.cacheMB)
+	fmt.Fprintf(w, "%s on %s, prefix cache %d MiB\nturn  prompt  prefilled  cached   ttft_s  decode_tok/s  output\n", o.trace, o.backend, o.cacheMB)
 	for _, r := range results {
-		fmt.Fprintf(w, "%4d  %6d  %9d  %6d  %7.3f  %12.1f\n", r.Turn, r.PromptTokens, r.PrefilledTokens, r.CachedTokens, r.TTFTSeconds, r.DecodeTokS)
+		fmt.Fprintf(w, "%4d  %6d  %9d  %6d  %7.3f  %12.1f  %.12s\n", r.Turn, r.PromptTokens, r.PrefilledTokens, r.CachedTokens, r.TTFTSeconds, r.DecodeTokS, r.OutputSHA256)
 	}
 	_, err = fmt.Fprintf(w, "total %6.0f  %9.0f  %6.0f  %7.3f\n", out.Totals["prompt_tokens"], out.Totals["prefilled_tokens"], out.Totals["cached_tokens"], out.Totals["ttft_s"])
 	return err

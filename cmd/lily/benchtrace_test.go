@@ -63,6 +63,17 @@ func TestBenchAgentTraceJSON(t *testing.T) {
 		got.Totals["prompt_tokens"] != float64(got.Turns[0].PromptTokens+got.Turns[1].PromptTokens) || got.Turns[0].TTFTSeconds <= 0 {
 		t.Fatalf("%v: %s", err, out)
 	}
+	// The per-turn output digests compare runs: without the cache the outputs are the same.
+	out, err = execute(t, "bench", "--demo", "--backend", "cpu", "--agent-trace", path, "--max-tokens", "3", "--output", "json", "--cache-mb", "0")
+	var uncached traceOutput
+	if err != nil || json.Unmarshal([]byte(out), &uncached) != nil || len(uncached.Turns) != 2 {
+		t.Fatalf("uncached: %v: %s", err, out)
+	}
+	for i, r := range got.Turns {
+		if len(r.OutputSHA256) != 64 || r.OutputSHA256 != uncached.Turns[i].OutputSHA256 || uncached.Turns[i].CachedTokens != 0 {
+			t.Fatalf("turn %d: output digest %q cached, %q uncached (%d cached tokens)", i+1, r.OutputSHA256, uncached.Turns[i].OutputSHA256, uncached.Turns[i].CachedTokens)
+		}
+	}
 	if _, err := execute(t, "bench", "--demo", "--agent-trace", filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Fatal("a missing trace file was accepted")
 	}

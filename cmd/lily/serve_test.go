@@ -220,18 +220,19 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	}
 	mem, _ := decode.MemoryOf(w.Config, 16)
 	w.Close()
-	ws := mem.Weights + mem.State + mem.Scratch + 512<<20 + 1000*mem.KVPerPosition // room for 1,000 positions
+	// room for 5 pages of 256 positions: 4 for a session, one spare (decode.Memory.Fit)
+	ws := mem.Weights + mem.State + mem.Scratch + 512<<20 + 5*256*mem.KVPerPosition
 	b, cfg, closeFn, err := openBackend("emu", dir, backendOptions{emuMemory: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n, why := b.(backend.Limited).Context()
 	closeFn()
-	if n != 1000 || sessionContext(b, cfg) != 1000 || !strings.Contains(why, "1000 of the model's 4096 positions") {
+	if n != 1024 || sessionContext(b, cfg) != 1024 || !strings.Contains(why, "1024 of the model's 4096 positions") {
 		t.Fatalf("context %d (%q)", n, why)
 	}
 	if _, _, _, err := openBackend("emu", dir, backendOptions{ctx: 2000, emuMemory: ws}); err == nil || !strings.Contains(err.Error(), "--ctx 2000") {
-		t.Fatalf("--ctx 2000 in room for 1000: %v", err)
+		t.Fatalf("--ctx 2000 in room for 1024: %v", err)
 	}
 	if err := (serveOptions{host: "127.0.0.1", backend: "cpu", maxBodyMB: 1, timeout: time.Second, stallTimeout: time.Second, emuMemoryMB: 5}).check(); err == nil {
 		t.Fatal("--emu-gpu-memory-mb accepted with the cpu backend")
@@ -250,7 +251,7 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	dm, _ := decode.MemoryOf(dw.Config, 16)
 	dw.Close()
 	mb := int((dm.Weights+dm.State+dm.Scratch+512<<20)>>20) + 4
-	want := int((int64(mb)<<20 - 512<<20 - dm.Weights - dm.State - dm.Scratch) / dm.KVPerPosition)
+	want := dm.Fit(int64(mb) << 20)
 	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "emu", emuMemoryMB: mb, cacheMB: 16})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,7 +32,8 @@ type TurnResult struct {
 	CompletionTokens int     `json:"completion_tokens"`
 	TTFTSeconds      float64 `json:"ttft_s"`
 	DecodeTokS       float64 `json:"decode_tok_s"`
-	Output           string  `json:"-"` // the streamed deltas, for comparing replays
+	Output           string  `json:"-"`             // the streamed deltas, for comparing replays
+	OutputSHA256     string  `json:"output_sha256"` // of Output: runs on other backends or cache settings compare by it
 }
 
 // Replay sends every turn of t to the chat endpoint at base (http://host:port) as a streaming
@@ -121,6 +124,8 @@ func replayTurn(ctx context.Context, base string, t *Trace, i int, o ReplayOptio
 	}
 	res.PrefilledTokens = res.PromptTokens - res.CachedTokens
 	res.Output = text.String()
+	sum := sha256.Sum256([]byte(res.Output))
+	res.OutputSHA256 = hex.EncodeToString(sum[:])
 	if !first.IsZero() {
 		res.TTFTSeconds = first.Sub(start).Seconds()
 		if res.CompletionTokens > 1 && last.After(first) {

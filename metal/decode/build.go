@@ -32,6 +32,10 @@ type Options struct {
 	// KVBits is the KV cache's format: 16 (bfloat16, also 0) or 8 (int8 blocks of 32 with a
 	// binary16 scale: about half the memory and the attention traffic; kernels.KV8).
 	KVBits int
+	// PageSize is the positions per page of the KV pool (0: DefaultPageSize, or MaxCtx rounded
+	// up to 16 when smaller); Pages the pool's pages (0: a session's worth, MaxCtx's pages, and
+	// one more so a shared last page can be copied before it is written).
+	PageSize, Pages int
 	// TrafficCtx is the context (tokens already cached) the traffic model assumes for the
 	// position-dependent ranges: the KV rows attention reads (TrafficCtx+1, the new one included)
 	// and the row it writes. 0 or more than MaxCtx-1 means MaxCtx-1.
@@ -44,6 +48,12 @@ type Step struct {
 	Config *config.Config
 	MaxCtx int
 	KVBits int // 16 or 8 (Options.KVBits)
+	// Attn is the attention layers' shape, the KV pool's pages included; Table the block table
+	// buffer ([Attn.TableLen()] uint32: a session's page i is pool page Table[i]), which every
+	// attention layer reads; KV the K and V pools, in layer order.
+	Attn  kernels.AttnShape
+	Table int
+	KV    []int
 
 	StepBuf int // {pos, token} uint32
 	Logits  int // [vocab] float32
@@ -310,10 +320,20 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		return nil, fmt.Errorf("decode: --kv-bits %d: want 16 or 8", o.KVBits)
 	}
 	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx, KVBits: kvBits(o.KVBits)}
+	ps := o.PageSize
+	if ps == 0 {
+		ps = min(DefaultPageSize, (o.MaxCtx+kernels.AttnTile-1)/kernels.AttnTile*kernels.AttnTile)
+	}
+	pages := o.Pages
+	if pages == 0 {
+		pages = (o.MaxCtx+ps-1)/ps + 1
+	}
+	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
+		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
 	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
-	as := s.attnShape()
+	as := s.Attn
 	if err := as.Validate(); err != nil {
 		return nil, err
 	}
@@ -322,6 +342,8 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// Control and activations, shared by all layers.
 	s.StepBuf = b.buffer("step", 8, plan.Control)
+	s.Table = b.buffer("kv.table", 4*int64(as.TableLen()), plan.Control)
+	s.consts = append(s.consts, constSrc{s.Table, BytesOf(as.IdentityTable())}) // until a session sets its pages
 	s.Sampler = SamplerBuffers{
 		Params: b.buffer("sample.params", 4*16, plan.Control),
 		State:  b.buffer("sample.state", 4*int64(V), plan.Control), // per request: count | seen<<31
@@ -428,31 +450,35 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			kc := b.buffer(a+"k_cache", int64(as.CacheBytes()), plan.KVCache)
 			vc := b.buffer(a+"v_cache", int64(as.CacheBytes()), plan.KVCache)
 			s.Session = append(s.Session, kc, vc)
+			s.KV = append(s.KV, kc, vc)
 
 			b.qmvMultiNorm([]qmat{wq, wk, wv}, []int{qg, ak, av}, res, inNorm, eps)
+			// The traffic model's sequence holds pool pages 0, 1, ... in order.
 			var kvWrites, kvReads []plan.Range
+			id := as.IdentityTable()
 			for _, cache := range []int{kc, vc} {
-				as.CacheSpans(tctx, 1, func(off, n int64) {
+				as.SeqSpans(id, tctx, 1, func(off, n int64) {
 					kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
 				})
-				as.CacheSpans(0, tctx+1, func(off, n int64) {
+				as.SeqSpans(id, 0, tctx+1, func(off, n int64) {
 					kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: off, Len: n})
 				})
 			}
+			table := plan.Range{Buffer: s.Table, Len: 4 * int64(as.TableLen())}
 			b.add(plan.Dispatch{
 				Kernel: "attn_qk_rope_kv", Constants: as.Constants(eps),
-				Buffers:      binds(qg, ak, av, qNorm, kNorm, invFreq, s.StepBuf, qrot, kc, vc),
+				Buffers:      binds(qg, ak, av, qNorm, kNorm, invFreq, s.StepBuf, qrot, kc, vc, s.Table),
 				Threadgroups: [3]int{as.Heads + as.KVHeads, 1, 1}, Group: [3]int{kernels.AttnRopeThreads, 1, 1},
 				Reads: []plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
-					b.whole(s.StepBuf)},
+					b.whole(s.StepBuf), table},
 				Writes: append([]plan.Range{b.whole(qrot)}, kvWrites...),
 			})
 			b.add(plan.Dispatch{
 				Kernel: "attn_decode_partial", Constants: as.AttnDecodeConstants(splits),
-				Buffers:        binds(qrot, kc, vc, s.StepBuf, opart, mlpart),
+				Buffers:        binds(qrot, kc, vc, s.StepBuf, opart, mlpart, s.Table),
 				ThreadgroupMem: map[int]int{0: as.AttnPartialThreadgroupMem()},
 				Threadgroups:   [3]int{as.KVHeads, splits, 1}, Group: [3]int{as.AttnPartialThreads(), 1, 1},
-				Reads:  append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf)}, kvReads...),
+				Reads:  append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
 				Writes: []plan.Range{b.whole(opart), b.whole(mlpart)},
 			})
 			b.add(plan.Dispatch{
@@ -606,6 +632,10 @@ func (s *Step) Views(w *model.Weights) map[string][]byte {
 	return out
 }
 
+// DefaultPageSize is the KV pool's positions per page: a sequence that diverges from a shared
+// prefix copies at most one page (about 5 MB at production with a bf16 cache).
+const DefaultPageSize = 256
+
 // The step's modes (plan.Dispatch.Modes).
 const (
 	ModeGreedy  = "greedy"  // logits, then the argmax of the penalised logits (argmax_partial, argmax_final)
@@ -638,23 +668,17 @@ func (s *Step) Init(bytes func(i int) []byte) {
 }
 
 // StateSpans calls f with every span of device memory that holds a sequence's state after pos
-// positions: the GDN states, conv windows and step buffer whole, and of each KV cache the first
-// pos rows of every kv head (kernels.AttnShape.CacheSpans).
-func (s *Step) StateSpans(pos int, f func(buf int, off, n int64)) {
-	as := s.attnShape()
+// positions: the GDN states, conv windows and step buffer whole, and, when table is not nil, of
+// each KV pool the sequence's first pos rows of every kv head found through table
+// (kernels.AttnShape.SeqSpans), in Session order.
+func (s *Step) StateSpans(pos int, table []uint32, f func(buf int, off, n int64)) {
 	for _, buf := range append(slices.Clone(s.Session), s.StepBuf) {
 		if s.Plan.Buffers[buf].Kind != plan.KVCache {
 			f(buf, 0, s.Plan.Buffers[buf].Size)
-			continue
+		} else if table != nil {
+			s.Attn.SeqSpans(table, 0, pos, func(off, n int64) { f(buf, off, n) })
 		}
-		as.CacheSpans(0, pos, func(off, n int64) { f(buf, off, n) })
 	}
-}
-
-// attnShape is the attention layers' shape in this step.
-func (s *Step) attnShape() kernels.AttnShape {
-	c := s.Config
-	return kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, MaxCtx: s.MaxCtx, KVBits: s.KVBits}
 }
 
 func kvBits(b int) int {

@@ -18,6 +18,7 @@ type Memory struct {
 	State         int64 `json:"state_bytes"`           // DeltaNet state and conv windows
 	Scratch       int64 `json:"scratch_bytes"`         // activations, logits, step buffer
 	KVBits        int   `json:"kv_bits"`               // the KV cache's format (16 or 8)
+	PageSize      int   `json:"kv_page_positions"`     // positions per page of the KV pool
 }
 
 // reserve is device memory left to Metal itself (pipelines, command buffers, the OS's own use
@@ -32,13 +33,13 @@ func MemoryOf(c *config.Config, kvBits int) (Memory, error) {
 	if err != nil {
 		return Memory{}, err
 	}
-	m := Memory{KVBits: s.KVBits}
+	m := Memory{KVBits: s.KVBits, PageSize: s.Attn.PageSize}
 	for _, b := range s.Plan.Buffers {
 		switch b.Kind {
 		case plan.Weights:
 			m.Weights += b.Size
 		case plan.KVCache:
-			m.KVPerPosition += b.Size / int64(full)
+			m.KVPerPosition += b.Size / int64(s.Attn.PoolRows())
 		case plan.State:
 			m.State += b.Size
 		default:
@@ -48,20 +49,26 @@ func MemoryOf(c *config.Config, kvBits int) (Memory, error) {
 	return m, nil
 }
 
-// Session is the device memory of one session holding n positions.
-func (m Memory) Session(n int) int64 { return m.State + m.Scratch + int64(n)*m.KVPerPosition }
+// Session is the device memory of one session holding n positions: its state and scratch, and a
+// KV pool of the pages n positions take plus the spare one.
+func (m Memory) Session(n int) int64 {
+	return m.State + m.Scratch + int64(m.pages(n))*int64(m.PageSize)*m.KVPerPosition
+}
+
+func (m Memory) pages(n int) int { return (n+m.PageSize-1)/m.PageSize + 1 }
 
 // Snapshot is a saved state of n positions (the state and the KV rows in use).
 func (m Memory) Snapshot(n int) int64 { return m.State + int64(n)*m.KVPerPosition }
 
 // Fit is how many positions one session can hold beside the weights in workingSet bytes
-// (0: none).
+// (0: none): whole pages, less the spare one.
 func (m Memory) Fit(workingSet int64) int {
 	room := workingSet - reserve - m.Weights - m.State - m.Scratch
 	if room <= 0 || m.KVPerPosition <= 0 {
 		return 0
 	}
-	return int(room / m.KVPerPosition)
+	pages := room / (m.KVPerPosition * int64(m.PageSize))
+	return int(max(pages-1, 0)) * m.PageSize
 }
 
 // Context chooses the positions a session holds: asked (0: as many as fit, up to the model's

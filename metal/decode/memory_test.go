@@ -17,7 +17,8 @@ func TestContextFromWorkingSet(t *testing.T) {
 	}
 	ws32 := MacWorkingSet(32)
 	n, why, err := m.Context(c, 0, ws32)
-	if want := int((ws32 - reserve - m.Weights - m.State - m.Scratch) / m.KVPerPosition); err != nil || n != want || !strings.Contains(why, "iogpu.wired_limit_mb") {
+	want := int((ws32-reserve-m.Weights-m.State-m.Scratch)/(m.KVPerPosition*DefaultPageSize)-1) * DefaultPageSize
+	if err != nil || n != want || m.Session(n) > ws32-reserve-m.Weights || !strings.Contains(why, "iogpu.wired_limit_mb") {
 		t.Fatalf("32 GB: %d %q %v, want %d", n, why, err, want)
 	}
 	if n, why, err := m.Context(c, 0, MacWorkingSet(64)); err != nil || n != c.MaxPositions || why != "" {

@@ -14,6 +14,8 @@ type EmuOptions struct {
 	MaxCtx     int       // KV cache positions (a session's limit); 0: as many as WorkingSet holds, up to the model's context
 	WorkingSet int64     // device memory to size the KV cache in, as Metal's working set (0: no limit)
 	KVBits     int       // KV cache format: 16 (0) or 8
+	PageSize   int       // KV pool page (0: decode's default)
+	Pages      int       // KV pool pages (0: GPUOptions' default)
 	Threads    emu.Order // thread order inside threadgroups
 	GroupOrder emu.Order // order of the dispatches between two barriers
 	Seed       uint64
@@ -36,5 +38,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages})
 }

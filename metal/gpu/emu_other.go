@@ -14,6 +14,8 @@ type EmuOptions struct {
 	MaxCtx     int
 	WorkingSet int64
 	KVBits     int
+	PageSize   int
+	Pages      int
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

@@ -110,6 +110,11 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 	binary.LittleEndian.PutUint32(step[4:], uint32(first))
 	submit := func() error {
 		k := submitted + 1
+		// The page step k writes into: a new one, or (only before the first step, with nothing
+		// in flight) a copy of a shared one; the table entry it sets is one no step in flight reads.
+		if err := s.ensure(start + k - 1); err != nil {
+			return err
+		}
 		off := 8 * int64(k%2)
 		binary.LittleEndian.PutUint32(slots[off:], uint32(start+k-1))
 		binary.LittleEndian.PutUint32(slots[off+4:], ^uint32(0))

@@ -24,7 +24,7 @@ func TestGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e := newEmu(t, w, EmuOptions{MaxCtx: 128})
+	e := newEmu(t, w, EmuOptions{MaxCtx: 128, Pages: 16}) // pages for the eight forks alive at once
 	start := time.Now()
 	base := e.NewSession().(*Session)
 	if _, err := base.Forward(g.PromptIDs, false); err != nil {
@@ -171,6 +171,7 @@ func fork(t *testing.T, s *Session) *Session {
 		t.Fatal(err)
 	}
 	r, err := snap.Restore()
+	snap.Close() // the session keeps the pages it shares
 	if err != nil {
 		t.Fatal(err)
 	}

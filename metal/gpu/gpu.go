@@ -1,10 +1,12 @@
 // Package gpu is the GPU backend: metal/decode's step run on a device (Metal, or the MSL emulator
-// on Linux) through metal/exec, as an engine/backend.Backend — sessions over pooled executors,
-// host snapshots for the prefix cache, the KV cache sized from the device's memory, and the
-// pipelined loop that keeps the token and the sampler on the GPU.
+// on Linux) through metal/exec, as an engine/backend.Backend — sessions over pooled executors, a
+// paged KV pool sized from the device's memory and shared by sessions and prefix-cache snapshots
+// (which copy only the recurrent state), and the pipelined loop that keeps the token and the
+// sampler on the GPU.
 package gpu
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log"
@@ -25,13 +27,14 @@ var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal"
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
-// whose sessions each own an executor (their activations, GDN state and KV caches) over weight
-// buffers uploaded once and shared. Emulator and Metal differ only in the exec.Device.
+// whose sessions each own an executor (their activations, GDN state and block table) over weight
+// buffers uploaded once and a KV page pool, both shared. Emulator and Metal differ only in the
+// exec.Device.
 //
 // One generation runs at a time, so one executor serves every session in turn: a closed
 // session's executor waits in an idle pool of one for the next, and only a second live session
-// allocates another. Snapshots (the prefix cache) are host copies of a session's state and of
-// the KV rows it has filled, not executors.
+// allocates another. Snapshots (the prefix cache) are host copies of a session's recurrent state
+// holding references to its KV pages (pages.go), not executors.
 type GPU struct {
 	name string
 	w    *model.Weights
@@ -42,6 +45,10 @@ type GPU struct {
 
 	poolMu sync.Mutex
 	idle   []*slot
+
+	pagesMu sync.Mutex
+	pages   *pagePool
+	kv      map[int][]byte // host views of the K and V pools, by plan buffer
 }
 
 // GPUOptions configure NewGPU.
@@ -53,6 +60,9 @@ type GPUOptions struct {
 	WorkingSet int64
 	// KVBits is the KV cache's format: 16 (bfloat16; also 0) or 8 (decode.Options.KVBits).
 	KVBits int
+	// PageSize and Pages size the KV pool (decode.Options); Pages 0: one session's pages and a
+	// spare where WorkingSet is known, else room for four sessions (tests that fork sessions).
+	PageSize, Pages int
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -68,7 +78,12 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits})
+	pages := o.Pages
+	if pages == 0 && o.WorkingSet == 0 {
+		ps := cmp.Or(o.PageSize, min(decode.DefaultPageSize, (maxCtx+15)/16*16))
+		pages = 4*((maxCtx+ps-1)/ps) + 1
+	}
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: pages})
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +91,8 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared, why: why}
-	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers
+	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}}
+	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers and the KV pool
 	if err != nil {
 		shared.freeWeights()
 		return nil, err
@@ -97,6 +112,9 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 		shared.freeWeights()
 		return nil, err
 	}
+	for _, buf := range step.KV {
+		e.kv[buf] = sl.x.Bytes(buf)
+	}
 	e.idle = append(e.idle, sl) // the upload's executor serves the first session
 	return e, nil
 }
@@ -113,10 +131,12 @@ func (e *GPU) Config() *config.Config { return e.w.Config }
 // Context is the positions a session holds, and why it is less than the model's (or "").
 func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
 
-// Live is the device memory allocated beside the weights (executors), in buffers and bytes.
+// Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
+// and bytes.
 func (e *GPU) Live() (buffers int, bytes int64) { return e.dev.live() }
 
-// Close frees the idle executors and the weights; every session must be closed first.
+// Close frees the idle executors, the KV pool and the weights; every session and snapshot must be
+// closed first.
 func (e *GPU) Close() {
 	e.poolMu.Lock()
 	defer e.poolMu.Unlock()
@@ -191,8 +211,9 @@ func (e *GPU) newSession() (*Session, error) {
 type Session struct {
 	e *GPU
 	*slot
-	pos int
-	err error // the session could not be created, or a step of Generate failed
+	pos   int
+	pages []int32 // the KV pool pages of positions 0, PageSize, 2·PageSize, ... (the block table)
+	err   error   // the session could not be created, or a step of Generate failed
 }
 
 var errClosed = errors.New("decode: the session is closed")
@@ -236,6 +257,9 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 		st := s.x.Bytes(s.e.step.StepBuf)
 		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
 		keep := all || i == len(tokens)-1
+		if err := s.ensure(s.pos); err != nil {
+			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
+		}
 		s.x.Mode = decode.ModePrefill
 		if keep {
 			s.x.Mode = decode.ModeGreedy
@@ -260,16 +284,20 @@ func (s *Session) NextToken() int {
 // Pos is the number of tokens consumed.
 func (s *Session) Pos() int { return s.pos }
 
-// Close hands the session's executor back to the backend.
+// Close gives the session's pages and executor back to the backend.
 func (s *Session) Close() {
 	if s.slot != nil {
+		s.e.pagesMu.Lock()
+		s.e.pages.release(s.pages)
+		s.e.pagesMu.Unlock()
+		s.pages = nil
 		s.e.give(s.slot)
 		s.slot = nil
 	}
 }
 
-// Save copies the session's state into host memory: the GDN states, conv windows and step
-// buffer whole, and of each KV cache only the rows of the positions consumed.
+// Save copies the session's recurrent state (GDN states, conv windows, step buffer) into host
+// memory; the snapshot shares the session's KV pages.
 func (s *Session) Save() (backend.Snapshot, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -283,30 +311,40 @@ func (s *Session) Save() (backend.Snapshot, error) {
 	for _, p := range sn.parts {
 		copy(p.data, s.x.Bytes(p.buf)[p.off:])
 	}
+	n := (s.pos + s.e.step.Attn.Page() - 1) / s.e.step.Attn.Page()
+	s.e.pagesMu.Lock()
+	sn.pages = slices.Clone(s.pages[:n])
+	s.e.pages.retain(sn.pages)
+	s.e.pages.resident = append(s.e.pages.resident, sn)
+	s.e.pagesMu.Unlock()
 	return sn, nil
 }
 
-// Snapshot is a session's saved state, in host memory outside the Go heap (internal/hostmem),
-// freed by Close.
+// Snapshot is a session's saved state: its recurrent state in host memory outside the Go heap
+// (internal/hostmem), and its KV rows either in pool pages it shares (resident) or, after the
+// pool needed them, in host memory too (spilled). Close frees both.
 type Snapshot struct {
-	e     *GPU
-	pos   int
-	mem   []byte
-	parts []part // spans of mem, in StateSpans order
-	bytes int64
+	e      *GPU
+	pos    int
+	mem    []byte
+	parts  []part  // spans of mem, in StateSpans order
+	pages  []int32 // resident: the pool pages of positions [0, pos)
+	kv     []byte  // spilled: the KV rows, in StateSpans order
+	bytes  int64
+	closed bool
 }
 
-// newSnapshot allocates an empty snapshot of pos positions.
+// newSnapshot allocates the host state of a snapshot of pos positions, holding no KV yet.
 func (e *GPU) newSnapshot(pos int) (*Snapshot, error) {
 	var n int64
-	e.step.StateSpans(pos, func(_ int, _, size int64) { n += size })
+	e.step.StateSpans(pos, nil, func(_ int, _, size int64) { n += size })
 	mem, err := hostmem.Alloc(n)
 	if err != nil {
 		return nil, fmt.Errorf("decode: %d bytes for a snapshot: %w", n, err)
 	}
-	sn := &Snapshot{e: e, pos: pos, mem: mem, bytes: n}
+	sn := &Snapshot{e: e, pos: pos, mem: mem, bytes: n + e.kvBytes(pos)}
 	rest := mem
-	e.step.StateSpans(pos, func(buf int, off, size int64) {
+	e.step.StateSpans(pos, nil, func(buf int, off, size int64) {
 		sn.parts = append(sn.parts, part{buf, off, rest[:size:size]})
 		rest = rest[size:]
 	})
@@ -322,19 +360,33 @@ type part struct {
 // Pos is the number of tokens the saved session had consumed.
 func (sn *Snapshot) Pos() int { return sn.pos }
 
-// Bytes is the host memory the snapshot holds.
+// Bytes is the memory the snapshot stands for: its host state and its KV rows (in shared pages
+// while resident, in host memory once spilled).
 func (sn *Snapshot) Bytes() int64 { return sn.bytes }
 
-// Close drops the snapshot's memory.
+// Close drops the snapshot's memory and its page references.
 func (sn *Snapshot) Close() {
-	sn.parts = nil
+	if sn.closed {
+		return
+	}
+	sn.closed = true
+	e := sn.e
+	e.pagesMu.Lock()
+	if sn.pages != nil {
+		e.pages.release(sn.pages)
+		e.pages.resident = slices.DeleteFunc(e.pages.resident, func(x *Snapshot) bool { return x == sn })
+	}
+	e.pagesMu.Unlock()
+	sn.pages, sn.parts = nil, nil
+	hostmem.Free(sn.kv)
 	hostmem.Free(sn.mem)
-	sn.mem = nil
+	sn.kv, sn.mem = nil, nil
 }
 
-// Restore starts a session on an executor with the snapshot's state copied in.
+// Restore starts a session on an executor with the snapshot's state copied in, sharing its KV
+// pages (a spilled snapshot's rows are copied into fresh pages first, which it then shares).
 func (sn *Snapshot) Restore() (backend.Session, error) {
-	if sn.parts == nil {
+	if sn.closed {
 		return nil, errors.New("decode: restore of a closed snapshot")
 	}
 	s, err := sn.e.newSession()
@@ -344,12 +396,26 @@ func (sn *Snapshot) Restore() (backend.Session, error) {
 	for _, p := range sn.parts {
 		copy(s.x.Bytes(p.buf)[p.off:], p.data)
 	}
+	e := sn.e
+	e.pagesMu.Lock()
+	if sn.pages != nil {
+		s.pages = slices.Clone(sn.pages)
+		e.pages.retain(s.pages)
+	} else {
+		err = e.adopt(sn, s)
+	}
+	e.pagesMu.Unlock()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.writeTable()
 	s.pos = sn.pos
 	return s, nil
 }
 
-// sharedDevice allocates each Weights buffer once (by name) and caches pipelines, so every
-// session's executor shares them; it counts the other allocations (live) for GPU.Live.
+// sharedDevice allocates each Weights and KVCache buffer once (by name) and caches pipelines, so
+// every session's executor shares them; it counts the other allocations (live) for GPU.Live.
 type sharedDevice struct {
 	exec.Device
 	mu      sync.Mutex
@@ -364,7 +430,7 @@ type sharedDevice struct {
 }
 
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
-	if b.Kind != plan.Weights {
+	if b.Kind != plan.Weights && b.Kind != plan.KVCache {
 		m, err := d.Device.Alloc(b)
 		if err == nil {
 			d.mu.Lock()
@@ -381,7 +447,7 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	if m, ok := d.weights[b.Name]; ok {
 		return m, nil
 	}
-	if data, ok := d.views[b.Name]; ok {
+	if data, ok := d.views[b.Name]; ok && b.Kind == plan.Weights {
 		// A failed wrap (e.g. the device refuses the pages) falls back to a copy.
 		mem, off, err := d.Device.(exec.Wrapper).Wrap(data)
 		if err == nil {
@@ -401,7 +467,7 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	return m, err
 }
 
-// Free frees a session's buffer; the shared weights stay until freeWeights.
+// Free frees a session's buffer; the shared weights and KV pool stay until freeWeights.
 func (d *sharedDevice) Free(m exec.Memory) {
 	d.mu.Lock()
 	_, ok := d.sizes[m]
@@ -453,21 +519,41 @@ func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipe
 	return p, err
 }
 
-// EncodeSnapshot concatenates a snapshot's spans in StateSpans order: the KV rows without the
-// cache's unused tail, so the encoding holds for any MaxCtx of the same model.
+// EncodeSnapshot concatenates a snapshot's spans in StateSpans order: the recurrent state and
+// the sequence's KV rows (without the pool's other pages), so the encoding holds for any pool
+// and MaxCtx of the same model and KV format.
 func (e *GPU) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	sn, ok := s.(*Snapshot)
-	if !ok || sn.e != e || sn.parts == nil {
+	if !ok || sn.e != e || sn.closed {
 		return nil, errors.New("decode: not a live snapshot of this backend")
 	}
+	e.pagesMu.Lock() // the pages stay the snapshot's while they are read
+	defer e.pagesMu.Unlock()
 	out := make([]byte, 0, sn.bytes)
-	for _, p := range sn.parts {
-		out = append(out, p.data...)
+	parts, kv := sn.parts, sn.kv
+	var t []uint32
+	if sn.pages != nil {
+		t = tableOf(sn.pages)
+	} else {
+		t = make([]uint32, e.step.Attn.TableLen()) // spans' sizes only: the rows come from kv
 	}
+	e.step.StateSpans(sn.pos, t, func(buf int, off, n int64) {
+		switch {
+		case !e.isKV(buf):
+			out = append(out, parts[0].data...)
+			parts = parts[1:]
+		case sn.pages != nil:
+			out = append(out, e.kvView(buf)[off:off+n]...)
+		default:
+			out = append(out, kv[:n]...)
+			kv = kv[n:]
+		}
+	})
 	return out, nil
 }
 
-// DecodeSnapshot reads what EncodeSnapshot wrote for pos positions.
+// DecodeSnapshot reads what EncodeSnapshot wrote for pos positions, as a spilled snapshot (its
+// KV rows go into pages when it is restored).
 func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 	if pos < 0 || pos > e.step.MaxCtx {
 		return nil, fmt.Errorf("decode: a snapshot of %d positions does not fit a KV cache of %d", pos, e.step.MaxCtx)
@@ -480,6 +566,20 @@ func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 		sn.Close()
 		return nil, fmt.Errorf("decode: a snapshot of %d positions is %d bytes, not %d", pos, sn.bytes, len(data))
 	}
-	copy(sn.mem, data)
+	if sn.kv, err = hostmem.Alloc(e.kvBytes(pos)); err != nil {
+		sn.Close()
+		return nil, err
+	}
+	state, kv := sn.mem, sn.kv
+	e.step.StateSpans(pos, make([]uint32, e.step.Attn.TableLen()), func(buf int, _, n int64) {
+		if e.isKV(buf) {
+			copy(kv, data[:n])
+			kv = kv[n:]
+		} else {
+			copy(state, data[:n])
+			state = state[n:]
+		}
+		data = data[n:]
+	})
 	return sn, nil
 }

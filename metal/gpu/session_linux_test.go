@@ -3,8 +3,12 @@
 package gpu
 
 import (
+	"bytes"
+	"errors"
+	"slices"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
@@ -236,4 +240,101 @@ func TestPrefillSkipsTheHead(t *testing.T) {
 			t.Fatalf("row %d: a prefill without the head differs by %g", i, d)
 		}
 	}
+}
+
+// TestPagesSharedAndCopiedOnWrite: a snapshot shares its session's KV pages (it copies only the
+// recurrent state); the first write into a shared page copies that page alone; when the pool runs
+// out, a snapshot gives its pages up (spilled to host, encoding unchanged), a restore brings them
+// back, and what continues from every copy equals, bit for bit, the original's continuation.
+// Closing everything returns every page.
+func TestPagesSharedAndCopiedOnWrite(t *testing.T) {
+	dir := "../../testdata/golden/tiny-b"
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := newEmu(t, w, EmuOptions{MaxCtx: 64, PageSize: 16, Pages: 6})
+	ids := g.PromptIDs
+	use := func(want int, when string) {
+		t.Helper()
+		if n := e.PagesInUse(); n != want {
+			t.Fatalf("%s: %d pages in use, want %d", when, n, want)
+		}
+	}
+	a := e.NewSession().(*Session)
+	if _, err := a.Forward(ids[:20], false); err != nil {
+		t.Fatal(err)
+	}
+	use(2, "20 positions")
+	s, err := a.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := s.(*Snapshot)
+	use(2, "after Save")
+	var state int64
+	e.step.StateSpans(20, nil, func(_ int, _, n int64) { state += n })
+	if int64(len(snap.mem)) != state || snap.kv != nil || !slices.Equal(snap.pages, a.pages) {
+		t.Fatalf("snapshot holds %d host bytes (state %d), kv %d, pages %v (session %v)", len(snap.mem), state, len(snap.kv), snap.pages, a.pages)
+	}
+	resident, err := e.EncodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := a.Forward(ids[20:21], false) // writes position 20, in the shared second page
+	if err != nil {
+		t.Fatal(err)
+	}
+	use(3, "after the first write past the snapshot")
+	if a.pages[0] != snap.pages[0] || a.pages[1] == snap.pages[1] {
+		t.Fatalf("session pages %v, snapshot %v: want the first shared, the second copied", a.pages, snap.pages)
+	}
+	continues := func(s backend.Session, who string) {
+		t.Helper()
+		got, err := s.Forward(ids[20:21], false)
+		if err != nil {
+			t.Fatal(who, err)
+		}
+		if d := maxAbsDiff(got[0], want[0]); d != 0 {
+			t.Fatalf("%s: continuation differs by %g", who, d)
+		}
+	}
+	b, err := snap.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	continues(b, "restored session")
+	use(4, "two sessions and the snapshot")
+
+	c := e.NewSession()
+	if _, err := c.Forward(ids[:40], false); err != nil { // three pages: two free, one from the snapshot
+		t.Fatal(err)
+	}
+	use(6, "after the pool ran out")
+	if snap.pages != nil || snap.kv == nil {
+		t.Fatal("the snapshot kept its pages when the pool ran out")
+	}
+	spilled, err := e.EncodeSnapshot(snap)
+	if err != nil || !bytes.Equal(spilled, resident) {
+		t.Fatalf("a spilled snapshot encodes differently (%v)", err)
+	}
+	if _, err := snap.Restore(); !errors.Is(err, ErrPoolFull) {
+		t.Fatalf("restore with every page held by live sessions: %v", err)
+	}
+	c.Close()
+	d, err := snap.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.pages == nil || snap.kv != nil {
+		t.Fatal("a restored snapshot does not share its pages again")
+	}
+	continues(d, "session restored from a spilled snapshot")
+	for _, x := range []backend.Session{a, b, d} {
+		x.Close()
+	}
+	snap.Close()
+	use(0, "after closing everything")
 }

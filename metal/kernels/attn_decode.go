@@ -62,16 +62,16 @@ func (s AttnShape) AttnPartialLens(splits int) (o, ml int) {
 
 // AttnDecode is the Go reference of attn_decode_partial + attn_decode_combine for the token at
 // pos: engine/cpu's attention with the same float32 operations (scores, max-subtracted exp, sum,
-// divide, gate) over the caches ([KVHeads][MaxCtx][HeadDim] in the shape's format, read with
-// LoadKV). q holds the rotated queries ([Heads·HeadDim]), qg the q projection (the gates are its
-// second halves).
-func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte) []float32 {
+// divide, gate) over the caches (pools in the shape's format, positions found through table, read
+// with LoadKV). q holds the rotated queries ([Heads·HeadDim]), qg the q projection (the gates are
+// its second halves).
+func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte, table []uint32) []float32 {
 	hd, g := s.HeadDim, s.Heads/s.KVHeads
 	n := min(pos+1, s.MaxCtx)
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	out := make([]float32, s.Heads*hd)
 	kj, vj := make([]float32, hd), make([]float32, hd)
-	row := func(dst []float32, cache []byte, kvh, j int) { s.LoadKV(cache, kvh, j, dst) }
+	row := func(dst []float32, cache []byte, kvh, j int) { s.LoadKV(cache, kvh, s.Row(table, j), dst) }
 	for head := range s.Heads {
 		kvh := head / g
 		qh := q[head*hd : (head+1)*hd]

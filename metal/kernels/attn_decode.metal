@@ -11,7 +11,7 @@
 // holds dims [l·E, l·E+E) of q and of the output (E = HD/32). The threadgroup walks its chunk of
 // positions in tiles of ATTN_TILE rows: the K and V rows of a tile are copied once into
 // threadgroup memory ([[threadgroup(0)]]: 2·ATTN_TILE·HD bf16, 16 KiB for HD = 256; with an
-// 8-bit cache (ATTN_KV_BITS, attn_rope.metal's format) 2·ATTN_TILE·HD codes then 2·ATTN_TILE·HD/32
+// 8-bit cache (ATTN_KV_BITS, attn_rope.metal's format and page pool) 2·ATTN_TILE·HD codes then 2·ATTN_TILE·HD/32
 // half scales, 8.5 KiB; 16-byte loads by all threads), then every simdgroup scores them against
 // its query (one simd_sum per row; with 8-bit codes a lane's E dims share one block, so its
 // partial dot product is scaled once) and folds them into an online softmax in float32 (running max
@@ -37,9 +37,11 @@ using namespace metal;
 constant uint ATTN_NQ [[function_constant(0)]];       // query heads (16)
 constant uint ATTN_NKV [[function_constant(1)]];      // kv heads (2)
 constant uint ATTN_HD [[function_constant(2)]];       // head dim (256): a multiple of 32, <= 256
-constant uint ATTN_MAX_CTX [[function_constant(4)]];  // positions per kv head in the cache
+constant uint ATTN_MAX_CTX [[function_constant(4)]];  // positions a sequence holds
 constant uint ATTN_SPLITS [[function_constant(6)]];   // the grid's splits per kv head
 constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
+constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a multiple of ATTN_TILE
+constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool
 
 #define ATTN_TILE 16
 #define ATTN_MIN_CHUNK 64
@@ -56,11 +58,12 @@ inline uint attn_chunk(uint n) {
 }
 
 kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // [NQ*HD] rotated
-                                device const uchar* k_cache [[buffer(1)]],   // [NKV][MAX_CTX][HD]
-                                device const uchar* v_cache [[buffer(2)]],   // [NKV][MAX_CTX][HD]
+                                device const uchar* k_cache [[buffer(1)]],   // [NKV][POOL][HD]
+                                device const uchar* v_cache [[buffer(2)]],   // [NKV][POOL][HD]
                                 device const uint* step [[buffer(3)]],       // {pos, token}
                                 device float* o_part [[buffer(4)]],          // [NQ][SPLITS][HD]
                                 device float2* ml_part [[buffer(5)]],        // [NQ][SPLITS]
+                                device const uint* table [[buffer(6)]],      // [MAX_CTX / PAGE] pages
                                 threadgroup uint4* tiles [[threadgroup(0)]],  // K, V tiles: 2*TILE*HD bf16
                                 uint2 tg [[threadgroup_position_in_grid]],   // (kv head, split)
                                 uint tid [[thread_index_in_threadgroup]],
@@ -100,9 +103,9 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
   const bool q8 = ATTN_KV_BITS == 8;
   const uint SB = ATTN_HD / 32;              // block scales per row
   const uint VB = q8 ? ATTN_HD : 2 * ATTN_HD;  // value bytes per row
-  const ulong head_row = ulong(kvh) * ATTN_MAX_CTX;
-  device const half* k_scales = (device const half*)(k_cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
-  device const half* v_scales = (device const half*)(v_cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
+  const ulong head_row = ulong(kvh) * ATTN_POOL;
+  device const half* k_scales = (device const half*)(k_cache + ulong(ATTN_NKV) * ATTN_POOL * ATTN_HD);
+  device const half* v_scales = (device const half*)(v_cache + ulong(ATTN_NKV) * ATTN_POOL * ATTN_HD);
   threadgroup uint4* k_tile = tiles;
   threadgroup uint4* v_tile = tiles + ATTN_TILE * VB / 16;
   threadgroup half* ks_tile = (threadgroup half*)(tiles + 2 * ATTN_TILE * VB / 16);
@@ -114,16 +117,18 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
   const uint blk = lane * E / 32;
   for (uint t0 = begin; t0 < end; t0 += ATTN_TILE) {
     const uint rows = min(uint(ATTN_TILE), end - t0);
-    device const uint4* ks = (device const uint4*)(k_cache + (head_row + t0) * VB);
-    device const uint4* vs = (device const uint4*)(v_cache + (head_row + t0) * VB);
+    // a tile starts at a multiple of ATTN_TILE, so it lies inside one page
+    const ulong r0 = head_row + table[t0 / ATTN_PAGE] * ATTN_PAGE + t0 % ATTN_PAGE;
+    device const uint4* ks = (device const uint4*)(k_cache + r0 * VB);
+    device const uint4* vs = (device const uint4*)(v_cache + r0 * VB);
     for (uint i = tid; i < rows * VB / 16; i += ntg) {
       k_tile[i] = ks[i];
       v_tile[i] = vs[i];
     }
     if (q8) {
       for (uint i = tid; i < rows * SB; i += ntg) {
-        ks_tile[i] = k_scales[(head_row + t0) * SB + i];
-        vs_tile[i] = v_scales[(head_row + t0) * SB + i];
+        ks_tile[i] = k_scales[r0 * SB + i];
+        vs_tile[i] = v_scales[r0 * SB + i];
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);

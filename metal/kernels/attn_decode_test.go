@@ -20,7 +20,7 @@ type attnCase struct {
 // randCache fills positions 0..n-1 of a cache with N(0, scale²) values (in the shape's format)
 // and the rest with 0xFF bytes (NaN in bf16 values and in 8-bit scales), so reading past pos
 // poisons the output.
-func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []byte {
+func randCache(r *rand.Rand, s AttnShape, table []uint32, n int, scale float32) []byte {
 	c := make([]byte, s.CacheBytes())
 	for i := range c {
 		c[i] = 0xFF
@@ -31,7 +31,7 @@ func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []byte {
 			for d := range x {
 				x[d] = float32(r.NormFloat64()) * scale
 			}
-			s.StoreKV(c, kvh, j, x)
+			s.StoreKV(c, kvh, s.Row(table, j), x)
 		}
 	}
 	return c
@@ -39,7 +39,7 @@ func randCache(r *rand.Rand, s AttnShape, n int, scale float32) []byte {
 
 // exactAttn is the attention output in float64 (from the same caches: the values LoadKV reads
 // are exact in float32 for both formats).
-func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []byte) []float64 {
+func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []byte, table []uint32) []float64 {
 	hd, g := s.HeadDim, s.Heads/s.KVHeads
 	out := make([]float64, s.Heads*hd)
 	kj, vj := make([]float32, hd), make([]float32, hd)
@@ -47,7 +47,7 @@ func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []byte) []flo
 		scores := make([]float64, n)
 		m := math.Inf(-1)
 		for j := range n {
-			s.LoadKV(kCache, head/g, j, kj)
+			s.LoadKV(kCache, head/g, s.Row(table, j), kj)
 			for d := range hd {
 				scores[j] += float64(q[head*hd+d]) * float64(kj[d])
 			}
@@ -61,7 +61,7 @@ func exactAttn(s AttnShape, n int, q, qg []float32, kCache, vCache []byte) []flo
 		}
 		o := make([]float64, hd)
 		for j, p := range scores {
-			s.LoadKV(vCache, head/g, j, vj)
+			s.LoadKV(vCache, head/g, s.Row(table, j), vj)
 			for d := range hd {
 				o[d] += p / sum * float64(vj[d])
 			}
@@ -97,10 +97,11 @@ func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, ord
 		splits = AttnSplits(s.MaxCtx)
 	}
 	pos := c.n - 1
-	kCache, vCache := randCache(r, s, c.n, 1), randCache(r, s, c.n, 1)
+	table := randTable(r, s)
+	kCache, vCache := randCache(r, s, table, c.n, 1), randCache(r, s, table, c.n, 1)
 	q := randFloats(r, s.Heads*s.HeadDim, 2.5) // scores with a standard deviation of 2.5
 	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
-	want := AttnDecode(s, pos, q, qg, kCache, vCache)
+	want := AttnDecode(s, pos, q, qg, kCache, vCache, table)
 
 	consts := s.AttnDecodeConstants(splits)
 	partial := pipeline(t, lib, "attn_decode_partial", consts)
@@ -115,7 +116,7 @@ func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, ord
 		Threadgroups: [3]int{s.KVHeads, splits}, Group: [3]int{s.AttnPartialThreads()},
 		Buffers: map[int]emu.Binding{
 			0: {Buffer: emu.BufferOf(q)}, 1: {Buffer: emu.BufferOf(kCache)}, 2: {Buffer: emu.BufferOf(vCache)},
-			3: {Buffer: bStep}, 4: {Buffer: bO}, 5: {Buffer: bML},
+			3: {Buffer: bStep}, 4: {Buffer: bO}, 5: {Buffer: bML}, 6: {Buffer: emu.BufferOf(table)},
 		},
 		ThreadgroupMem: map[int]int{0: s.AttnPartialThreadgroupMem()},
 		Order:          order, Seed: uint64(c.n),
@@ -148,9 +149,9 @@ func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, ord
 		t.Fatal(err)
 	}
 	got := bOut.Float32s()
-	exactErr, refErr = errVs64(got, exactAttn(s, c.n, q, qg, kCache, vCache)), relErr(got, want)
+	exactErr, refErr = errVs64(got, exactAttn(s, c.n, q, qg, kCache, vCache, table)), relErr(got, want)
 	// The reference sums n float32 terms in sequence; the kernel in tiles and splits.
-	if !(exactErr <= 2e-6 && refErr <= 1e-5) || math.IsNaN(errVs64(want, exactAttn(s, c.n, q, qg, kCache, vCache))) {
+	if !(exactErr <= 2e-6 && refErr <= 1e-5) || math.IsNaN(errVs64(want, exactAttn(s, c.n, q, qg, kCache, vCache, table))) {
 		t.Errorf("%+v splits %d n %d %v: error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)", s, splits, c.n, order, exactErr, refErr)
 	}
 	return exactErr, refErr
@@ -160,18 +161,21 @@ func TestAttnDecode(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(51, 52))
 	var cases []attnCase
-	for _, s := range []AttnShape{{4, 2, 64, 16, 200, KVBF16}, {2, 1, 256, 64, 200, KVBF16}, {6, 2, 96, 0, 200, KVBF16}, {4, 2, 64, 16, 200, KV8}, {2, 1, 256, 64, 200, KV8}} {
+	for _, s := range []AttnShape{{4, 2, 64, 16, 200, KVBF16, 0, 0}, {2, 1, 256, 64, 200, KVBF16, 0, 0}, {6, 2, 96, 0, 200, KVBF16, 0, 0}, {4, 2, 64, 16, 200, KV8, 0, 0}, {2, 1, 256, 64, 200, KV8, 0, 0}} {
 		for _, n := range []int{1, 2, 63, 64, 65, 200} {
 			cases = append(cases, attnCase{s: s, n: n})
 		}
 	}
 	cases = append(cases,
-		attnCase{s: AttnShape{4, 2, 64, 16, 64, KVBF16}, n: 64},                // a single split
-		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16}, splits: 3, n: 5000}, // long chunks
-		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16}, n: 5000},            // 64 splits, 63 active
-		attnCase{s: AttnShape{8, 1, 32, 32, 300, KVBF16}, n: 300},              // 8 heads per kv head, E = 1
-		attnCase{s: AttnShape{8, 1, 32, 32, 300, KV8}, n: 300},
-		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KV8}, n: 5000},
+		attnCase{s: AttnShape{4, 2, 64, 16, 64, KVBF16, 0, 0}, n: 64},                // a single split
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16, 0, 0}, splits: 3, n: 5000}, // long chunks
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KVBF16, 0, 0}, n: 5000},            // 64 splits, 63 active
+		attnCase{s: AttnShape{8, 1, 32, 32, 300, KVBF16, 0, 0}, n: 300},              // 8 heads per kv head, E = 1
+		attnCase{s: AttnShape{8, 1, 32, 32, 300, KV8, 0, 0}, n: 300},
+		attnCase{s: AttnShape{4, 2, 64, 16, 5000, KV8, 0, 0}, n: 5000},
+		attnCase{s: AttnShape{4, 2, 64, 16, 300, KVBF16, 16, 20}, n: 300},   // pages of one tile, shuffled
+		attnCase{s: AttnShape{4, 2, 64, 16, 300, KV8, 64, 6}, n: 257},       // a page boundary inside a split
+		attnCase{s: AttnShape{2, 1, 256, 64, 1000, KVBF16, 256, 5}, n: 700}, // the production page size
 	)
 	var worstX, worstR float64
 	for _, c := range cases {
@@ -191,7 +195,7 @@ func TestAttnDecodeProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(53, 54))
 	for _, bits := range []int{KVBF16, KV8} {
-		s := AttnShape{16, 2, 256, 64, 5000, bits}
+		s := AttnShape{16, 2, 256, 64, 5000, bits, 256, 24}
 		for i, n := range []int{65, 5000} {
 			xe, re := runAttnDecode(t, lib, r, attnCase{s: s, splits: AttnSplits(32768), n: n}, emu.Orders[i])
 			t.Logf("model shape, %d-bit cache, %d positions, %d splits (%d active): error vs float64 %.2g, vs AttnDecode %.2g (of max|out|)",
@@ -203,9 +207,10 @@ func TestAttnDecodeProduction(t *testing.T) {
 func TestAttnDecodeASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "attn_decode.metal")
 	r := rand.New(rand.NewPCG(55, 56))
-	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KVBF16}, n: 130}, emu.Shuffle) // last rows of the cache
-	runAttnDecode(t, lib, r, attnCase{s: AttnShape{2, 1, 256, 64, 300, KVBF16}, n: 70}, emu.Reverse)
-	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KV8}, n: 130}, emu.Shuffle)
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KVBF16, 0, 0}, n: 130}, emu.Shuffle) // last rows of the cache
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{2, 1, 256, 64, 300, KVBF16, 0, 0}, n: 70}, emu.Reverse)
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KV8, 0, 0}, n: 130}, emu.Shuffle)
+	runAttnDecode(t, lib, r, attnCase{s: AttnShape{4, 2, 64, 16, 130, KVBF16, 16, 9}, n: 130}, emu.Reverse) // every page of the pool in use
 }
 
 // TestAttnSplitRule pins the split rule's edges.

@@ -19,6 +19,8 @@ const (
 	AttnMaxCtx    = 4 // uint ATTN_MAX_CTX
 	AttnEps       = 5 // float ATTN_EPS
 	AttnKVBits    = 7 // uint ATTN_KV_BITS: the cache format
+	AttnPage      = 8 // uint ATTN_PAGE: positions per page of the pool
+	AttnPool      = 9 // uint ATTN_POOL: rows per kv head in the pool
 )
 
 // KV cache formats (AttnShape.KVBits). An 8-bit cache holds int8 codes, then a binary16 scale
@@ -33,12 +35,16 @@ const (
 // 256-dim head); any size up to 1024 works.
 const AttnRopeThreads = 256
 
-// AttnShape is a full-attention layer's head layout and KV-cache capacity (the model: 16 query
-// heads, 2 kv heads, head_dim 256, rotary 64).
+// AttnShape is a full-attention layer's head layout and KV cache (the model: 16 query heads, 2 kv
+// heads, head_dim 256, rotary 64). The cache is a pool of Pages pages of PageSize positions
+// ([KVHeads][Pages·PageSize] rows); a sequence of up to MaxCtx positions finds position p in
+// pool row table[p/PageSize]·PageSize + p%PageSize (a block table of TableLen pages). PageSize 0
+// is one page of MaxCtx positions (table {0}).
 type AttnShape struct {
 	Heads, KVHeads, HeadDim, RotaryDim int
-	MaxCtx                             int // positions per kv head in the cache
+	MaxCtx                             int // positions a sequence holds
 	KVBits                             int // cache format: KVBF16 (also 0) or KV8
+	PageSize, Pages                    int // the pool (0, 0: one page of MaxCtx)
 }
 
 // Validate reports whether attn_qk_rope_kv and the decode kernels support the shape.
@@ -54,6 +60,8 @@ func (s AttnShape) Validate() error {
 		return fmt.Errorf("attn: rotary dim %d: want even and at most the head dim %d", s.RotaryDim, s.HeadDim)
 	case s.MaxCtx <= 0:
 		return fmt.Errorf("attn: cache of %d positions", s.MaxCtx)
+	case s.PageSize < 0 || s.PageSize > 0 && (s.PageSize%AttnTile != 0 || s.Pages <= 0):
+		return fmt.Errorf("attn: %d pages of %d positions: want a positive number of pages of a multiple of %d", s.Pages, s.PageSize, AttnTile)
 	case s.KVBits != 0 && s.KVBits != KVBF16 && s.KVBits != KV8:
 		return fmt.Errorf("attn: KV cache of %d bits: want 16 or 8", s.KVBits)
 	case s.KVBits == KV8 && KVBlock%(s.HeadDim/32) != 0:
@@ -66,7 +74,41 @@ func (s AttnShape) Validate() error {
 // Constants returns the function constants attn_qk_rope_kv (and, with AttnDecodeConstants,
 // the decode kernels) are specialised with.
 func (s AttnShape) Constants(eps float32) map[int]any {
-	return map[int]any{AttnHeads: s.Heads, AttnKVHeads: s.KVHeads, AttnHeadDim: s.HeadDim, AttnRotaryDim: s.RotaryDim, AttnMaxCtx: s.MaxCtx, AttnEps: eps, AttnKVBits: s.bits()}
+	return map[int]any{AttnHeads: s.Heads, AttnKVHeads: s.KVHeads, AttnHeadDim: s.HeadDim, AttnRotaryDim: s.RotaryDim, AttnMaxCtx: s.MaxCtx, AttnEps: eps, AttnKVBits: s.bits(),
+		AttnPage: s.Page(), AttnPool: s.PoolRows()}
+}
+
+// Page is the positions per page.
+func (s AttnShape) Page() int {
+	if s.PageSize == 0 {
+		return s.MaxCtx
+	}
+	return s.PageSize
+}
+
+// PoolRows is the rows per kv head in the pool.
+func (s AttnShape) PoolRows() int {
+	if s.PageSize == 0 {
+		return s.MaxCtx
+	}
+	return s.Pages * s.PageSize
+}
+
+// TableLen is the block table's length: the pages of a sequence of MaxCtx positions.
+func (s AttnShape) TableLen() int { return (s.MaxCtx + s.Page() - 1) / s.Page() }
+
+// Row is the pool row of position pos under table.
+func (s AttnShape) Row(table []uint32, pos int) int {
+	return int(table[pos/s.Page()])*s.Page() + pos%s.Page()
+}
+
+// IdentityTable maps page i to pool page i.
+func (s AttnShape) IdentityTable() []uint32 {
+	t := make([]uint32, s.TableLen())
+	for i := range t {
+		t[i] = uint32(i)
+	}
+	return t
 }
 
 func (s AttnShape) bits() int {
@@ -85,28 +127,50 @@ func (s AttnShape) RowBytes() int {
 	return 2 * s.HeadDim
 }
 
-// CacheBytes is one layer's K (or V) cache, [KVHeads][MaxCtx] rows (in an 8-bit cache the codes
-// of every row, then the scales of every row).
-func (s AttnShape) CacheBytes() int { return s.KVHeads * s.MaxCtx * s.RowBytes() }
+// CacheBytes is one layer's K (or V) pool, [KVHeads][PoolRows] rows (in an 8-bit cache the
+// codes of every row, then the scales of every row).
+func (s AttnShape) CacheBytes() int { return s.KVHeads * s.PoolRows() * s.RowBytes() }
 
-// CacheSpans calls f with the byte spans of a K (or V) cache that hold rows [from, from+n) of
-// every kv head (two per head in an 8-bit cache: codes and scales).
+// CacheSpans calls f with the byte spans of a K (or V) pool that hold pool rows [from, from+n)
+// of every kv head (two per head in an 8-bit cache: codes and scales).
 func (s AttnShape) CacheSpans(from, n int, f func(off, len int64)) {
 	for h := range s.KVHeads {
-		r := int64(h*s.MaxCtx + from)
+		r := int64(h*s.PoolRows() + from)
 		if s.bits() == KVBF16 {
 			f(r*int64(2*s.HeadDim), int64(n*2*s.HeadDim))
 			continue
 		}
 		sb := int64(s.HeadDim / KVBlock * 2)
 		f(r*int64(s.HeadDim), int64(n*s.HeadDim))
-		f(int64(s.KVHeads*s.MaxCtx*s.HeadDim)+r*sb, int64(n)*sb)
+		f(int64(s.KVHeads*s.PoolRows()*s.HeadDim)+r*sb, int64(n)*sb)
 	}
 }
 
-// StoreKV writes x as row pos of kv head kvh of a K (or V) cache, as attn_qk_rope_kv does.
-func (s AttnShape) StoreKV(cache []byte, kvh, pos int, x []float32) {
-	row := kvh*s.MaxCtx + pos
+// SeqSpans calls f with the byte spans of a K (or V) pool holding a sequence's positions
+// [from, from+n), found through table, in CacheSpans' order: per kv head its values page piece by
+// page piece, then (8-bit) its scales likewise. With the identity table these are CacheSpans' spans
+// cut at page boundaries.
+func (s AttnShape) SeqSpans(table []uint32, from, n int, f func(off, len int64)) {
+	pieces := func(h int, base, per int64) {
+		for p := from; p < from+n; {
+			k := min(from+n, (p/s.Page()+1)*s.Page()) - p
+			f(base+int64(h*s.PoolRows()+s.Row(table, p))*per, int64(k)*per)
+			p += k
+		}
+	}
+	for h := range s.KVHeads {
+		if s.bits() == KVBF16 {
+			pieces(h, 0, int64(2*s.HeadDim))
+			continue
+		}
+		pieces(h, 0, int64(s.HeadDim))
+		pieces(h, int64(s.KVHeads*s.PoolRows()*s.HeadDim), int64(s.HeadDim/KVBlock*2))
+	}
+}
+
+// StoreKV writes x into pool row prow of kv head kvh of a K (or V) cache, as attn_qk_rope_kv does.
+func (s AttnShape) StoreKV(cache []byte, kvh, prow int, x []float32) {
+	row := kvh*s.PoolRows() + prow
 	hd := s.HeadDim
 	if s.bits() == KVBF16 {
 		for d, v := range x[:hd] {
@@ -114,7 +178,7 @@ func (s AttnShape) StoreKV(cache []byte, kvh, pos int, x []float32) {
 		}
 		return
 	}
-	scales := cache[s.KVHeads*s.MaxCtx*hd:]
+	scales := cache[s.KVHeads*s.PoolRows()*hd:]
 	for b := 0; b < hd; b += KVBlock {
 		var amax float32
 		for _, v := range x[b : b+KVBlock] {
@@ -133,9 +197,10 @@ func (s AttnShape) StoreKV(cache []byte, kvh, pos int, x []float32) {
 	}
 }
 
-// LoadKV reads row pos of kv head kvh of a K (or V) cache into dst, as attn_decode_partial does.
-func (s AttnShape) LoadKV(cache []byte, kvh, pos int, dst []float32) {
-	row := kvh*s.MaxCtx + pos
+// LoadKV reads pool row prow of kv head kvh of a K (or V) cache into dst, as attn_decode_partial
+// does.
+func (s AttnShape) LoadKV(cache []byte, kvh, prow int, dst []float32) {
+	row := kvh*s.PoolRows() + prow
 	hd := s.HeadDim
 	if s.bits() == KVBF16 {
 		for d := range dst[:hd] {
@@ -143,7 +208,7 @@ func (s AttnShape) LoadKV(cache []byte, kvh, pos int, dst []float32) {
 		}
 		return
 	}
-	scales := cache[s.KVHeads*s.MaxCtx*hd:]
+	scales := cache[s.KVHeads*s.PoolRows()*hd:]
 	for d := range dst[:hd] {
 		f := quant.F16ToF32(binary.LittleEndian.Uint16(scales[2*(row*hd/KVBlock+d/KVBlock):]))
 		dst[d] = float32(int8(cache[row*hd+d])) * f
@@ -171,9 +236,9 @@ type AttnRopeParams struct {
 // AttnQKRopeKV is the Go reference of attn_qk_rope_kv for the token at pos: engine/cpu's q and k
 // RMSNorm and RoPE with the same float32 operations. qg is the q projection ([Heads][2·HeadDim]:
 // query ‖ gate per head), k and v the kv projections; it returns the rotated queries
-// ([Heads·HeadDim]) and writes K (normalised, rotated) and V into the caches at pos (when
-// pos < MaxCtx), in the shape's format.
-func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kCache, vCache []byte) []float32 {
+// ([Heads·HeadDim]) and writes K (normalised, rotated) and V into the caches at pos's pool row
+// under table (when pos < MaxCtx), in the shape's format.
+func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
 	hd := s.HeadDim
 	q := make([]float32, s.Heads*hd)
 	for h := range s.Heads {
@@ -190,8 +255,8 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 		if pos >= s.MaxCtx {
 			continue // as the kernel: no cache write past the end
 		}
-		s.StoreKV(kCache, j, pos, kh)
-		s.StoreKV(vCache, j, pos, v[j*hd:(j+1)*hd])
+		s.StoreKV(kCache, j, s.Row(table, pos), kh)
+		s.StoreKV(vCache, j, s.Row(table, pos), v[j*hd:(j+1)*hd])
 	}
 	return q
 }

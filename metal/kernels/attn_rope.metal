@@ -15,13 +15,17 @@
 // 1/float32(pow(theta, float32(2i)/float32(ROT))) with a float64 pow), so the angles are the
 // reference's bits; cos and sin are metal::precise (the fast ones are only accurate on [-pi, pi]).
 //
-// The KV cache is [NKV][MAX_CTX][HD] per layer, K stored post-norm and post-RoPE, in one of two
-// formats (ATTN_KV_BITS):
+// The KV cache is a pool of pages of ATTN_PAGE positions, [NKV][POOL][HD] per layer (POOL =
+// rows per kv head, a whole number of pages); a sequence's position p lives in row
+// table[p / PAGE] · PAGE + p % PAGE (the block table, buffer 10, shared by the layers), so
+// sequences that share a prefix share its pages. K is stored post-norm and post-RoPE, in one of
+// two formats (ATTN_KV_BITS):
 //   16: bfloat16 values;
-//    8: int8 codes, then (after all NKV·MAX_CTX·HD codes) one half scale per block of 32 dims,
-//       [NKV][MAX_CTX][HD/32]: scale = half(max|x| over the block / 127), code = round(x / scale)
+//    8: int8 codes, then (after all NKV·POOL·HD codes) one half scale per block of 32 dims,
+//       [NKV][POOL][HD/32]: scale = half(max|x| over the block / 127), code = round(x / scale)
 //       clamped to ±127 (0 when the scale is 0), x ≈ code · scale.
-// step (buffer 6) is {pos, token}; nothing is written to the cache when pos >= MAX_CTX.
+// step (buffer 6) is {pos, token}; nothing is written to the cache when pos >= MAX_CTX (the
+// positions a sequence may hold).
 //
 // Geometry: NQ + NKV threadgroups (18 for the model) of any size up to 1024 (AttnRopeThreads =
 // 256, one thread per dim for HD = 256). The normalised head goes through threadgroup memory
@@ -36,11 +40,13 @@ constant uint ATTN_ROT [[function_constant(3)]];      // rotary dims (64), even,
 constant uint ATTN_MAX_CTX [[function_constant(4)]];  // positions the cache holds
 constant float ATTN_EPS [[function_constant(5)]];     // RMSNorm epsilon (1e-6)
 constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
+constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a multiple of 16
+constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool (pages · PAGE)
 
 #define ATTN_ROPE_MAX_HD 512
 
-// attn_store_q8 writes dim d of the row starting at value index row (kv head · MAX_CTX + pos,
-// times HD) into an 8-bit cache: its code, and the block's scale from the block's 32 values of x
+// attn_store_q8 writes dim d of the row starting at value index row (kv head · POOL + the
+// position's pool row, times HD) into an 8-bit cache: its code, and the block's scale from the block's 32 values of x
 // (every thread of the block computes the same scale; the block's first dim writes it).
 template <typename X>
 inline void attn_store_q8(device uchar* cache, ulong row, uint d, X x) {
@@ -55,7 +61,7 @@ inline void attn_store_q8(device uchar* cache, ulong row, uint d, X x) {
   const float q = s > 0.0f ? clamp(rint(precise::divide(float(x[d]), s)), -127.0f, 127.0f) : 0.0f;
   ((device char*)cache)[row + d] = char(q);
   if (d == b0) {
-    device half* scales = (device half*)(cache + ulong(ATTN_NKV) * ATTN_MAX_CTX * ATTN_HD);
+    device half* scales = (device half*)(cache + ulong(ATTN_NKV) * ATTN_POOL * ATTN_HD);
     scales[row / 32 + d / 32] = sc;
   }
 }
@@ -68,8 +74,9 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device const float* inv_freq [[buffer(5)]],  // [ROT/2]
                             device const uint* step [[buffer(6)]],       // {pos, token}
                             device float* q_out [[buffer(7)]],           // [NQ*HD]
-                            device uchar* k_cache [[buffer(8)]],         // [NKV][MAX_CTX][HD]
-                            device uchar* v_cache [[buffer(9)]],         // [NKV][MAX_CTX][HD]
+                            device uchar* k_cache [[buffer(8)]],         // [NKV][POOL][HD]
+                            device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
+                            device const uint* table [[buffer(10)]],     // [MAX_CTX / PAGE] pages
                             uint head [[threadgroup_position_in_grid]],
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
@@ -112,7 +119,9 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint half_rot = ATTN_ROT / 2;
-  const ulong row = (ulong(kvh) * ATTN_MAX_CTX + pos) * ATTN_HD;
+  // the position's pool row (read only where the cache is written: pos < MAX_CTX)
+  const uint prow = !is_q && pos < ATTN_MAX_CTX ? table[pos / ATTN_PAGE] * ATTN_PAGE + pos % ATTN_PAGE : 0;
+  const ulong row = (ulong(kvh) * ATTN_POOL + prow) * ATTN_HD;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
     float o = y[d];
     if (d < ATTN_ROT) {

@@ -61,7 +61,8 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 	for i := range kWant {
 		kWant[i], vWant[i] = 0xFF, 0xFF
 	}
-	qWant := AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
+	table := randTable(r, s)
+	qWant := AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant, table)
 
 	bQ, bK, bV := emu.NewBuffer(4*len(qWant)), emu.NewBuffer(s.CacheBytes()), emu.NewBuffer(s.CacheBytes())
 	bQ.Fill(0xFF)
@@ -74,7 +75,7 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 			0: {Buffer: emu.BufferOf(qg)}, 1: {Buffer: emu.BufferOf(k)}, 2: {Buffer: emu.BufferOf(v)},
 			3: {Buffer: emu.BufferOf(p.QNorm)}, 4: {Buffer: emu.BufferOf(p.KNorm)}, 5: {Buffer: emu.BufferOf(p.InvFreq)},
 			6: {Buffer: emu.BufferOf([]uint32{uint32(pos), 7})},
-			7: {Buffer: bQ}, 8: {Buffer: bK}, 9: {Buffer: bV},
+			7: {Buffer: bQ}, 8: {Buffer: bK}, 9: {Buffer: bV}, 10: {Buffer: emu.BufferOf(table)},
 		},
 		Order: order, Seed: uint64(pos),
 	})
@@ -85,7 +86,7 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 	kGot, vGot := bK.Bytes(), bV.Bytes()
 	row := make([]bool, len(kWant)) // bytes of row pos
 	if pos < s.MaxCtx {
-		s.CacheSpans(pos, 1, func(off, n int64) {
+		s.CacheSpans(s.Row(table, pos), 1, func(off, n int64) {
 			for i := off; i < off+n; i++ {
 				row[i] = true
 			}
@@ -100,7 +101,7 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 		}
 	}
 	if pos < s.MaxCtx {
-		kSteps = kRowSteps(t, s, pos, kGot, kWant)
+		kSteps = kRowSteps(t, s, s.Row(table, pos), kGot, kWant)
 	}
 	if !(qErr <= 2e-6) || kSteps > 1 {
 		t.Errorf("%+v pos %d tg %d %v: q relative error %.2g, K off by %d step(s)", s, pos, threads, order, qErr, kSteps)
@@ -108,14 +109,14 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 	return qErr, kSteps
 }
 
-// kRowSteps is the largest distance between two caches' row pos: in bf16 steps, or for an
+// kRowSteps is the largest distance between two caches' pool row pos: in bf16 steps, or for an
 // 8-bit cache in codes of the larger of the two scales (which must agree to a binary16 step).
 func kRowSteps(t *testing.T, s AttnShape, pos int, got, want []byte) int {
 	t.Helper()
 	worst := 0
 	for j := range s.KVHeads {
 		if s.KVBits != KV8 {
-			base := 2 * (j*s.MaxCtx + pos) * s.HeadDim
+			base := 2 * (j*s.PoolRows() + pos) * s.HeadDim
 			n := 2 * s.HeadDim
 			worst = max(worst, bf16Ulps(u16s(got[base:base+n]), u16s(want[base:base+n])))
 			continue
@@ -123,9 +124,9 @@ func kRowSteps(t *testing.T, s AttnShape, pos int, got, want []byte) int {
 		g, w := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
 		s.LoadKV(got, j, pos, g)
 		s.LoadKV(want, j, pos, w)
-		scales := s.KVHeads * s.MaxCtx * s.HeadDim
+		scales := s.KVHeads * s.PoolRows() * s.HeadDim
 		for b := 0; b < s.HeadDim; b += KVBlock {
-			at := scales + 2*((j*s.MaxCtx+pos)*s.HeadDim/KVBlock+b/KVBlock)
+			at := scales + 2*((j*s.PoolRows()+pos)*s.HeadDim/KVBlock+b/KVBlock)
 			sg, sw := quant.F16ToF32(u16s(got[at : at+2])[0]), quant.F16ToF32(u16s(want[at : at+2])[0])
 			if math.Abs(float64(sg-sw)) > math.Abs(float64(sw))/1024 {
 				t.Fatalf("%+v pos %d: kv head %d block %d scale %g, want %g", s, pos, j, b/KVBlock, sg, sw)
@@ -154,19 +155,21 @@ func TestAttnQKRopeKV(t *testing.T) {
 		pos     int
 		threads int
 	}{
-		{AttnShape{4, 2, 64, 16, 8, KVBF16}, 0, 64},
-		{AttnShape{4, 2, 64, 16, 8, KVBF16}, 7, 40}, // a partial simdgroup
-		{AttnShape{4, 2, 64, 16, 70001, KVBF16}, 70000, 32},
-		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 1, AttnRopeThreads},
-		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 2, 96},      // several dims per thread
-		{AttnShape{2, 1, 256, 64, 3, KVBF16}, 5000, 1024}, // pos past the cache: queries only
-		{AttnShape{3, 3, 32, 32, 2, KVBF16}, 1, 7},        // rotary over the whole head, fewer threads than a simdgroup
-		{AttnShape{2, 2, 32, 0, 2, KVBF16}, 1, 32},        // no rotary dims
-		{AttnShape{4, 2, 64, 16, 8, KV8}, 0, 64},
-		{AttnShape{4, 2, 64, 16, 8, KV8}, 7, 40}, // a partial simdgroup: blocks span simdgroups
-		{AttnShape{2, 1, 256, 64, 3, KV8}, 2, 96},
-		{AttnShape{2, 1, 256, 64, 3, KV8}, 5000, 1024}, // pos past the cache
-		{AttnShape{3, 3, 32, 32, 2, KV8}, 1, 7},
+		{AttnShape{4, 2, 64, 16, 8, KVBF16, 0, 0}, 0, 64},
+		{AttnShape{4, 2, 64, 16, 8, KVBF16, 0, 0}, 7, 40}, // a partial simdgroup
+		{AttnShape{4, 2, 64, 16, 70001, KVBF16, 0, 0}, 70000, 32},
+		{AttnShape{2, 1, 256, 64, 3, KVBF16, 0, 0}, 1, AttnRopeThreads},
+		{AttnShape{2, 1, 256, 64, 3, KVBF16, 0, 0}, 2, 96},      // several dims per thread
+		{AttnShape{2, 1, 256, 64, 3, KVBF16, 0, 0}, 5000, 1024}, // pos past the cache: queries only
+		{AttnShape{3, 3, 32, 32, 2, KVBF16, 0, 0}, 1, 7},        // rotary over the whole head, fewer threads than a simdgroup
+		{AttnShape{2, 2, 32, 0, 2, KVBF16, 0, 0}, 1, 32},        // no rotary dims
+		{AttnShape{4, 2, 64, 16, 8, KV8, 0, 0}, 0, 64},
+		{AttnShape{4, 2, 64, 16, 8, KV8, 0, 0}, 7, 40}, // a partial simdgroup: blocks span simdgroups
+		{AttnShape{2, 1, 256, 64, 3, KV8, 0, 0}, 2, 96},
+		{AttnShape{2, 1, 256, 64, 3, KV8, 0, 0}, 5000, 1024}, // pos past the cache
+		{AttnShape{3, 3, 32, 32, 2, KV8, 0, 0}, 1, 7},
+		{AttnShape{4, 2, 64, 16, 100, KVBF16, 16, 9}, 37, 64}, // pages of 16, position 37 in the table's third
+		{AttnShape{4, 2, 64, 16, 100, KV8, 32, 5}, 99, 64},    // the last position, 8-bit pages
 	}
 	var worstQ float64
 	var worstK int
@@ -187,7 +190,7 @@ func TestAttnQKRopeKVProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "attn_rope.metal")
 	r := rand.New(rand.NewPCG(43, 44))
 	for _, bits := range []int{KVBF16, KV8} {
-		s := AttnShape{16, 2, 256, 64, 4100, bits}
+		s := AttnShape{16, 2, 256, 64, 4100, bits, 256, 20}
 		for i, pos := range []int{3, 4099} {
 			qe, ku := runAttnRope(t, lib, r, s, pos, AttnRopeThreads, emu.Orders[i+1])
 			t.Logf("model shape, %d-bit cache, pos %d: max relative error of q %.2g, K within %d step(s), V exact", bits, pos, qe, ku)
@@ -198,9 +201,24 @@ func TestAttnQKRopeKVProduction(t *testing.T) {
 func TestAttnQKRopeKVASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "attn_rope.metal")
 	r := rand.New(rand.NewPCG(45, 46))
-	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KVBF16}, 5, 40, emu.Shuffle) // the last cache row
-	runAttnRope(t, lib, r, AttnShape{2, 1, 256, 64, 2, KVBF16}, 0, 256, emu.Reverse)
-	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KV8}, 5, 40, emu.Shuffle) // the last rows of codes and scales
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KVBF16, 0, 0}, 5, 40, emu.Shuffle) // the last cache row
+	runAttnRope(t, lib, r, AttnShape{2, 1, 256, 64, 2, KVBF16, 0, 0}, 0, 256, emu.Reverse)
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 6, KV8, 0, 0}, 5, 40, emu.Shuffle) // the last rows of codes and scales
+	runAttnRope(t, lib, r, AttnShape{4, 2, 64, 16, 40, KV8, 16, 3}, 39, 64, emu.Forward)
+}
+
+// randTable maps a sequence's pages to distinct pool pages in a random order (the identity for a
+// one-page cache).
+func randTable(r *rand.Rand, s AttnShape) []uint32 {
+	if s.PageSize == 0 {
+		return s.IdentityTable()
+	}
+	perm := r.Perm(s.Pages)
+	t := make([]uint32, s.TableLen())
+	for i := range t {
+		t[i] = uint32(perm[i]) // a shape with fewer pages than its table fails here
+	}
+	return t
 }
 
 // TestRopeInvFreq pins the table to engine/cpu's formula for the model (rotary 64, theta 1e7).

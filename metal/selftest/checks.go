@@ -21,10 +21,11 @@ const eps = 1e-6 // the model's RMSNorm epsilon
 
 // Shapes: the model's widths where a check stays cheap on the emulator.
 var (
-	gdnShape  = kernels.GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}                                 // the model's
-	attnShape = kernels.AttnShape{Heads: 16, KVHeads: 2, HeadDim: 256, RotaryDim: 64, MaxCtx: 512} // the model's heads, a 512-position cache
-	moeRouter = kernels.MoEShape{H: 2048, E: 64, K: 8, I: 512, SI: 512}                            // E 64 instead of 256
-	moeSmall  = kernels.MoEShape{H: 2048, E: 8, K: 4, I: 512, SI: 512}                             // E 8, top-4
+	gdnShape  = kernels.GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}                                                          // the model's
+	attnShape = kernels.AttnShape{Heads: 16, KVHeads: 2, HeadDim: 256, RotaryDim: 64, MaxCtx: 512, PageSize: 256, Pages: 3} // the model's heads, 512 positions in pages of 256
+	attnTable = []uint32{2, 0}                                                                                              // out of order, pool page 1 unused
+	moeRouter = kernels.MoEShape{H: 2048, E: 64, K: 8, I: 512, SI: 512}                                                     // E 64 instead of 256
+	moeSmall  = kernels.MoEShape{H: 2048, E: 8, K: 4, I: 512, SI: 512}                                                      // E 8, top-4
 )
 
 func randQ(r *rand.Rand, rows, cols, bits int) qmatrix {
@@ -92,10 +93,10 @@ func checks() []check {
 		{"conv1d_step", "8192 channels", convTol, checkConv},
 		{"gdn_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDN},
 		{"gdn_conv_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDNConv},
-		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KVBF16) }},
-		{"attn_qk_rope_kv_kv8", "8-bit KV cache, 16/2 heads × 256, rotary 64, pos 300 of 512", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KV8) }},
-		{"attn_decode", "partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KVBF16) }},
-		{"attn_decode_kv8", "8-bit KV cache, partial+combine, 16/2 heads × 256, 300 positions, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KV8) }},
+		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KVBF16) }},
+		{"attn_qk_rope_kv_kv8", "8-bit KV cache, 16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KV8) }},
+		{"attn_decode", "partial+combine, 16/2 heads × 256, 300 positions in two pages, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KVBF16) }},
+		{"attn_decode_kv8", "8-bit KV cache, partial+combine, 16/2 heads × 256, 300 positions in two pages, 8 splits", attnTol, func(e *env) (float64, error) { return checkAttnDecode(e, kernels.KV8) }},
 		{"moe_router", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, false) }},
 		{"moe_router_norm", fmt.Sprintf("H %d, E %d, top-%d", moeRouter.H, moeRouter.E, moeRouter.K), routerTol, func(e *env) (float64, error) { return checkRouter(e, true) }},
 		{"moe_gate_up", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), gateUpTol, func(e *env) (float64, error) { return checkGateUp(e, false) }},
@@ -344,16 +345,17 @@ func checkRope(e *env, bits int) (float64, error) {
 	b := newPB()
 	bs := map[int]int{0: b.in("qg", qg), 1: b.in("k", k), 2: b.in("v", v), 3: b.in("q_norm", p.QNorm), 4: b.in("k_norm", p.KNorm),
 		5: b.in("inv_freq", p.InvFreq), 6: b.in("step", []uint32{pos, 7}), 7: b.out("q_rot", 4*s.Heads*s.HeadDim),
-		8: b.inout("k_cache", kWant), 9: b.inout("v_cache", vWant)}
+		8: b.inout("k_cache", kWant), 9: b.inout("v_cache", vWant), 10: b.in("table", attnTable)}
 	b.add(dispatch{kernel: "attn_qk_rope_kv", consts: s.Constants(eps), binds: bs, threadgroups: [3]int{s.Heads + s.KVHeads}, group: kernels.AttnRopeThreads})
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
-	qWant := kernels.AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant)
+	qWant := kernels.AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant, attnTable)
 	kGot, vGot := x.Bytes(bs[8]), x.Bytes(bs[9])
 	inRow := make([]bool, len(kWant))
-	s.CacheSpans(pos, 1, func(off, n int64) {
+	prow := s.Row(attnTable, pos)
+	s.CacheSpans(prow, 1, func(off, n int64) {
 		for i := off; i < off+n; i++ {
 			inRow[i] = true
 		}
@@ -369,8 +371,8 @@ func checkRope(e *env, bits int) (float64, error) {
 	// K: within 2 bf16 steps, or 2 codes of its block's scale in an 8-bit cache.
 	got, want := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
 	for j := range s.KVHeads {
-		s.LoadKV(kGot, j, pos, got)
-		s.LoadKV(kWant, j, pos, want)
+		s.LoadKV(kGot, j, prow, got)
+		s.LoadKV(kWant, j, prow, want)
 		for d := range want {
 			step := float64(max(abs32(want[d]), 1e-30)) / 128
 			if bits == kernels.KV8 {
@@ -405,7 +407,7 @@ func checkAttnDecode(e *env, bits int) (float64, error) {
 				for d := range x {
 					x[d] = float32(r.NormFloat64())
 				}
-				s.StoreKV(c, kvh, j, x)
+				s.StoreKV(c, kvh, s.Row(attnTable, j), x)
 			}
 		}
 		return c
@@ -418,7 +420,7 @@ func checkAttnDecode(e *env, bits int) (float64, error) {
 	bq, bk, bv, step := b.in("q", q), b.in("k_cache", kc), b.in("v_cache", vc), b.in("step", []uint32{n - 1, 3})
 	bo, bml, bqg, out := b.out("o_part", 4*oLen), b.out("ml_part", 4*mlLen), b.in("qg", qg), b.out("out", 4*s.Heads*s.HeadDim)
 	consts := s.AttnDecodeConstants(splits)
-	b.add(dispatch{kernel: "attn_decode_partial", consts: consts, binds: map[int]int{0: bq, 1: bk, 2: bv, 3: step, 4: bo, 5: bml},
+	b.add(dispatch{kernel: "attn_decode_partial", consts: consts, binds: map[int]int{0: bq, 1: bk, 2: bv, 3: step, 4: bo, 5: bml, 6: b.in("table", attnTable)},
 		tgMem: map[int]int{0: s.AttnPartialThreadgroupMem()}, threadgroups: [3]int{s.KVHeads, splits}, group: s.AttnPartialThreads()})
 	b.add(dispatch{kernel: "attn_decode_combine", consts: consts, binds: map[int]int{0: bo, 1: bml, 2: bqg, 3: step, 4: out},
 		threadgroups: [3]int{s.Heads}, group: kernels.AttnCombineThreads, barrier: true})
@@ -426,7 +428,7 @@ func checkAttnDecode(e *env, bits int) (float64, error) {
 	if err != nil {
 		return math.NaN(), err
 	}
-	return relErr(f32s(x.Bytes(out)), kernels.AttnDecode(s, n-1, q, qg, kc, vc)), nil
+	return relErr(f32s(x.Bytes(out)), kernels.AttnDecode(s, n-1, q, qg, kc, vc, attnTable)), nil
 }
 
 // ---- MoE ----------------------------------------------------------------------------------------
