@@ -12,13 +12,15 @@ import (
 // budget with least-recently-used eviction. A snapshot is reusable for any prompt it prefixes:
 // the KV cache could be cut anywhere, but DeltaNet's recurrent state only exists at the snapshot's
 // own boundary, so reuse happens at entry boundaries: the checkpoints a prefill saves (see
-// Request.Checkpoints), ends of prompts and ends of generations.
+// Request.Checkpoints), ends of prompts and ends of generations. The entries hang off a radix
+// tree of their token sequences (radix.go), so a lookup walks the prompt once.
 type Cache struct {
 	mu      sync.Mutex
 	budget  int64
 	used    int64
 	clock   uint64
-	entries []*entry
+	entries []*entry // for least-recently-used eviction
+	tree    radix
 
 	hits, misses, hitTokens, evictions atomic.Int64
 }
@@ -38,12 +40,7 @@ func NewCache(budget int64) *Cache { return &Cache{budget: budget} }
 func (c *Cache) Lookup(prompt []int) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var best *entry
-	for _, e := range c.entries {
-		if len(e.tokens) <= len(prompt) && (best == nil || len(e.tokens) > len(best.tokens)) && slices.Equal(e.tokens, prompt[:len(e.tokens)]) {
-			best = e
-		}
-	}
+	best := c.tree.longest(prompt)
 	if best == nil {
 		c.misses.Add(1)
 		return nil
@@ -60,7 +57,7 @@ func (c *Cache) Lookup(prompt []int) *entry {
 func (c *Cache) Wants(tokens []int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.budget > 0 && !slices.ContainsFunc(c.entries, func(e *entry) bool { return slices.Equal(e.tokens, tokens) })
+	return c.budget > 0 && c.tree.get(tokens) == nil
 }
 
 // Store records snap (which the cache then owns, and closes when it lets it go) as the state
@@ -74,13 +71,12 @@ func (c *Cache) Store(tokens []int, snap backend.Snapshot, logits []float32) {
 		return
 	}
 	c.clock++
-	for i, e := range c.entries {
-		if slices.Equal(e.tokens, tokens) { // same state: keep one copy
-			c.drop(i)
-			break
-		}
+	if old := c.tree.get(tokens); old != nil { // same state: keep one copy
+		c.drop(slices.Index(c.entries, old))
 	}
-	c.entries = append(c.entries, &entry{tokens: slices.Clone(tokens), snap: snap, logits: slices.Clone(logits), bytes: size, lastUse: c.clock})
+	e := &entry{tokens: slices.Clone(tokens), snap: snap, logits: slices.Clone(logits), bytes: size, lastUse: c.clock}
+	c.entries = append(c.entries, e)
+	c.tree.put(e.tokens, e)
 	c.used += size
 	for c.used > c.budget {
 		oldest := 0
@@ -98,6 +94,7 @@ func (c *Cache) Store(tokens []int, snap backend.Snapshot, logits []float32) {
 func (c *Cache) drop(i int) {
 	c.used -= c.entries[i].bytes
 	c.entries[i].snap.Close()
+	c.tree.remove(c.entries[i].tokens)
 	c.entries = slices.Delete(c.entries, i, i+1)
 }
 
