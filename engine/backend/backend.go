@@ -63,12 +63,14 @@ type Persistent interface {
 type Generator interface {
 	// Continue goes on from first, the token the host chose from the session's last logits row
 	// (step 0 of sample.New(p, prompt)), choosing up to max more with p's procedure (p.Seed set)
-	// and calling onToken for each: stop=true or an error ends the generation. Every token passed
-	// on, and first, is consumed (Pos grows by their number). It returns the logits row after the
-	// last one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
-	Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(id int) (stop bool, err error)) (logits []float32, err error)
+	// and calling onToken for each (with its logprob and p.TopLogprobs alternatives when p asks
+	// for logprobs): stop=true or an error ends the generation. Every token passed on, and
+	// first, is consumed (Pos grows by their number). It returns the logits row after the last
+	// one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
+	Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
 }
 
-// ErrNotOnDevice is Continue's answer for sampling settings the device does not run (logprobs,
-// or candidates beyond what its sampler sorts); the host then samples from Forward's logits.
+// ErrNotOnDevice is Continue's answer for sampling settings the device does not run (candidates
+// beyond what its sampler sorts, or more logprob alternatives than it reports); the host then
+// samples from Forward's logits.
 var ErrNotOnDevice = errors.New("backend: these sampling settings run on the host")

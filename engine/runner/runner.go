@@ -337,10 +337,10 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 // onDevice runs the rest of the generation on the session's device (see backend.Generator).
 func (r *Runner) onDevice(ctx context.Context, g backend.Generator, req Request, p sample.Params, res *Result, emit func(Token) (bool, error)) ([]float32, error) {
 	first := res.Tokens[0]
-	last, err := g.Continue(ctx, p, req.Prompt, first, req.MaxTokens-1, req.StopIDs, func(id int) (bool, error) {
-		res.Tokens = append(res.Tokens, id)
-		stop, err := emit(Token{ID: id})
-		if stop || slices.Contains(req.StopIDs, id) {
+	last, err := g.Continue(ctx, p, req.Prompt, first, req.MaxTokens-1, req.StopIDs, func(c sample.Choice) (bool, error) {
+		res.Tokens = append(res.Tokens, c.ID)
+		stop, err := emit(Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top})
+		if stop || slices.Contains(req.StopIDs, c.ID) {
 			res.FinishReason = "stop"
 			return true, err
 		}

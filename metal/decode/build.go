@@ -55,10 +55,11 @@ type Step struct {
 	Table int
 	KV    []int
 
-	StepBuf int // {pos, token} uint32
-	Logits  int // [vocab] float32
-	Sampler SamplerBuffers
-	Session []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
+	StepBuf  int // {pos, token} uint32
+	Logits   int // [vocab] float32
+	Logprobs int // two kernels.LogprobRecordLen-word records (the logprob modes' output)
+	Sampler  SamplerBuffers
+	Session  []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
 	weights []weightSrc
 	consts  []constSrc
@@ -553,7 +554,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
 	// set), so the logits buffer keeps what the model produced for a host that reads it. A
 	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
-	b.modes = []string{ModeGreedy, ModeSample}
+	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
 	pl := b.floats("sample.logits", V, plan.Activations)
 	sc := map[int]any{kernels.SampleVocab: V, kernels.SampleChunk: kernels.SampleDefaultChunk, kernels.SampleProbeOp: 0}
@@ -566,28 +567,46 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	})
 	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
 	b.add(plan.Dispatch{
-		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Modes: []string{ModeGreedy},
+		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Modes: []string{ModeGreedy, ModeGreedyLogprobs},
 		Threadgroups: [3]int{kernels.ArgmaxDefaultGroups, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
 		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(partial)},
 	})
 	b.add(plan.Dispatch{
-		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Modes: []string{ModeGreedy},
+		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Modes: []string{ModeGreedy, ModeGreedyLogprobs},
 		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
 		Reads:  []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
 		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState)},
 	})
 	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, kernels.SampleDefaultChunk)), plan.Activations)
 	b.add(plan.Dispatch{
-		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Modes: []string{ModeSample},
+		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Modes: []string{ModeSample, ModeSampleLogprobs},
 		Threadgroups: [3]int{kernels.SampleGroups(V, kernels.SampleDefaultChunk), 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
 		Reads: []plan.Range{b.whole(pl), b.whole(params)}, Writes: []plan.Range{b.whole(cand)},
 	})
 	b.add(plan.Dispatch{
-		Kernel: "sample_final", Constants: sc, Modes: []string{ModeSample},
+		Kernel: "sample_final", Constants: sc, Modes: []string{ModeSample, ModeSampleLogprobs},
 		Buffers:      map[int]plan.Binding{1: {Buffer: params}, 2: {Buffer: cand}, 3: {Buffer: s.StepBuf}, 4: {Buffer: sampState}, 5: {Buffer: sb.Status}},
 		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
 		Reads:  []plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
 		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)},
+	})
+	// Logprobs, after the selection wrote the token: the record a step's host reads instead of
+	// the logits (kernels.LogprobRecordLen words; two slots, chosen by the binding's offset).
+	lpGroups := kernels.SampleGroups(V, kernels.SampleDefaultChunk)
+	lpMS := b.buffer("logprob.ms", 8*int64(lpGroups), plan.Activations)
+	lpTop := b.buffer("logprob.top", 8*int64(lpGroups*kernels.LogprobTopN), plan.Activations)
+	s.Logprobs = b.buffer("logprob.record", 2*4*kernels.LogprobRecordLen, plan.Control)
+	lpModes := []string{ModeGreedyLogprobs, ModeSampleLogprobs}
+	b.add(plan.Dispatch{
+		Kernel: "logprob_partial", Constants: sc, Buffers: binds(pl, lpMS, lpTop), Modes: lpModes,
+		Threadgroups: [3]int{lpGroups, 1, 1}, Group: [3]int{kernels.LogprobThreads, 1, 1},
+		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(lpMS), b.whole(lpTop)},
+	})
+	b.add(plan.Dispatch{
+		Kernel: "logprob_final", Constants: sc, Buffers: binds(pl, lpMS, lpTop, s.StepBuf, s.Logprobs), Modes: lpModes,
+		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.LogprobThreads, 1, 1},
+		Reads:  []plan.Range{b.whole(pl), b.whole(lpMS), b.whole(lpTop), b.whole(s.StepBuf)},
+		Writes: []plan.Range{{Buffer: s.Logprobs, Len: 4 * kernels.LogprobRecordLen}},
 	})
 	if err := s.Plan.Validate(); err != nil {
 		return nil, err
@@ -641,6 +660,10 @@ const (
 	ModeGreedy  = "greedy"  // logits, then the argmax of the penalised logits (argmax_partial, argmax_final)
 	ModeSample  = "sample"  // logits, then seeded sampling (sample_select, sample_final)
 	ModePrefill = "prefill" // the layers only: a prompt token before the last, whose logits nobody reads
+	// The selection modes with the chosen token's logprob and the most likely alternatives
+	// (logprob_partial, logprob_final) written into the Logprobs record.
+	ModeGreedyLogprobs = "greedy+logprobs"
+	ModeSampleLogprobs = "sample+logprobs"
 )
 
 // SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).

@@ -52,6 +52,11 @@ func TestProductionPlanShape(t *testing.T) {
 			t.Fatalf("%s: %d dispatches, want %d", mode, st.Dispatches, 1+30*7+10*8+4)
 		}
 	}
+	for _, mode := range []string{ModeGreedyLogprobs, ModeSampleLogprobs} {
+		if st := s.Plan.Stats(mode); st.Dispatches != 1+30*7+10*8+4+2 {
+			t.Fatalf("%s: %d dispatches, want the selection's and logprob_partial, logprob_final", mode, st.Dispatches)
+		}
+	}
 	st := s.Plan.Stats(ModeSample)
 	if st.Dispatches > 300 {
 		t.Fatalf("%d dispatches per token, the target is ≤ 300", st.Dispatches)
@@ -137,7 +142,7 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 // conflict.
 func TestModesStayOrdered(t *testing.T) {
 	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t)} {
-		for _, mode := range []string{ModeGreedy, ModeSample} {
+		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill} {
 			groupR, groupW := map[int]bool{}, map[int]bool{}
 			barrier := false
 			for i, d := range s.Plan.Dispatches {

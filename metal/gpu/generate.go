@@ -27,6 +27,7 @@ import (
 
 // withReadback copies the step's plan (sharing the unchanged dispatches) and appends the
 // readback buffer and dispatch; it returns the copy and the readback dispatch's index.
+// (logprob_final's record, rebound per step too, is found by logprobDispatch.)
 func withReadback(s *decode.Step) (*plan.Plan, int) {
 	p := s.Plan
 	q := &plan.Plan{Buffers: slices.Clone(p.Buffers), Dispatches: slices.Clone(p.Dispatches)}
@@ -42,6 +43,11 @@ func withReadback(s *decode.Step) (*plan.Plan, int) {
 		Reads:   []plan.Range{{Buffer: s.StepBuf, Len: 8}}, Writes: []plan.Range{{Buffer: buf, Len: 16}},
 	})
 	return q, len(q.Dispatches) - 1
+}
+
+// logprobDispatch is the index of logprob_final in p.
+func logprobDispatch(p *plan.Plan) int {
+	return slices.IndexFunc(p.Dispatches, func(d plan.Dispatch) bool { return d.Kernel == "logprob_final" })
 }
 
 // ErrContextFull is returned by Generate when the KV cache ends the generation.
@@ -81,17 +87,18 @@ func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, on
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	s.x.Mode = decode.ModeGreedy
-	var notify func(int) (bool, error)
+	var notify func(sample.Choice) (bool, error)
 	if onToken != nil {
-		notify = func(id int) (bool, error) { return onToken(id), nil }
+		notify = func(c sample.Choice) (bool, error) { return onToken(c.ID), nil }
 	}
-	return s.loop(ctx, s.NextToken(), true, maxTokens, stopIDs, notify)
+	return s.loop(ctx, s.NextToken(), true, maxTokens, 0, stopIDs, notify)
 }
 
 // loop runs the pipelined steps: tokens[0] is first (passed to onToken when notify is set), each
-// step consumes the last token and produces the next, two steps in flight. It returns the
-// tokens, first included, under Generate's stop and state rules. The caller holds the step lock.
-func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens int, stopIDs []int, onToken func(id int) (bool, error)) ([]int, error) {
+// step consumes the last token and produces the next, two steps in flight; in a logprobs mode
+// each token comes with its logprob and the first topN alternatives. It returns the tokens,
+// first included, under Generate's stop and state rules. The caller holds the step lock.
+func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens, topN int, stopIDs []int, onToken func(c sample.Choice) (bool, error)) ([]int, error) {
 	room := s.e.step.MaxCtx - s.pos // positions left: each returned token takes one
 	if room <= 0 {
 		return nil, ErrContextFull
@@ -99,6 +106,10 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 	limit := min(maxTokens, room)
 	start := s.pos
 	slots := s.x.Bytes(s.plan.Dispatches[s.readback].Buffers[1].Buffer)
+	logprobs := s.x.Mode == decode.ModeGreedyLogprobs || s.x.Mode == decode.ModeSampleLogprobs
+	lpd := &s.plan.Dispatches[s.logprob]
+	records := s.x.Bytes(lpd.Buffers[4].Buffer)
+	const recBytes = 4 * kernels.LogprobRecordLen
 	type inflight struct {
 		p    exec.Pending
 		step int
@@ -119,6 +130,7 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 		binary.LittleEndian.PutUint32(slots[off:], uint32(start+k-1))
 		binary.LittleEndian.PutUint32(slots[off+4:], ^uint32(0))
 		s.plan.Dispatches[s.readback].Buffers[1] = plan.Binding{Buffer: s.plan.Dispatches[s.readback].Buffers[1].Buffer, Offset: off}
+		lpd.Buffers[4] = plan.Binding{Buffer: lpd.Buffers[4].Buffer, Offset: int64(k%2) * recBytes}
 		p, err := s.x.Submit()
 		if err != nil {
 			return err
@@ -143,19 +155,19 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 	tokens := []int{first}
 	byStop := false // onToken or a stop id ended it
 	var cbErr error
-	stopped := func(id int) bool {
+	stopped := func(c sample.Choice) bool {
 		if onToken != nil {
 			var stop bool
-			if stop, cbErr = onToken(id); stop || cbErr != nil {
+			if stop, cbErr = onToken(c); stop || cbErr != nil {
 				byStop = true
 			}
 		}
-		if slices.Contains(stopIDs, id) {
+		if slices.Contains(stopIDs, c.ID) {
 			byStop = true
 		}
 		return byStop
 	}
-	done := notify && stopped(first) || !notify && slices.Contains(stopIDs, first) || ctx.Err() != nil
+	done := notify && stopped(sample.Choice{ID: first}) || !notify && slices.Contains(stopIDs, first) || ctx.Err() != nil
 	for !done && len(tokens) < limit {
 		// Keep two steps in flight: the one producing the next token and the one consuming it.
 		for len(queue) < 2 && submitted < limit {
@@ -174,8 +186,17 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 		if pos != start+f.step {
 			return tokens, fail(fmt.Errorf("readback of step %d: position %d, want %d", f.step, pos, start+f.step))
 		}
+		c := sample.Choice{ID: id}
+		if logprobs {
+			rec := decode.FloatsOf(records[int64(f.step%2)*recBytes:][:recBytes])
+			var tok int
+			tok, c.Logprob, c.Top = kernels.LogprobRecord(rec, topN)
+			if tok != id {
+				return tokens, fail(fmt.Errorf("logprobs of step %d are for token %d, not %d", f.step, tok, id))
+			}
+		}
 		tokens = append(tokens, id)
-		done = stopped(id) || ctx.Err() != nil
+		done = stopped(c) || ctx.Err() != nil
 	}
 	// Consume every returned token: the step for the last one is in flight unless the limit
 	// kept it from being committed.
@@ -208,7 +229,7 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens in
 // engine/sample's, with the token state (prompt ids seen, first counted), logit bias, the
 // vocabulary limit (as a bias of -inf on the ids past it) and the penalty table written into the
 // step's sampler buffers first.
-func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(int) (bool, error)) ([]float32, error) {
+func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -223,18 +244,18 @@ func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, f
 	if err := s.setSampler(p, prompt, first); err != nil {
 		return nil, err
 	}
-	tokens, err := s.loop(ctx, first, false, 1+max, stopIDs, onToken)
+	tokens, err := s.loop(ctx, first, false, 1+max, p.TopLogprobs, stopIDs, onToken)
 	if len(tokens) == 0 {
 		return nil, err
 	}
 	return decode.FloatsOf(s.x.Bytes(s.e.step.Logits)), err
 }
 
-// onDevice reports whether the step's sampler reproduces p: no logprobs, and greedy or a top-k
-// the sampler sorts whole (with top-k off, or above kernels.SampleMaxK, sample_final may have to
-// hand a step back to the host, which the pipelined loop cannot do).
+// onDevice reports whether the step reproduces p: greedy or a top-k the sampler sorts whole (with
+// top-k off, or above kernels.SampleMaxK, sample_final may have to hand a step back to the host,
+// which the pipelined loop cannot do), and at most kernels.LogprobTopN logprob alternatives.
 func onDevice(p sample.Params) bool {
-	return p.Seed != nil && !p.Logprobs && p.TopLogprobs == 0 &&
+	return p.Seed != nil && p.TopLogprobs <= kernels.LogprobTopN &&
 		(p.Temperature == 0 || p.TopK > 0 && p.TopK <= kernels.SampleMaxK)
 }
 
@@ -272,9 +293,16 @@ func (s *Session) setSampler(p sample.Params, prompt []int, first int) error {
 	if setup.Pen != nil {
 		copy(s.x.Bytes(sb.Pen), decode.BytesOf(setup.Pen))
 	}
-	s.x.Mode = decode.ModeSample
-	if p.Temperature == 0 {
+	lp := p.Logprobs || p.TopLogprobs > 0
+	switch {
+	case p.Temperature == 0 && lp:
+		s.x.Mode = decode.ModeGreedyLogprobs
+	case p.Temperature == 0:
 		s.x.Mode = decode.ModeGreedy
+	case lp:
+		s.x.Mode = decode.ModeSampleLogprobs
+	default:
+		s.x.Mode = decode.ModeSample
 	}
 	return nil
 }

@@ -153,6 +153,7 @@ type slot struct {
 	x        *exec.Executor
 	plan     *plan.Plan
 	readback int // index of the readback dispatch in plan
+	logprob  int // index of logprob_final in plan
 }
 
 func (e *GPU) newSlot() (*slot, error) {
@@ -161,7 +162,7 @@ func (e *GPU) newSlot() (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &slot{x: x, plan: p, readback: rb}, nil
+	return &slot{x: x, plan: p, readback: rb, logprob: logprobDispatch(p)}, nil
 }
 
 // take returns an idle slot, or a new one.

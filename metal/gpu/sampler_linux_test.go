@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -29,7 +30,7 @@ type countedSession struct {
 	continued *int
 }
 
-func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(int) (bool, error)) ([]float32, error) {
+func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
 	logits, err := s.Session.Continue(ctx, p, prompt, first, max, stopIDs, onToken)
 	if err == nil {
 		*s.continued++
@@ -47,11 +48,12 @@ type plainSession struct{ backend.Session }
 // TestDeviceSamplerMatchesCPU: through the runner, the emulated GPU's pipelined loop with its
 // sampler in the step chooses exactly what engine/sample chooses from the same GPU's logits
 // (greedy, seeded sampling with top-k/top-p/min-p, penalties and logit bias, a vocabulary limit,
-// a stop id), and settings the device does not run (top-k off, logprobs) fall back to the host.
+// a stop id), with the same logprobs and alternatives when asked (values within 2e-6: the
+// device sums in float32), and settings the device does not run (top-k off) fall back to the host.
 // It also gives the CPU backend's tokens for these seeds: the two backends' logits differ by
 // rounding (bf16 KV cache), so a draw landing within that of a boundary between two candidates
 // may legitimately go either way (with a 40-token prompt, 4 of 5 other seeds agreed over 16
-// tokens at T 0.9).
+// tokens at T 0.9; for the top-k-off case here seeds 7, 8 and 9 agree, 6 does not).
 func TestDeviceSamplerMatchesCPU(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
 	g, _, _ := readGolden(t, dir)
@@ -77,14 +79,29 @@ func TestDeviceSamplerMatchesCPU(t *testing.T) {
 		{"top-k", sample.Params{Temperature: 0.8, TopK: 20, Seed: seed(1)}, nil, true},
 		{"penalties, bias, vocab limit", sample.Params{Temperature: 1, TopP: 0.95, TopK: 20, MinP: 0.02, PresencePenalty: 1.5, FrequencyPenalty: 0.3,
 			RepetitionPenalty: 1.1, LogitBias: map[int]float32{5: 3, 7: -100}, VocabLimit: V - 100, Seed: seed(2)}, nil, true},
-		{"logprobs (host)", sample.Params{Temperature: 0.7, TopK: 20, Seed: seed(5), Logprobs: true}, nil, false},
+		{"greedy, logprobs", sample.Params{Logprobs: true, TopLogprobs: 5}, nil, true},
+		{"sampled, 20 alternatives", sample.Params{Temperature: 0.7, TopK: 20, Seed: seed(5), TopLogprobs: 20, PresencePenalty: 0.5}, nil, true},
+		{"top-k off (host)", sample.Params{Temperature: 0.7, Seed: seed(9), Logprobs: true}, nil, false},
 	} {
 		req := runner.Request{Prompt: prompt, MaxTokens: 10, Sampling: c.p, StopIDs: c.stops, NoCache: true}
-		want, sampled := generate(t, host, req), generate(t, hostOnly{gpu}, req)
+		want := generate(t, host, req)
+		sampledToks := generateTokens(t, hostOnly{gpu}, req)
 		before := n
-		got := generate(t, gpu, req)
+		gotToks := generateTokens(t, gpu, req)
+		got, sampled := ids(gotToks), ids(sampledToks)
 		if !slices.Equal(got, sampled) {
 			t.Fatalf("%s: the device chose %v, engine/sample from the same logits %v", c.name, got, sampled)
+		}
+		for i, tok := range gotToks {
+			h := sampledToks[i]
+			if d := math.Abs(float64(tok.Logprob - h.Logprob)); d > 2e-6*max(1, math.Abs(float64(h.Logprob))) || len(tok.Top) != len(h.Top) {
+				t.Fatalf("%s: token %d: logprob %g (%d alternatives), engine/sample %g (%d)", c.name, i, tok.Logprob, len(tok.Top), h.Logprob, len(h.Top))
+			}
+			for r, alt := range h.Top {
+				if tok.Top[r].ID != alt.ID || math.Abs(float64(tok.Top[r].Logprob-alt.Logprob)) > 2e-6*max(1, math.Abs(float64(alt.Logprob))) {
+					t.Fatalf("%s: token %d alternative %d: %+v, engine/sample %+v", c.name, i, r, tok.Top[r], alt)
+				}
+			}
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: GPU %v, CPU %v", c.name, got, want)
@@ -100,22 +117,36 @@ func TestDeviceSamplerMatchesCPU(t *testing.T) {
 
 func generate(t *testing.T, b backend.Backend, req runner.Request) []int {
 	t.Helper()
-	var ids []int
+	return ids(generateTokens(t, b, req))
+}
+
+// generateTokens runs req through a runner on b and returns what it emitted.
+func generateTokens(t *testing.T, b backend.Backend, req runner.Request) []runner.Token {
+	t.Helper()
+	var toks []runner.Token
 	res, err := runner.New(b, runner.Options{}).Generate(context.Background(), req, func(tok runner.Token) (bool, error) {
-		ids = append(ids, tok.ID)
+		toks = append(toks, tok)
 		return false, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ids, res.Tokens) {
-		t.Fatalf("emitted %v, result %v", ids, res.Tokens)
+	if !slices.Equal(ids(toks), res.Tokens) {
+		t.Fatalf("emitted %v, result %v", ids(toks), res.Tokens)
 	}
-	return ids
+	return toks
 }
 
-// TestOnDevice: what the step's sampler runs (seeded, no logprobs, greedy or a top-k it sorts
-// whole) and what it leaves to the host.
+func ids(toks []runner.Token) []int {
+	out := make([]int, len(toks))
+	for i, t := range toks {
+		out[i] = t.ID
+	}
+	return out
+}
+
+// TestOnDevice: what the step's sampler runs (seeded, greedy or a top-k it sorts whole, up to 20
+// logprob alternatives) and what it leaves to the host.
 func TestOnDevice(t *testing.T) {
 	s := uint64(1)
 	for _, c := range []struct {
@@ -128,7 +159,9 @@ func TestOnDevice(t *testing.T) {
 		{sample.Params{Temperature: 1, TopK: 1025, Seed: &s}, false},
 		{sample.Params{Temperature: 1, Seed: &s}, false}, // top-k off: more candidates than it sorts
 		{sample.Params{Temperature: 1, TopK: 20}, false}, // no seed
-		{sample.Params{TopK: 20, Seed: &s, TopLogprobs: 2}, false},
+		{sample.Params{TopK: 20, Seed: &s, TopLogprobs: 2}, true},
+		{sample.Params{Seed: &s, Logprobs: true}, true},
+		{sample.Params{Seed: &s, TopLogprobs: 21}, false},
 	} {
 		if got := onDevice(c.p); got != c.want {
 			t.Errorf("%+v: on device %v, want %v", c.p, got, c.want)

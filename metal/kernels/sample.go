@@ -20,7 +20,23 @@ const (
 	SampleThreads        = 1024 // sample_select and sample_final threadgroups
 	SamplePenaltyThreads = 256  // sample_penalties threadgroups (dispatchThreads over n)
 	SampleDefaultChunk   = 4096 // ids per sample_select threadgroup: 61 groups for 248320 ids
+	LogprobThreads       = 256  // logprob_partial and logprob_final threadgroups
+	LogprobTopN          = 20   // alternatives logprob_final reports (LOGPROB_TOPN)
 )
+
+// LogprobRecordLen is the length in float32 words of logprob_final's output: the chosen token's
+// logprob, the token (as bits), then LogprobTopN (id as bits, logprob) pairs, most likely first.
+const LogprobRecordLen = 2 + 2*LogprobTopN
+
+// LogprobRecord decodes logprob_final's output into the chosen token's logprob and the first k
+// alternatives.
+func LogprobRecord(rec []float32, k int) (token int, logprob float32, top []sample.Candidate) {
+	token = int(math.Float32bits(rec[1]))
+	for r := range min(k, LogprobTopN) {
+		top = append(top, sample.Candidate{ID: int(math.Float32bits(rec[2+2*r])), Logprob: rec[3+2*r]})
+	}
+	return token, rec[0], top
+}
 
 // SampleGroups is the number of sample_select threadgroups for n ids.
 func SampleGroups(n, chunk int) int { return (n + chunk - 1) / chunk }

@@ -48,6 +48,17 @@
 //                     float64 top-p / min-p / draw in one thread, writes step = {pos+1, token},
 //                     records the token for the penalties and sets the status word.
 // sample_probe is a test hook for the soft-float operations; the decode step does not use it.
+//
+// Logprobs (requests that ask for them; engine/sample's step 4, the log-softmax of the penalised
+// logits): logprob_partial and logprob_final report the chosen token's logprob and the
+// LOGPROB_TOPN (20) most likely tokens with theirs, so the host reads 168 bytes a step instead of
+// the logits. The ids and their order are engine/sample's exactly (keys as above: the penalised
+// logits are the same bits); logZ = max + log(Σ exp(x - max)) is summed in float32 here (float64
+// in engine/sample), so the values agree to about 1e-6 of their magnitude, not bit for bit.
+//   logprob_partial   SampleGroups(n, CHUNK) threadgroups of LogprobThreads (256; any multiple
+//                     of 32): per chunk its max m, Σ exp(x - m) and its LOGPROB_TOPN largest keys.
+//   logprob_final     1 threadgroup of LogprobThreads, after the selection wrote step: merges
+//                     them and writes {logprob of step's token, token, LOGPROB_TOPN × (id, logprob)}.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -676,6 +687,139 @@ kernel void sample_final(constant SampleParams& p [[buffer(1)]],
     }
     if ((p.flags & SAMPLE_SEEN) != 0) {
       state[id] |= 0x80000000u;
+    }
+  }
+}
+
+// ---- logprobs -------------------------------------------------------------------------------
+
+#define LOGPROB_TOPN 20
+
+// The largest of the simdgroup's keys, in every lane (two 32-bit reductions).
+inline ulong lp_simd_max_key(ulong k) {
+  const uint hi = simd_max(uint(k >> 32));
+  const uint lo = simd_max(uint(k >> 32) == hi ? uint(k) : 0u);
+  return (ulong(hi) << 32) | lo;
+}
+
+// The largest of the threadgroup's keys, in every thread (all threads call it; red holds 32).
+inline ulong lp_max_key(ulong k, threadgroup ulong* red, uint lane, uint sg, uint nsg) {
+  k = lp_simd_max_key(k);
+  if (lane == 0) {
+    red[sg] = k;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  k = lp_simd_max_key(lane < nsg ? red[lane] : 0ul);
+  threadgroup_barrier(mem_flags::mem_threadgroup);  // red is read before the next call writes it
+  return k;
+}
+
+// The threadgroup's max (MAX) or sum of x, in every thread.
+template <bool MAX>
+inline float lp_reduce(float x, threadgroup float* red, uint lane, uint sg, uint nsg) {
+  x = MAX ? simd_max(x) : simd_sum(x);
+  if (lane == 0) {
+    red[sg] = x;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float y = lane < nsg ? red[lane] : (MAX ? -INFINITY : 0.0f);
+  x = MAX ? simd_max(y) : simd_sum(y);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return x;
+}
+
+// The LOGPROB_TOPN largest keys of ids [begin, end) of x (or of the keys in cand when LOGITS is
+// false), largest first, into res (by thread 0; 0 where there are fewer).
+template <bool LOGITS>
+inline void lp_top(device const float* x, device const ulong* cand, uint begin, uint end, threadgroup ulong* red,
+                   threadgroup ulong* res, uint tid, uint ntg, uint lane, uint sg, uint nsg) {
+  ulong last = ~0ul;
+  for (uint r = 0; r < LOGPROB_TOPN; r++) {
+    ulong k = 0;
+    for (uint i = begin + tid; i < end; i += ntg) {
+      const ulong key = LOGITS ? sample_key(x[i], i) : cand[i];
+      if (key < last) {
+        k = max(k, key);
+      }
+    }
+    k = lp_max_key(k, red, lane, sg, nsg);
+    if (tid == 0) {
+      res[r] = k;
+    }
+    last = k;
+  }
+}
+
+kernel void logprob_partial(device const float* x [[buffer(0)]],  // [>= n] penalised logits
+                            device float2* ms [[buffer(1)]],       // [groups] (max, Σ exp(x - max))
+                            device ulong* top [[buffer(2)]],       // [groups][LOGPROB_TOPN] keys
+                            uint g [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint ntg [[threads_per_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]],
+                            uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float fred[32];
+  threadgroup ulong kred[32];
+  threadgroup ulong res[LOGPROB_TOPN];
+  const uint begin = g * SAMPLE_CHUNK, end = min(begin + SAMPLE_CHUNK, SAMPLE_N);
+  float m = -INFINITY;
+  for (uint i = begin + tid; i < end; i += ntg) {
+    m = max(m, x[i]);
+  }
+  m = lp_reduce<true>(m, fred, lane, sg, nsg);
+  float sum = 0.0f;
+  if (m > -INFINITY) {  // a chunk of -inf (the vocabulary limit's bias) adds nothing
+    for (uint i = begin + tid; i < end; i += ntg) {
+      sum += exp(x[i] - m);
+    }
+  }
+  sum = lp_reduce<false>(sum, fred, lane, sg, nsg);
+  if (tid == 0) {
+    ms[g] = float2(m, sum);
+  }
+  lp_top<true>(x, nullptr, begin, end, kred, res, tid, ntg, lane, sg, nsg);
+  if (tid == 0) {
+    for (uint r = 0; r < LOGPROB_TOPN; r++) {
+      top[ulong(g) * LOGPROB_TOPN + r] = res[r];
+    }
+  }
+}
+
+kernel void logprob_final(device const float* x [[buffer(0)]],      // [>= n] penalised logits
+                          device const float2* ms [[buffer(1)]],     // logprob_partial's
+                          device const ulong* top [[buffer(2)]],     // logprob_partial's
+                          device const uint* step [[buffer(3)]],     // {pos, token}: the chosen token
+                          device float* out [[buffer(4)]],           // [2 + 2·LOGPROB_TOPN], see above
+                          uint tid [[thread_index_in_threadgroup]],
+                          uint ntg [[threads_per_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]],
+                          uint sg [[simdgroup_index_in_threadgroup]],
+                          uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup ulong kred[32];
+  threadgroup ulong res[LOGPROB_TOPN];
+  const uint groups = (SAMPLE_N + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
+  float M = -INFINITY;
+  for (uint g = 0; g < groups; g++) {
+    M = max(M, ms[g].x);
+  }
+  float S = 0.0f;
+  for (uint g = 0; g < groups; g++) {
+    if (ms[g].x > -INFINITY) {
+      S += ms[g].y * exp(ms[g].x - M);
+    }
+  }
+  const float logZ = M + log(S);
+  const uint token = step[1];
+  if (tid == 0) {
+    out[0] = token < SAMPLE_N ? x[token] - logZ : -INFINITY;
+    out[1] = as_type<float>(token);
+  }
+  lp_top<false>(nullptr, top, 0, groups * LOGPROB_TOPN, kred, res, tid, ntg, lane, sg, nsg);
+  if (tid == 0) {
+    for (uint r = 0; r < LOGPROB_TOPN; r++) {
+      out[2 + 2 * r] = as_type<float>(sample_key_id(res[r]));
+      out[3 + 2 * r] = as_type<float>(sample_key_bits(res[r])) - logZ;
     }
   }
 }
