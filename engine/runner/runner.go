@@ -202,13 +202,14 @@ func (r *Runner) check(req Request) error {
 // its state at each checkpoint on the way. It returns the session (which the caller closes) and
 // the last logits row.
 func (r *Runner) prefill(ctx context.Context, req Request, res *Result) (sess backend.Session, logits []float32, err error) {
-	sess, logits, err = r.start(req, res)
+	started, logits, err := r.start(req, res)
 	if err != nil {
 		return nil, nil, err
 	}
+	sess = started
 	defer func() {
-		if err != nil {
-			sess.Close()
+		if err != nil { // the returns below set sess to nil: close the one started
+			started.Close()
 		}
 	}()
 	marks := r.marks(req, res.CachedTokens)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/sample"
@@ -249,5 +250,40 @@ func TestCancelledBeforeAFullHit(t *testing.T) {
 	res, err := r.Generate(ctx, Request{Prompt: p, MaxTokens: 2}, func(Token) (bool, error) { emitted++; return false, nil })
 	if !errors.Is(err, context.Canceled) || emitted != 0 || res.CachedTokens != len(p) {
 		t.Fatalf("err %v, %d emitted, cached %d", err, emitted, res.CachedTokens)
+	}
+}
+
+// closeCounting counts the sessions its backend started and closed.
+type closeCounting struct {
+	*cpu.Model
+	opened, closed *int
+}
+
+func (c closeCounting) NewSession() backend.Session {
+	*c.opened++
+	return closingSession{c.Model.NewSession(), c.closed}
+}
+
+type closingSession struct {
+	backend.Session
+	closed *int
+}
+
+func (s closingSession) Close() { *s.closed++; s.Session.Close() }
+
+// TestCancelledPrefillClosesSession: a request cancelled during its prefill returns the context's
+// error and closes the session it started (it once closed a nil one and panicked).
+func TestCancelledPrefillClosesSession(t *testing.T) {
+	var opened, closed int
+	r := New(closeCounting{tinyBackend(t), &opened, &closed}, Options{PrefillChunk: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := r.Generate(ctx, Request{Prompt: prompt(40, 3), MaxTokens: 4, Progress: func(done, total int) {
+		if calls++; calls == 2 {
+			cancel()
+		}
+	}}, func(Token) (bool, error) { return false, nil })
+	if !errors.Is(err, context.Canceled) || opened != 1 || closed != 1 {
+		t.Fatalf("err %v, sessions opened %d, closed %d", err, opened, closed)
 	}
 }
