@@ -77,6 +77,10 @@ const (
 	downTol = 2e-5
 	// argmax and the sampler choose ids: the error is the number of wrong choices; none pass.
 	idTol = 0
+	// logprob_partial+final: the largest logprob difference from engine/sample's, relative to
+	// max(1, |logprob|) (test: 0 on the emulator, float32 sums): 2e-5; the alternatives' ids must
+	// be engine/sample's.
+	logprobTol = 2e-5
 )
 
 func checks() []check {
@@ -104,6 +108,7 @@ func checks() []check {
 		{"moe_down_combine", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), downTol, checkDown},
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
+		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 	}
 }
 
@@ -550,6 +555,40 @@ func modelLogits(r *rand.Rand, x []float32) {
 	for range 6 {
 		x[r.IntN(len(x))] = float32(15 + r.NormFloat64()*3)
 	}
+}
+
+func checkLogprob(e *env) (float64, error) {
+	n := config.Production().VocabSize
+	chunk := kernels.SampleDefaultChunk
+	groups := kernels.SampleGroups(n, chunk)
+	x := make([]float32, n)
+	modelLogits(e.r, x)
+	const token = 777
+	b := newPB()
+	logits, ms, top := b.in("logits", x), b.out("ms", 8*groups), b.out("top", 8*groups*kernels.LogprobTopN)
+	step, out := b.in("step", []uint32{9, token}), b.out("record", 4*kernels.LogprobRecordLen)
+	c := map[int]any{kernels.SampleVocab: n, kernels.SampleChunk: chunk, kernels.SampleProbeOp: 0}
+	b.add(dispatch{kernel: "logprob_partial", consts: c, binds: map[int]int{0: logits, 1: ms, 2: top}, threadgroups: [3]int{groups}, group: kernels.LogprobThreads})
+	b.add(dispatch{kernel: "logprob_final", consts: c, binds: map[int]int{0: logits, 1: ms, 2: top, 3: step, 4: out}, threadgroups: [3]int{1}, group: kernels.LogprobThreads, barrier: true})
+	ex, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	want := sample.New(sample.Params{TopLogprobs: kernels.LogprobTopN}, nil).Next(x)
+	logZ := x[want.ID] - want.Logprob
+	gotToken, lp, alts := kernels.LogprobRecord(f32s(ex.Bytes(out)), kernels.LogprobTopN)
+	if gotToken != token || len(alts) != len(want.Top) {
+		return math.NaN(), fmt.Errorf("record for token %d with %d alternatives, want %d and %d", gotToken, len(alts), token, len(want.Top))
+	}
+	rel := func(a, b float32) float64 { return math.Abs(float64(a-b)) / max(1, math.Abs(float64(b))) }
+	worst := rel(lp, x[token]-logZ)
+	for r, c := range want.Top {
+		if alts[r].ID != c.ID {
+			return math.NaN(), fmt.Errorf("alternative %d is id %d, engine/sample's %d", r, alts[r].ID, c.ID)
+		}
+		worst = max(worst, rel(alts[r].Logprob, c.Logprob))
+	}
+	return worst, nil
 }
 
 func checkArgmax(e *env) (float64, error) {
