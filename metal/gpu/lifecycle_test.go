@@ -80,7 +80,8 @@ func (nopEncoder) Finish() error                     { return nil }
 
 // TestMemoryReturnsAfterMixedRequests: 100 requests through the runner — shared prefixes, cache
 // hits, evictions under a small budget, cancellations, uncached and sampled ones — leave the
-// device with what it had before (the weights and one idle executor), and closing the backend
+// device with what it had before (the weights, the KV pool and one idle executor), every KV page
+// held by a cached snapshot or free (none once the cache is cleared), and closing the backend
 // gives everything back.
 func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	w, err := model.Load("../../testdata/golden/tiny-a")
@@ -131,7 +132,13 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	if n, b := dev.held(); n != devBufs || b != devBytes {
 		t.Fatalf("after 100 requests the device has %d buffers (%d bytes) out; before, %d (%d)", n, b, devBufs, devBytes)
 	}
+	if e.PagesInUse() > st.Entries*e.Step().Attn.TableLen() {
+		t.Fatalf("%d KV pages in use with no live session and %d cached snapshots", e.PagesInUse(), st.Entries)
+	}
 	r.Cache().Clear()
+	if n := e.PagesInUse(); n != 0 {
+		t.Fatalf("%d KV pages in use after the cache was cleared", n)
+	}
 	e.Close()
 	if n, b := dev.held(); n != 0 || b != 0 {
 		t.Fatalf("after Close the device still has %d buffers (%d bytes) out", n, b)
