@@ -101,9 +101,9 @@ func (m qmat) rowsRange(r0, n int) []plan.Range {
 
 func (m qmat) all() []plan.Range { return m.rowsRange(0, m.rows) }
 
-// bind puts the matrix at buffer indices i, i+1, i+2.
-func (m qmat) bind(bs map[int]plan.Binding, i int) {
-	bs[i], bs[i+1], bs[i+2] = plan.Binding{Buffer: m.words}, plan.Binding{Buffer: m.scales}, plan.Binding{Buffer: m.biases}
+// bufs is the matrix's buffers, as the kernel calls bind them.
+func (m qmat) bufs() kernels.QMatrixBuffers[int] {
+	return kernels.QMatrixBuffers[int]{Words: m.words, Scales: m.scales, Biases: m.biases}
 }
 
 type builder struct {
@@ -221,68 +221,57 @@ func (b *builder) add(d plan.Dispatch) {
 	b.p.Dispatches = append(b.p.Dispatches, d)
 }
 
-func binds(bufs ...int) map[int]plan.Binding {
-	out := make(map[int]plan.Binding, len(bufs))
-	for i, buf := range bufs {
-		out[i] = plan.Binding{Buffer: buf}
+// Dispatch is the plan dispatch of a kernel call on plan buffers (every binding at offset 0)
+// that reads and writes the given device ranges (the traffic model; see plan.Dispatch).
+func Dispatch(c kernels.Call[int], reads, writes []plan.Range) plan.Dispatch {
+	bs := make(map[int]plan.Binding, len(c.Buffers))
+	for i, buf := range c.Buffers {
+		bs[i] = plan.Binding{Buffer: buf}
 	}
-	return out
+	return plan.Dispatch{
+		Kernel: c.Kernel, Constants: c.Constants, Buffers: bs, ThreadgroupMem: c.ThreadgroupMem,
+		Threadgroups: c.Threadgroups, Group: c.Group, Reads: reads, Writes: writes,
+	}
+}
+
+// call adds the dispatch of c (Dispatch) in modes, or in b.modes when none are given.
+func (b *builder) call(c kernels.Call[int], reads, writes []plan.Range, modes ...string) {
+	d := Dispatch(c, reads, writes)
+	d.Modes = modes
+	b.add(d)
 }
 
 // qmv is y = W·x (add: y += W·x in place).
 func (b *builder) qmv(m qmat, x, y int, add bool) {
-	bs := map[int]plan.Binding{3: {Buffer: x}, 4: {Buffer: y}}
-	m.bind(bs, 0)
-	c := map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols}
 	reads := append(m.all(), b.whole(x))
 	if add {
-		c[kernels.QMVAdd] = true
 		reads = append(reads, b.whole(y))
 	}
-	b.add(plan.Dispatch{
-		Kernel: kernels.QMVKernel(m.bits), Constants: c,
-		Buffers: bs, Threadgroups: [3]int{kernels.QMVThreadgroups(m.rows), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
-		Reads: reads, Writes: []plan.Range{b.whole(y)},
-	})
+	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Add: add}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y}),
+		reads, []plan.Range{b.whole(y)})
 }
 
 // qmvNorm is y = W·rmsnorm(x, gain): the norm computed in the GEMV.
 func (b *builder) qmvNorm(m qmat, x, gain, y int, eps float32) {
-	bs := map[int]plan.Binding{3: {Buffer: x}, 4: {Buffer: y}, kernels.QMVGain: {Buffer: gain}}
-	m.bind(bs, 0)
-	b.add(plan.Dispatch{
-		Kernel: kernels.QMVNormKernel(m.bits), Constants: map[int]any{kernels.QMVRows: m.rows, kernels.QMVCols: m.cols, kernels.QMVEps: eps},
-		Buffers: bs, Threadgroups: [3]int{kernels.QMVThreadgroups(m.rows), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
-		Reads: append(m.all(), b.whole(x), b.whole(gain)), Writes: []plan.Range{b.whole(y)},
-	})
+	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Norm: true, Eps: eps}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y, Gain: gain}),
+		append(m.all(), b.whole(x), b.whole(gain)), []plan.Range{b.whole(y)})
 }
 
 // qmvMultiNorm is ys[j] = W_j·rmsnorm(x, gain) for 1..4 matrices of the same bit width and
 // columns, in one dispatch.
 func (b *builder) qmvMultiNorm(ms []qmat, ys []int, x, gain int, eps float32) {
-	bs := map[int]plan.Binding{kernels.QMVMultiX: {Buffer: x}, kernels.QMVMultiGain: {Buffer: gain}}
+	bufs := kernels.QMVMultiBuffers[int]{Y: ys, X: x, Gain: gain}
 	var rows []int
 	var reads, writes []plan.Range
-	for j := range kernels.QMVMaxMatrices {
-		k := min(j, len(ms)-1) // absent slots: bound to the last matrix, never accessed
-		ms[k].bind(bs, kernels.QMVMultiMatrix(j))
-		bs[kernels.QMVMultiMatrix(j)+3] = plan.Binding{Buffer: ys[k]}
-		if j < len(ms) {
-			rows = append(rows, ms[j].rows)
-			reads = append(reads, ms[j].all()...)
-			writes = append(writes, b.whole(ys[j]))
-		}
+	for j, m := range ms {
+		bufs.W = append(bufs.W, m.bufs())
+		rows = append(rows, m.rows)
+		reads = append(reads, m.all()...)
+		writes = append(writes, b.whole(ys[j]))
 	}
-	c := kernels.QMVMultiConstants(ms[0].cols, rows...)
-	c[kernels.QMVEps] = eps
-	b.add(plan.Dispatch{
-		Kernel: kernels.QMVMultiKernel(ms[0].bits, true), Constants: c,
-		Buffers: bs, Threadgroups: [3]int{kernels.QMVMultiThreadgroups(rows...), 1, 1}, Group: [3]int{kernels.QMVThreads, 1, 1},
-		Reads: append(reads, b.whole(x), b.whole(gain)), Writes: writes,
-	})
+	b.call(kernels.QMVMultiCall(ms[0].bits, ms[0].cols, rows, kernels.QMVVariant{Norm: true, Eps: eps}, bufs),
+		append(reads, b.whole(x), b.whole(gain)), writes)
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // Check reports whether the kernels support a configuration's shapes.
 func Check(c *config.Config) error {
@@ -387,15 +376,8 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// embed_q4: the token's row into the residual stream.
 	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
-	{
-		bs := map[int]plan.Binding{3: {Buffer: s.StepBuf}, 4: {Buffer: res}}
-		emb.bind(bs, 0)
-		b.add(plan.Dispatch{
-			Kernel: "embed_q4", Constants: map[int]any{kernels.EmbedHidden: H, kernels.EmbedVocab: V},
-			Buffers: bs, Threadgroups: [3]int{ceilDiv(kernels.EmbedThreadsGrid(H), kernels.EmbedThreads), 1, 1}, Group: [3]int{kernels.EmbedThreads, 1, 1},
-			Reads: append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), Writes: []plan.Range{b.whole(res)},
-		})
-	}
+	b.call(kernels.EmbedCall(H, V, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
+		append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
 
 	for li, kind := range c.Layers {
 		p := fmt.Sprintf("layers.%d.", li)
@@ -421,22 +403,12 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			s.Session = append(s.Session, win, state)
 
 			b.qmvMultiNorm([]qmat{wqkv, wz, wb, wa}, []int{qkv, z, gb, ga}, res, inNorm, eps)
-			b.add(plan.Dispatch{
-				Kernel: "conv1d_step", Constants: map[int]any{kernels.ConvChannels: C},
-				Buffers: binds(qkv, taps, win, u), Threadgroups: [3]int{ceilDiv(C, kernels.ConvThreads), 1, 1}, Group: [3]int{kernels.ConvThreads, 1, 1},
-				Reads: []plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, Writes: []plan.Range{b.whole(win), b.whole(u)},
-			})
-			b.add(plan.Dispatch{
-				Kernel: "gdn_step",
-				Constants: map[int]any{kernels.GDNKeyHeads: gs.HK, kernels.GDNValueHeads: gs.HV, kernels.GDNKeyDim: gs.DK,
-					kernels.GDNValueDim: gs.DV, kernels.GDNEps: eps},
-				Buffers:        binds(u, z, ga, gb, aLog, dtBias, normW, state, y),
-				ThreadgroupMem: map[int]int{0: gs.ThreadgroupMem()},
-				Threadgroups:   [3]int{gs.HV, 1, 1}, Group: [3]int{32 * kernels.GDNSimdgroups, 1, 1},
-				Reads: []plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias),
-					b.whole(normW), b.whole(state)},
-				Writes: []plan.Range{b.whole(state), b.whole(y)},
-			})
+			b.call(kernels.Conv1DStepCall(C, kernels.ConvThreads, kernels.Conv1DStepBuffers[int]{X: qkv, Taps: taps, Window: win, U: u}),
+				[]plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, []plan.Range{b.whole(win), b.whole(u)})
+			b.call(kernels.GDNStepCall(gs, eps, kernels.GDNSimdgroups, kernels.GDNStepBuffers[int]{
+				QKV: u, Z: z, A: ga, Beta: gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: y}),
+				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
+				[]plan.Range{b.whole(state), b.whole(y)})
 			b.qmv(wo, y, res, true)
 		} else {
 			at := func(w *model.Weights) *model.Attention { return layer(w).Attn }
@@ -466,29 +438,20 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				})
 			}
 			table := plan.Range{Buffer: s.Table, Len: 4 * int64(as.TableLen())}
-			b.add(plan.Dispatch{
-				Kernel: "attn_qk_rope_kv", Constants: as.Constants(eps),
-				Buffers:      binds(qg, ak, av, qNorm, kNorm, invFreq, s.StepBuf, qrot, kc, vc, s.Table),
-				Threadgroups: [3]int{as.Heads + as.KVHeads, 1, 1}, Group: [3]int{kernels.AttnRopeThreads, 1, 1},
-				Reads: []plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
+			b.call(kernels.AttnQKRopeKVCall(as, eps, kernels.AttnRopeThreads, kernels.AttnQKRopeKVBuffers[int]{
+				QG: qg, K: ak, V: av, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: qrot,
+				KCache: kc, VCache: vc, Table: s.Table}),
+				[]plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
 					b.whole(s.StepBuf), table},
-				Writes: append([]plan.Range{b.whole(qrot)}, kvWrites...),
-			})
-			b.add(plan.Dispatch{
-				Kernel: "attn_decode_partial", Constants: as.AttnDecodeConstants(splits),
-				Buffers:        binds(qrot, kc, vc, s.StepBuf, opart, mlpart, s.Table),
-				ThreadgroupMem: map[int]int{0: as.AttnPartialThreadgroupMem()},
-				Threadgroups:   [3]int{as.KVHeads, splits, 1}, Group: [3]int{as.AttnPartialThreads(), 1, 1},
-				Reads:  append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
-				Writes: []plan.Range{b.whole(opart), b.whole(mlpart)},
-			})
-			b.add(plan.Dispatch{
-				Kernel: "attn_decode_combine", Constants: as.AttnDecodeConstants(splits),
-				Buffers:      binds(opart, mlpart, qg, s.StepBuf, attnOut),
-				Threadgroups: [3]int{as.Heads, 1, 1}, Group: [3]int{kernels.AttnCombineThreads, 1, 1},
-				Reads:  []plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
-				Writes: []plan.Range{b.whole(attnOut)},
-			})
+				append([]plan.Range{b.whole(qrot)}, kvWrites...))
+			b.call(kernels.AttnDecodePartialCall(as, splits, kernels.AttnDecodePartialBuffers[int]{
+				Q: qrot, KCache: kc, VCache: vc, Step: s.StepBuf, OPart: opart, MLPart: mlpart, Table: s.Table}),
+				append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
+				[]plan.Range{b.whole(opart), b.whole(mlpart)})
+			b.call(kernels.AttnDecodeCombineCall(as, splits, kernels.AttnDecodeCombineBuffers[int]{
+				OPart: opart, MLPart: mlpart, QG: qg, Step: s.StepBuf, Out: attnOut}),
+				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
+				[]plan.Range{b.whole(attnOut)})
 			b.qmv(wo, attnOut, res, true)
 		}
 
@@ -505,15 +468,10 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		shUp := b.matrix(m+"shared_expert.up_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedUp })
 		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
 
-		rb := map[int]plan.Binding{6: {Buffer: res}, 7: {Buffer: ids}, 8: {Buffer: weights}, kernels.MoERouterGain: {Buffer: postNorm}}
-		router.bind(rb, 0)
-		seg.bind(rb, 3)
-		b.add(plan.Dispatch{
-			Kernel: "moe_router_norm", Constants: ms.NormConstants(eps), Buffers: rb,
-			Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.MoERouterThreads, 1, 1},
-			Reads:  append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
-			Writes: []plan.Range{b.whole(ids), b.whole(weights)},
-		})
+		b.call(kernels.MoERouterNormCall(ms, eps, kernels.MoERouterThreads, kernels.MoERouterBuffers[int]{
+			Router: router.bufs(), SharedGate: seg.bufs(), X: res, IDs: ids, Weights: weights, Gain: postNorm}),
+			append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
+			[]plan.Range{b.whole(ids), b.whole(weights)})
 		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
 		// ranges (experts 0..K-1 stand for the chosen ones), as kernels.MoEShape.Bytes does.
 		var guReads, dReads []plan.Range
@@ -522,29 +480,17 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			guReads = append(guReads, up.rowsRange(e*ms.I, ms.I)...)
 			dReads = append(dReads, down.rowsRange(e*H, H)...)
 		}
-		gub := map[int]plan.Binding{0: {Buffer: ids}, 13: {Buffer: res}, 14: {Buffer: act}, kernels.MoEGateUpGain: {Buffer: postNorm}}
-		gate.bind(gub, 1)
-		up.bind(gub, 4)
-		shGate.bind(gub, 7)
-		shUp.bind(gub, 10)
 		guReads = append(guReads, shGate.all()...)
 		guReads = append(guReads, shUp.all()...)
-		b.add(plan.Dispatch{
-			Kernel: "moe_gate_up_norm", Constants: ms.NormConstants(eps), Buffers: gub,
-			Threadgroups: ms.GateUpThreadgroups(), Group: [3]int{kernels.MoEThreads, 1, 1},
-			Reads:  append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
-			Writes: []plan.Range{b.whole(act)},
-		})
-		db := map[int]plan.Binding{0: {Buffer: ids}, 1: {Buffer: weights}, 8: {Buffer: act}, 9: {Buffer: res}}
-		down.bind(db, 2)
-		shDown.bind(db, 5)
+		b.call(kernels.MoEGateUpNormCall(ms, eps, kernels.MoEGateUpBuffers[int]{
+			IDs: ids, Gate: gate.bufs(), Up: up.bufs(), SharedGate: shGate.bufs(), SharedUp: shUp.bufs(), X: res, Act: act, Gain: postNorm}),
+			append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
+			[]plan.Range{b.whole(act)})
 		dReads = append(dReads, shDown.all()...)
-		b.add(plan.Dispatch{
-			Kernel: "moe_down_combine", Constants: ms.Constants(), Buffers: db,
-			Threadgroups: ms.DownThreadgroups(), Group: [3]int{kernels.MoEThreads, 1, 1},
-			Reads:  append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
-			Writes: []plan.Range{b.whole(res)},
-		})
+		b.call(kernels.MoEDownCombineCall(ms, kernels.MoEDownCombineBuffers[int]{
+			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
+			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
+			[]plan.Range{b.whole(res)})
 	}
 
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
@@ -557,57 +503,38 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
 	pl := b.floats("sample.logits", V, plan.Activations)
-	sc := map[int]any{kernels.SampleVocab: V, kernels.SampleChunk: kernels.SampleDefaultChunk, kernels.SampleProbeOp: 0}
+	chunk := kernels.SampleDefaultChunk
 	sb := s.Sampler
-	b.add(plan.Dispatch{
-		Kernel: "sample_penalties", Constants: sc, Buffers: binds(s.Logits, params, sampState, sb.Bias, sb.Pen, pl),
-		Threadgroups: [3]int{ceilDiv(V, kernels.SamplePenaltyThreads), 1, 1}, Group: [3]int{kernels.SamplePenaltyThreads, 1, 1},
-		Reads:  []plan.Range{b.whole(s.Logits), b.whole(params), b.whole(sampState), b.whole(sb.Bias), b.whole(sb.Pen)},
-		Writes: []plan.Range{b.whole(pl)},
-	})
-	ac := map[int]any{kernels.ArgmaxVocab: V, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups}
-	b.add(plan.Dispatch{
-		Kernel: "argmax_partial", Constants: ac, Buffers: binds(pl, partial), Modes: []string{ModeGreedy, ModeGreedyLogprobs},
-		Threadgroups: [3]int{kernels.ArgmaxDefaultGroups, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
-		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(partial)},
-	})
-	b.add(plan.Dispatch{
-		Kernel: "argmax_final", Constants: ac, Buffers: binds(partial, s.StepBuf, params, sampState), Modes: []string{ModeGreedy, ModeGreedyLogprobs},
-		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.ArgmaxThreads, 1, 1},
-		Reads:  []plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
-		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState)},
-	})
-	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, kernels.SampleDefaultChunk)), plan.Activations)
-	b.add(plan.Dispatch{
-		Kernel: "sample_select", Constants: sc, Buffers: map[int]plan.Binding{0: {Buffer: pl}, 1: {Buffer: params}, 2: {Buffer: cand}}, Modes: []string{ModeSample, ModeSampleLogprobs},
-		Threadgroups: [3]int{kernels.SampleGroups(V, kernels.SampleDefaultChunk), 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
-		Reads: []plan.Range{b.whole(pl), b.whole(params)}, Writes: []plan.Range{b.whole(cand)},
-	})
-	b.add(plan.Dispatch{
-		Kernel: "sample_final", Constants: sc, Modes: []string{ModeSample, ModeSampleLogprobs},
-		Buffers:      map[int]plan.Binding{1: {Buffer: params}, 2: {Buffer: cand}, 3: {Buffer: s.StepBuf}, 4: {Buffer: sampState}, 5: {Buffer: sb.Status}},
-		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.SampleThreads, 1, 1},
-		Reads:  []plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
-		Writes: []plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)},
-	})
+	b.call(kernels.SamplePenaltiesCall(V, chunk, kernels.SamplePenaltiesBuffers[int]{
+		Logits: s.Logits, Params: params, State: sampState, Bias: sb.Bias, Pen: sb.Pen, Out: pl}),
+		[]plan.Range{b.whole(s.Logits), b.whole(params), b.whole(sampState), b.whole(sb.Bias), b.whole(sb.Pen)},
+		[]plan.Range{b.whole(pl)})
+	groups := kernels.ArgmaxDefaultGroups
+	b.call(kernels.ArgmaxPartialCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
+		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, ModeGreedy, ModeGreedyLogprobs)
+	b.call(kernels.ArgmaxFinalCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxFinalBuffers[int]{
+		Partial: partial, Step: s.StepBuf, Params: params, State: sampState}),
+		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
+		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, ModeGreedy, ModeGreedyLogprobs)
+	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, chunk)), plan.Activations)
+	b.call(kernels.SampleSelectCall(V, chunk, kernels.SampleThreads, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
+		[]plan.Range{b.whole(pl), b.whole(params)}, []plan.Range{b.whole(cand)}, ModeSample, ModeSampleLogprobs)
+	b.call(kernels.SampleFinalCall(V, chunk, kernels.SampleThreads, kernels.SampleFinalBuffers[int]{
+		Params: params, Cand: cand, Step: s.StepBuf, State: sampState, Status: sb.Status}),
+		[]plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
+		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)}, ModeSample, ModeSampleLogprobs)
 	// Logprobs, after the selection wrote the token: the record a step's host reads instead of
 	// the logits (kernels.LogprobRecordLen words; two slots, chosen by the binding's offset).
-	lpGroups := kernels.SampleGroups(V, kernels.SampleDefaultChunk)
+	lpGroups := kernels.SampleGroups(V, chunk)
 	lpMS := b.buffer("logprob.ms", 8*int64(lpGroups), plan.Activations)
 	lpTop := b.buffer("logprob.top", 8*int64(lpGroups*kernels.LogprobTopN), plan.Activations)
 	s.Logprobs = b.buffer("logprob.record", 2*4*kernels.LogprobRecordLen, plan.Control)
 	lpModes := []string{ModeGreedyLogprobs, ModeSampleLogprobs}
-	b.add(plan.Dispatch{
-		Kernel: "logprob_partial", Constants: sc, Buffers: binds(pl, lpMS, lpTop), Modes: lpModes,
-		Threadgroups: [3]int{lpGroups, 1, 1}, Group: [3]int{kernels.LogprobThreads, 1, 1},
-		Reads: []plan.Range{b.whole(pl)}, Writes: []plan.Range{b.whole(lpMS), b.whole(lpTop)},
-	})
-	b.add(plan.Dispatch{
-		Kernel: "logprob_final", Constants: sc, Buffers: binds(pl, lpMS, lpTop, s.StepBuf, s.Logprobs), Modes: lpModes,
-		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{kernels.LogprobThreads, 1, 1},
-		Reads:  []plan.Range{b.whole(pl), b.whole(lpMS), b.whole(lpTop), b.whole(s.StepBuf)},
-		Writes: []plan.Range{{Buffer: s.Logprobs, Len: 4 * kernels.LogprobRecordLen}},
-	})
+	b.call(kernels.LogprobPartialCall(V, chunk, kernels.LogprobPartialBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop}),
+		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(lpMS), b.whole(lpTop)}, lpModes...)
+	b.call(kernels.LogprobFinalCall(V, chunk, kernels.LogprobFinalBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop, Step: s.StepBuf, Out: s.Logprobs}),
+		[]plan.Range{b.whole(pl), b.whole(lpMS), b.whole(lpTop), b.whole(s.StepBuf)},
+		[]plan.Range{{Buffer: s.Logprobs, Len: 4 * kernels.LogprobRecordLen}}, lpModes...)
 	if err := s.Plan.Validate(); err != nil {
 		return nil, err
 	}

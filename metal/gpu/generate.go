@@ -33,15 +33,10 @@ func withReadback(s *decode.Step) (*plan.Plan, int) {
 	q := &plan.Plan{Buffers: slices.Clone(p.Buffers), Dispatches: slices.Clone(p.Dispatches)}
 	buf := len(q.Buffers)
 	q.Buffers = append(q.Buffers, plan.Buffer{Name: "readback", Size: 16, Kind: plan.Control})
-	q.Dispatches = append(q.Dispatches, plan.Dispatch{
-		// argmax.metal's constants: the emulator, like a strict Metal, wants every one of the file.
-		Kernel:       "step_copy",
-		Constants:    map[int]any{kernels.ArgmaxVocab: s.Config.VocabSize, kernels.ArgmaxGroups: kernels.ArgmaxDefaultGroups},
-		Buffers:      map[int]plan.Binding{0: {Buffer: s.StepBuf}, 1: {Buffer: buf}},
-		Threadgroups: [3]int{1, 1, 1}, Group: [3]int{1, 1, 1},
-		Barrier: true, // after the selection wrote the step buffer
-		Reads:   []plan.Range{{Buffer: s.StepBuf, Len: 8}}, Writes: []plan.Range{{Buffer: buf, Len: 16}},
-	})
+	d := decode.Dispatch(kernels.StepCopyCall(s.Config.VocabSize, kernels.ArgmaxDefaultGroups, kernels.StepCopyBuffers[int]{Step: s.StepBuf, Slot: buf}),
+		[]plan.Range{{Buffer: s.StepBuf, Len: 8}}, []plan.Range{{Buffer: buf, Len: 16}})
+	d.Barrier = true // after the selection wrote the step buffer
+	q.Dispatches = append(q.Dispatches, d)
 	return q, len(q.Dispatches) - 1
 }
 

@@ -30,3 +30,56 @@ func Argmax(x []float32, n int) int {
 
 // StepCopy is step_copy's Go reference: the slot gets the step buffer's {pos, token}.
 func StepCopy(step []uint32) [2]uint32 { return [2]uint32{step[0], step[1]} }
+
+// argmaxConstants are argmax.metal's function constants for n ids and groups argmax_partial
+// threadgroups, which every kernel of the file takes.
+func argmaxConstants(n, groups int) map[int]any {
+	return map[int]any{ArgmaxVocab: n, ArgmaxGroups: groups}
+}
+
+// ArgmaxPartialBuffers are argmax_partial's buffers, by role.
+type ArgmaxPartialBuffers[B any] struct {
+	Logits  B // 0: [>= n] float32
+	Partial B // 1: [groups] uint64 keys
+}
+
+// ArgmaxPartialCall is argmax_partial over n ids in groups threadgroups of threads
+// (ArgmaxDefaultGroups of ArgmaxThreads in production).
+func ArgmaxPartialCall[B any](n, groups, threads int, b ArgmaxPartialBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "argmax_partial", Constants: argmaxConstants(n, groups), Buffers: map[int]B{0: b.Logits, 1: b.Partial},
+		Threadgroups: grid(groups), Group: grid(threads),
+	}
+}
+
+// ArgmaxFinalBuffers are argmax_final's buffers, by role.
+type ArgmaxFinalBuffers[B any] struct {
+	Partial B // 0: argmax_partial's [groups] keys
+	Step    B // 1: the step buffer {pos, token} -> {pos+1, argmax}
+	Params  B // 2: SampleParams words (flags only)
+	State   B // 3: [n] token states, updated when flagged
+}
+
+// ArgmaxFinalCall is argmax_final over argmax_partial's groups keys: one threadgroup of threads.
+func ArgmaxFinalCall[B any](n, groups, threads int, b ArgmaxFinalBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "argmax_final", Constants: argmaxConstants(n, groups),
+		Buffers:      map[int]B{0: b.Partial, 1: b.Step, 2: b.Params, 3: b.State},
+		Threadgroups: grid(1), Group: grid(threads),
+	}
+}
+
+// StepCopyBuffers are step_copy's buffers, by role.
+type StepCopyBuffers[B any] struct {
+	Step B // 0: the step buffer {pos, token}
+	Slot B // 1: where {pos, token} is copied (its binding's offset picks the slot)
+}
+
+// StepCopyCall is step_copy: one thread. n and groups only fill argmax.metal's constants, which
+// step_copy does not read but the emulator, like a strict Metal, wants every one of the file.
+func StepCopyCall[B any](n, groups int, b StepCopyBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "step_copy", Constants: argmaxConstants(n, groups), Buffers: map[int]B{0: b.Step, 1: b.Slot},
+		Threadgroups: grid(1), Group: grid(1),
+	}
+}

@@ -17,28 +17,15 @@ import (
 // params and state may be nil (no penalty bookkeeping).
 func runArgmax(t *testing.T, lib *emu.Library, logits []float32, n, groups, threads int, params, state *emu.Buffer, order emu.Order, seed uint64) int {
 	t.Helper()
-	c := map[int]any{ArgmaxVocab: n, ArgmaxGroups: groups}
 	partial := emu.NewBuffer(8 * groups)
 	partial.Fill(0xFF)
 	if params == nil {
 		params, state = emu.BufferOf(SampleParams{}.Words()), emu.NewBuffer(4)
 	}
 	step := emu.BufferOf([]uint32{9, 77})
-	err := pipeline(t, lib, "argmax_partial", c).Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{groups}, Group: [3]int{threads},
-		Buffers: map[int]emu.Binding{0: {Buffer: emu.BufferOf(logits)}, 1: {Buffer: partial}},
-		Order:   order, Seed: seed,
-	})
-	if err == nil {
-		err = pipeline(t, lib, "argmax_final", c).Dispatch(emu.Dispatch{
-			Threadgroups: [3]int{1}, Group: [3]int{threads},
-			Buffers: map[int]emu.Binding{0: {Buffer: partial}, 1: {Buffer: step}, 2: {Buffer: params}, 3: {Buffer: state}},
-			Order:   order, Seed: seed + 1,
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, ArgmaxPartialCall(n, groups, threads, ArgmaxPartialBuffers[*emu.Buffer]{Logits: emu.BufferOf(logits), Partial: partial}), order, seed)
+	mustDispatch(t, lib, ArgmaxFinalCall(n, groups, threads, ArgmaxFinalBuffers[*emu.Buffer]{Partial: partial, Step: step, Params: params, State: state}),
+		order, seed+1)
 	st := step.Uint32s()
 	if st[0] != 10 {
 		t.Fatalf("step.pos 9 -> %d", st[0])
@@ -126,15 +113,7 @@ func TestArgmaxPenalties(t *testing.T) {
 	for step := range steps {
 		want := cpu.Next(x).ID
 		gpu.adj.Fill(0xFF)
-		err := gpu.pen.Dispatch(emu.Dispatch{
-			Threads: [3]int{n}, Group: [3]int{SamplePenaltyThreads},
-			Buffers: map[int]emu.Binding{0: {Buffer: emu.BufferOf(x)}, 1: {Buffer: gpu.params}, 2: {Buffer: gpu.state},
-				3: {Buffer: gpu.bias}, 4: {Buffer: gpu.penTab}, 5: {Buffer: gpu.adj}},
-			Order: emu.Orders[step%3], Seed: uint64(step),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mustDispatch(t, lib, gpu.penalties(emu.BufferOf(x)), emu.Orders[step%3], uint64(step))
 		got := runArgmax(t, lib, gpu.adj.Float32s(), n, 8, ArgmaxThreads, gpu.params, gpu.state, emu.Orders[step%3], uint64(step))
 		if got != want {
 			t.Fatalf("step %d: GPU chose %d, sample.Sampler %d", step, got, want)
@@ -178,13 +157,9 @@ func TestStepCopy(t *testing.T) {
 		for _, order := range emu.Orders {
 			step := emu.BufferOf([]uint32{123456, 0xfffffffe})
 			slots := emu.BufferOf([]uint32{7, 7, 7, 7, 7, 7})
-			// The file's function constants (the emulator asks for all of them; step_copy uses none).
-			c := map[int]any{ArgmaxVocab: 1, ArgmaxGroups: 1}
-			err := pipeline(t, lib, "step_copy", c).Dispatch(emu.Dispatch{
-				Threadgroups: [3]int{1}, Group: [3]int{1},
-				Buffers: map[int]emu.Binding{0: {Buffer: step}, 1: {Buffer: slots, Offset: 8}}, Order: order,
-			})
-			if err != nil {
+			// The slot at the binding's offset, as metal/gpu's readback rebinds it per step.
+			c := StepCopyCall(1, 1, StepCopyBuffers[emu.Binding]{Step: emu.Binding{Buffer: step}, Slot: emu.Binding{Buffer: slots, Offset: 8}})
+			if err := dispatchBound(t, lib, c, order, 0); err != nil {
 				t.Fatal(err)
 			}
 			want := StepCopy(step.Uint32s())

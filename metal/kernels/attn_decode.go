@@ -102,3 +102,42 @@ func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte, ta
 	}
 	return out
 }
+
+// AttnDecodePartialBuffers are attn_decode_partial's buffers, by role.
+type AttnDecodePartialBuffers[B any] struct {
+	Q      B // 0: [Heads·HeadDim] the rotated queries
+	KCache B // 1: the K pool
+	VCache B // 2: the V pool
+	Step   B // 3: the step buffer {pos, token}
+	OPart  B // 4: [Heads][splits][HeadDim] (AttnPartialLens)
+	MLPart B // 5: [Heads][splits] (max, sum)
+	Table  B // 6: [TableLen] the block table
+}
+
+// AttnDecodePartialCall is attn_decode_partial over splits splits per kv head: a threadgroup
+// per (kv head, split), one simdgroup per query head of the group.
+func AttnDecodePartialCall[B any](s AttnShape, splits int, b AttnDecodePartialBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "attn_decode_partial", Constants: s.AttnDecodeConstants(splits),
+		Buffers:      map[int]B{0: b.Q, 1: b.KCache, 2: b.VCache, 3: b.Step, 4: b.OPart, 5: b.MLPart, 6: b.Table},
+		Threadgroups: [3]int{s.KVHeads, splits, 1}, Group: grid(s.AttnPartialThreads()),
+		ThreadgroupMem: map[int]int{0: s.AttnPartialThreadgroupMem()},
+	}
+}
+
+// AttnDecodeCombineBuffers are attn_decode_combine's buffers, by role.
+type AttnDecodeCombineBuffers[B any] struct {
+	OPart, MLPart B // 0, 1: attn_decode_partial's outputs
+	QG            B // 2: [Heads][2·HeadDim] the q projection (the gates are its second halves)
+	Step          B // 3: the step buffer {pos, token}
+	Out           B // 4: [Heads·HeadDim]
+}
+
+// AttnDecodeCombineCall is attn_decode_combine of splits splits: a threadgroup per query head.
+func AttnDecodeCombineCall[B any](s AttnShape, splits int, b AttnDecodeCombineBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "attn_decode_combine", Constants: s.AttnDecodeConstants(splits),
+		Buffers:      map[int]B{0: b.OPart, 1: b.MLPart, 2: b.QG, 3: b.Step, 4: b.Out},
+		Threadgroups: grid(s.Heads), Group: grid(AttnCombineThreads),
+	}
+}

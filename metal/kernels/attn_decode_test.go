@@ -103,27 +103,16 @@ func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, ord
 	qg := randFloats(r, s.Heads*2*s.HeadDim, 1)
 	want := AttnDecode(s, pos, q, qg, kCache, vCache, table)
 
-	consts := s.AttnDecodeConstants(splits)
-	partial := pipeline(t, lib, "attn_decode_partial", consts)
-	combine := pipeline(t, lib, "attn_decode_combine", consts)
 	oLen, mlLen := s.AttnPartialLens(splits)
 	bO, bML, bOut := emu.NewBuffer(4*oLen), emu.NewBuffer(4*mlLen), emu.NewBuffer(4*s.Heads*s.HeadDim)
 	bO.Fill(0xFF)
 	bML.Fill(0xFF)
 	bOut.Fill(0xFF)
 	bStep := emu.BufferOf([]uint32{uint32(pos), 3})
-	err := partial.Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{s.KVHeads, splits}, Group: [3]int{s.AttnPartialThreads()},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: emu.BufferOf(q)}, 1: {Buffer: emu.BufferOf(kCache)}, 2: {Buffer: emu.BufferOf(vCache)},
-			3: {Buffer: bStep}, 4: {Buffer: bO}, 5: {Buffer: bML}, 6: {Buffer: emu.BufferOf(table)},
-		},
-		ThreadgroupMem: map[int]int{0: s.AttnPartialThreadgroupMem()},
-		Order:          order, Seed: uint64(c.n),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, AttnDecodePartialCall(s, splits, AttnDecodePartialBuffers[*emu.Buffer]{
+		Q: emu.BufferOf(q), KCache: emu.BufferOf(kCache), VCache: emu.BufferOf(vCache),
+		Step: bStep, OPart: bO, MLPart: bML, Table: emu.BufferOf(table),
+	}), order, uint64(c.n))
 	// Every split writes its partial, empty ones the neutral one.
 	ml := bML.Float32s()
 	active := AttnActiveSplits(c.n, splits)
@@ -138,16 +127,9 @@ func runAttnDecode(t *testing.T, lib *emu.Library, r *rand.Rand, c attnCase, ord
 			t.Fatalf("n %d: o partial [%d] not written", c.n, i)
 		}
 	}
-	err = combine.Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{s.Heads}, Group: [3]int{AttnCombineThreads},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: bO}, 1: {Buffer: bML}, 2: {Buffer: emu.BufferOf(qg)}, 3: {Buffer: bStep}, 4: {Buffer: bOut},
-		},
-		Order: order, Seed: uint64(c.n) + 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, AttnDecodeCombineCall(s, splits, AttnDecodeCombineBuffers[*emu.Buffer]{
+		OPart: bO, MLPart: bML, QG: emu.BufferOf(qg), Step: bStep, Out: bOut,
+	}), order, uint64(c.n)+1)
 	got := bOut.Float32s()
 	exactErr, refErr = errVs64(got, exactAttn(s, c.n, q, qg, kCache, vCache, table)), relErr(got, want)
 	// The reference sums n float32 terms in sequence; the kernel in tiles and splits.

@@ -261,6 +261,31 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 	return q
 }
 
+// AttnQKRopeKVBuffers are attn_qk_rope_kv's buffers, by role.
+type AttnQKRopeKVBuffers[B any] struct {
+	QG      B // 0: [Heads][2·HeadDim] the q projection, query ‖ gate per head
+	K, V    B // 1, 2: [KVHeads·HeadDim] the kv projections
+	QNorm   B // 3: [HeadDim] float32
+	KNorm   B // 4: [HeadDim] float32
+	InvFreq B // 5: [RotaryDim/2] RopeInvFreq
+	Step    B // 6: the step buffer {pos, token}
+	QOut    B // 7: [Heads·HeadDim] the rotated queries
+	KCache  B // 8: the K pool, written at pos's row
+	VCache  B // 9: the V pool, likewise
+	Table   B // 10: [TableLen] the block table
+}
+
+// AttnQKRopeKVCall is attn_qk_rope_kv for the step's token: a threadgroup of threads per query
+// and per kv head (AttnRopeThreads in production).
+func AttnQKRopeKVCall[B any](s AttnShape, eps float32, threads int, b AttnQKRopeKVBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "attn_qk_rope_kv", Constants: s.Constants(eps),
+		Buffers: map[int]B{0: b.QG, 1: b.K, 2: b.V, 3: b.QNorm, 4: b.KNorm, 5: b.InvFreq, 6: b.Step, 7: b.QOut,
+			8: b.KCache, 9: b.VCache, 10: b.Table},
+		Threadgroups: grid(s.Heads + s.KVHeads), Group: grid(threads),
+	}
+}
+
 // ropeRotate is engine/cpu's rope with the inverse-frequency table passed in.
 
 func ropeRotate(x, invFreq []float32, pos int) {

@@ -68,20 +68,12 @@ func runAttnRope(t *testing.T, lib *emu.Library, r *rand.Rand, s AttnShape, pos,
 	bQ.Fill(0xFF)
 	bK.Fill(0xFF)
 	bV.Fill(0xFF)
-	pl := pipeline(t, lib, "attn_qk_rope_kv", s.Constants(p.Eps))
-	err := pl.Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{s.Heads + s.KVHeads}, Group: [3]int{threads},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: emu.BufferOf(qg)}, 1: {Buffer: emu.BufferOf(k)}, 2: {Buffer: emu.BufferOf(v)},
-			3: {Buffer: emu.BufferOf(p.QNorm)}, 4: {Buffer: emu.BufferOf(p.KNorm)}, 5: {Buffer: emu.BufferOf(p.InvFreq)},
-			6: {Buffer: emu.BufferOf([]uint32{uint32(pos), 7})},
-			7: {Buffer: bQ}, 8: {Buffer: bK}, 9: {Buffer: bV}, 10: {Buffer: emu.BufferOf(table)},
-		},
-		Order: order, Seed: uint64(pos),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, AttnQKRopeKVCall(s, p.Eps, threads, AttnQKRopeKVBuffers[*emu.Buffer]{
+		QG: emu.BufferOf(qg), K: emu.BufferOf(k), V: emu.BufferOf(v),
+		QNorm: emu.BufferOf(p.QNorm), KNorm: emu.BufferOf(p.KNorm), InvFreq: emu.BufferOf(p.InvFreq),
+		Step: emu.BufferOf([]uint32{uint32(pos), 7}),
+		QOut: bQ, KCache: bK, VCache: bV, Table: emu.BufferOf(table),
+	}), order, uint64(pos))
 	qErr = relErr(bQ.Float32s(), qWant)
 	kGot, vGot := bK.Bytes(), bV.Bytes()
 	row := make([]bool, len(kWant)) // bytes of row pos

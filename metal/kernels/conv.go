@@ -32,3 +32,21 @@ func Conv1DStep(u, window, taps, x []float32) {
 	copy(window, window[c:])
 	copy(window[(ConvKernel-2)*c:], x)
 }
+
+// Conv1DStepBuffers are conv1d_step's buffers, by role.
+type Conv1DStepBuffers[B any] struct {
+	X      B // 0: [C] the token's qkv projection
+	Taps   B // 1: [C][4] float32
+	Window B // 2: [3][C] float32, shifted in place
+	U      B // 3: [C] silu(conv)
+}
+
+// Conv1DStepCall is conv1d_step over channels channels: one thread per channel, in whole
+// threadgroups of threads (ConvThreads in production).
+func Conv1DStepCall[B any](channels, threads int, b Conv1DStepBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "conv1d_step", Constants: map[int]any{ConvChannels: channels},
+		Buffers:      map[int]B{0: b.X, 1: b.Taps, 2: b.Window, 3: b.U},
+		Threadgroups: grid(groupsFor(channels, threads)), Group: grid(threads),
+	}
+}

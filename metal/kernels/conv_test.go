@@ -16,7 +16,6 @@ func runConv(t *testing.T, lib *emu.Library, r *rand.Rand, c, group, steps int, 
 	t.Helper()
 	taps := randFloats(r, c*ConvKernel, 0.5)
 	window := randFloats(r, (ConvKernel-1)*c, 1)
-	p := pipeline(t, lib, "conv1d_step", map[int]any{ConvChannels: c})
 	bTaps, bWin, bU := emu.BufferOf(taps), emu.BufferOf(window), emu.NewBuffer(4*c)
 	u := make([]float32, c)
 	var worst float64
@@ -24,14 +23,8 @@ func runConv(t *testing.T, lib *emu.Library, r *rand.Rand, c, group, steps int, 
 		x := randFloats(r, c, 1)
 		Conv1DStep(u, window, taps, x)
 		bU.Fill(0xFF)
-		err := p.Dispatch(emu.Dispatch{
-			Threads: [3]int{c}, Group: [3]int{group},
-			Buffers: map[int]emu.Binding{0: {Buffer: emu.BufferOf(x)}, 1: {Buffer: bTaps}, 2: {Buffer: bWin}, 3: {Buffer: bU}},
-			Order:   order, Seed: uint64(step),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mustDispatch(t, lib, Conv1DStepCall(c, group, Conv1DStepBuffers[*emu.Buffer]{X: emu.BufferOf(x), Taps: bTaps, Window: bWin, U: bU}),
+			order, uint64(step))
 		if e := relErr(bWin.Float32s(), window); e != 0 {
 			t.Fatalf("C %d step %d: window differs (rel %g), want exact", c, step, e)
 		}

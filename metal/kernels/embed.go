@@ -23,3 +23,21 @@ func Embed(e *quant.Matrix, token int) []float32 {
 	e.DequantRow(min(token, e.Rows-1), out)
 	return out
 }
+
+// EmbedBuffers are embed_q4's buffers, by role.
+type EmbedBuffers[B any] struct {
+	Embed QMatrixBuffers[B] // 0-2: the 4-bit embedding [vocab][hidden]
+	Step  B                 // 3: the step buffer {pos, token}
+	Out   B                 // 4: [hidden] float32
+}
+
+// EmbedCall is embed_q4 for the step buffer's token of a vocab × hidden embedding: one thread
+// per word of the row (EmbedThreadsGrid), in whole threadgroups of EmbedThreads.
+func EmbedCall[B any](hidden, vocab int, b EmbedBuffers[B]) Call[B] {
+	bs := map[int]B{3: b.Step, 4: b.Out}
+	b.Embed.bind(bs, 0)
+	return Call[B]{
+		Kernel: "embed_q4", Constants: map[int]any{EmbedHidden: hidden, EmbedVocab: vocab}, Buffers: bs,
+		Threadgroups: grid(groupsFor(EmbedThreadsGrid(hidden), EmbedThreads)), Group: grid(EmbedThreads),
+	}
+}

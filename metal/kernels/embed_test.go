@@ -15,20 +15,11 @@ import (
 // runEmbed gathers row token of e with embed_q4 and returns the output.
 func runEmbed(t *testing.T, lib *emu.Library, e *quant.Matrix, token int, order emu.Order) []float32 {
 	t.Helper()
-	p := pipeline(t, lib, "embed_q4", map[int]any{EmbedHidden: e.Cols, EmbedVocab: e.Rows})
 	out := emu.NewBuffer(4 * e.Cols)
 	out.Fill(0xFF)
-	err := p.Dispatch(emu.Dispatch{
-		Threads: [3]int{EmbedThreadsGrid(e.Cols)}, Group: [3]int{EmbedThreads},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: emu.BufferOf(e.Words)}, 1: {Buffer: emu.BufferOf(e.Scales)}, 2: {Buffer: emu.BufferOf(e.Biases)},
-			3: {Buffer: emu.BufferOf([]uint32{17, uint32(token)})}, 4: {Buffer: out},
-		},
-		Order: order, Seed: uint64(token),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, EmbedCall(e.Cols, e.Rows, EmbedBuffers[*emu.Buffer]{
+		Embed: bufsOf(e), Step: emu.BufferOf([]uint32{17, uint32(token)}), Out: out,
+	}), order, uint64(token))
 	return out.Float32s()
 }
 

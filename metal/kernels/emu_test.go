@@ -55,6 +55,35 @@ func pipeline(t testing.TB, lib *emu.Library, kernel string, constants map[int]a
 	return p
 }
 
+// dispatch runs a kernel call on emulator buffers (each bound at offset 0) with its pipeline
+// from lib, the threads of each threadgroup in order (Shuffle seeded with seed).
+func dispatch(t testing.TB, lib *emu.Library, c Call[*emu.Buffer], order emu.Order, seed uint64) error {
+	t.Helper()
+	bs := make(map[int]emu.Binding, len(c.Buffers))
+	for i, b := range c.Buffers {
+		bs[i] = emu.Binding{Buffer: b}
+	}
+	return dispatchBound(t, lib, Call[emu.Binding]{Kernel: c.Kernel, Constants: c.Constants, Buffers: bs,
+		Threadgroups: c.Threadgroups, Group: c.Group, ThreadgroupMem: c.ThreadgroupMem}, order, seed)
+}
+
+// dispatchBound is dispatch for a call whose bindings carry their offsets.
+func dispatchBound(t testing.TB, lib *emu.Library, c Call[emu.Binding], order emu.Order, seed uint64) error {
+	t.Helper()
+	return pipeline(t, lib, c.Kernel, c.Constants).Dispatch(emu.Dispatch{
+		Threadgroups: c.Threadgroups, Group: c.Group, Buffers: c.Buffers, ThreadgroupMem: c.ThreadgroupMem,
+		Order: order, Seed: seed,
+	})
+}
+
+// mustDispatch is dispatch, failing the test on an error.
+func mustDispatch(t testing.TB, lib *emu.Library, c Call[*emu.Buffer], order emu.Order, seed uint64) {
+	t.Helper()
+	if err := dispatch(t, lib, c, order, seed); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The kernel checks' random inputs and error measure.
 var (
 	randFloats = RandFloats

@@ -43,6 +43,11 @@ func (s GDNShape) Channels() int { return 2*s.HK*s.DK + s.HV*s.DV }
 // StateLen is the number of floats of the recurrent state, [HV][DV][DK].
 func (s GDNShape) StateLen() int { return s.HV * s.DV * s.DK }
 
+// Constants are the function constants of gdn_step (and gdn_conv_step) for the shape.
+func (s GDNShape) Constants(eps float32) map[int]any {
+	return map[int]any{GDNKeyHeads: s.HK, GDNValueHeads: s.HV, GDNKeyDim: s.DK, GDNValueDim: s.DV, GDNEps: eps}
+}
+
 // ThreadgroupMem is gdn_step's [[threadgroup(0)]] length in bytes: DV floats, rounded up to 16.
 func (s GDNShape) ThreadgroupMem() int { return (4*s.DV + 15) &^ 15 }
 
@@ -96,5 +101,29 @@ func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 			}
 		}
 		f32.GatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
+	}
+}
+
+// GDNStepBuffers are gdn_step's buffers, by role.
+type GDNStepBuffers[B any] struct {
+	QKV    B // 0: [Channels] the conv output, q ‖ k ‖ v
+	Z      B // 1: [HV*DV] the gate projection
+	A      B // 2: [HV] the decay's projection
+	Beta   B // 3: [HV] beta's projection (before the sigmoid)
+	ALog   B // 4: [HV]
+	DtBias B // 5: [HV]
+	NormW  B // 6: [DV] the gated norm's gain
+	State  B // 7: [HV][DV][DK], updated in place
+	Y      B // 8: [HV*DV]
+}
+
+// GDNStepCall is gdn_step for one token over every value head (a threadgroup each), simdgroups
+// simdgroups per threadgroup (GDNSimdgroups in production).
+func GDNStepCall[B any](s GDNShape, eps float32, simdgroups int, b GDNStepBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "gdn_step", Constants: s.Constants(eps),
+		Buffers:      map[int]B{0: b.QKV, 1: b.Z, 2: b.A, 3: b.Beta, 4: b.ALog, 5: b.DtBias, 6: b.NormW, 7: b.State, 8: b.Y},
+		Threadgroups: grid(s.HV), Group: grid(32 * simdgroups),
+		ThreadgroupMem: map[int]int{0: s.ThreadgroupMem()},
 	}
 }

@@ -47,3 +47,44 @@ func GDNConvStep(s GDNShape, p GDNParams, state, y, window, taps, x, z, a, b []f
 	Conv1DStep(u, window, taps, x[:s.Channels()])
 	GDNStep(s, p, state, y, u, z, a, b)
 }
+
+// GDNConvStepBuffers are gdn_conv_step's buffers, by role (the GDNConv* indices).
+type GDNConvStepBuffers[B any] struct {
+	X      B // GDNConvX: [C] the raw qkv projection
+	Z      B // GDNConvZ: [HV*DV]
+	A      B // GDNConvA: [HV]
+	Beta   B // GDNConvB: [HV] beta's projection (before the sigmoid)
+	ALog   B // GDNConvALog: [HV]
+	DtBias B // GDNConvDtBias: [HV]
+	NormW  B // GDNConvNormW: [DV]
+	State  B // GDNConvState: [HV][DV][DK], in place
+	Y      B // GDNConvY: [HV*DV]
+	Taps   B // GDNConvTaps: [C][4] float32
+	WinIn  B // GDNConvWinIn: [3][C], read only
+	WinOut B // GDNConvWinOut: [3][C], written only (never WinIn: see the window contract)
+}
+
+func (b GDNConvStepBuffers[B]) bindings() map[int]B {
+	return map[int]B{
+		GDNConvX: b.X, GDNConvZ: b.Z, GDNConvA: b.A, GDNConvB: b.Beta, GDNConvALog: b.ALog, GDNConvDtBias: b.DtBias,
+		GDNConvNormW: b.NormW, GDNConvState: b.State, GDNConvY: b.Y, GDNConvTaps: b.Taps, GDNConvWinIn: b.WinIn, GDNConvWinOut: b.WinOut,
+	}
+}
+
+// GDNConvStepCall is gdn_conv_step for one token over every value head (a threadgroup each),
+// simdgroups simdgroups per threadgroup.
+func GDNConvStepCall[B any](s GDNShape, eps float32, simdgroups int, b GDNConvStepBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "gdn_conv_step", Constants: s.Constants(eps), Buffers: b.bindings(),
+		Threadgroups: grid(s.HV), Group: grid(32 * simdgroups), ThreadgroupMem: s.GDNConvTGMem(),
+	}
+}
+
+// GDNConvStepHeadCall is gdn_conv_step for value head head alone (one threadgroup, the head
+// offset by GDNConvFirstHead), so a test can dispatch the heads one by one in any order.
+func GDNConvStepHeadCall[B any](s GDNShape, eps float32, simdgroups, head int, b GDNConvStepBuffers[B]) Call[B] {
+	c := GDNConvStepCall(s, eps, simdgroups, b)
+	c.Constants[GDNConvFirstHead] = head
+	c.Threadgroups = grid(1)
+	return c
+}

@@ -58,20 +58,6 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 	taps := randFloats(r, C*ConvKernel, 0.5)
 	window := randFloats(r, (ConvKernel-1)*C, 1)
 
-	consts := map[int]any{GDNKeyHeads: s.HK, GDNValueHeads: s.HV, GDNKeyDim: s.DK, GDNValueDim: s.DV, GDNEps: p.Eps}
-	pConv := pipeline(t, lib, "conv1d_step", map[int]any{ConvChannels: C})
-	pGDN := pipeline(t, lib, "gdn_step", consts)
-	var all *emu.Pipeline
-	var perHead []*emu.Pipeline
-	if g.heads == oneDispatch {
-		all = pipeline(t, lib, "gdn_conv_step", consts)
-	} else {
-		for h := range s.HV {
-			c := maps(consts)
-			c[GDNConvFirstHead] = h
-			perHead = append(perHead, pipeline(t, lib, "gdn_conv_step", c))
-		}
-	}
 	bState, bY := emu.BufferOf(state), emu.NewBuffer(4*s.HV*s.DV)
 	bALog, bDt, bW, bTaps := emu.BufferOf(p.ALog), emu.BufferOf(p.DtBias), emu.BufferOf(p.NormW), emu.BufferOf(taps)
 	win := [2]*emu.Buffer{emu.BufferOf(window), emu.NewBuffer(4 * len(window))}
@@ -95,22 +81,13 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 			out.Fill(0xFF) // unwritten window entries show as NaN
 		}
 		bY.Fill(0xFF)
-		d := emu.Dispatch{
-			Threadgroups: [3]int{s.HV}, Group: [3]int{32 * g.c.nsg},
-			Buffers: map[int]emu.Binding{
-				GDNConvX: {Buffer: emu.BufferOf(x)}, GDNConvZ: {Buffer: emu.BufferOf(z)},
-				GDNConvA: {Buffer: emu.BufferOf(a)}, GDNConvB: {Buffer: emu.BufferOf(b)},
-				GDNConvALog: {Buffer: bALog}, GDNConvDtBias: {Buffer: bDt}, GDNConvNormW: {Buffer: bW},
-				GDNConvState: {Buffer: bState}, GDNConvY: {Buffer: bY}, GDNConvTaps: {Buffer: bTaps},
-				GDNConvWinIn: {Buffer: in}, GDNConvWinOut: {Buffer: out},
-			},
-			ThreadgroupMem: s.GDNConvTGMem(),
-			Order:          g.order, Seed: uint64(step),
+		bz, ba, bb := emu.BufferOf(z), emu.BufferOf(a), emu.BufferOf(b)
+		bufs := GDNConvStepBuffers[*emu.Buffer]{
+			X: emu.BufferOf(x), Z: bz, A: ba, Beta: bb, ALog: bALog, DtBias: bDt, NormW: bW,
+			State: bState, Y: bY, Taps: bTaps, WinIn: in, WinOut: out,
 		}
 		if g.heads == oneDispatch {
-			if err := all.Dispatch(d); err != nil {
-				t.Fatal(err)
-			}
+			mustDispatch(t, lib, GDNConvStepCall(s, p.Eps, g.c.nsg, bufs), g.order, uint64(step))
 		} else {
 			heads := make([]int, s.HV)
 			for i := range heads {
@@ -122,11 +99,8 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 			case perHeadShuffled:
 				r.Shuffle(len(heads), func(i, j int) { heads[i], heads[j] = heads[j], heads[i] })
 			}
-			d.Threadgroups = [3]int{1}
 			for _, h := range heads {
-				if err := perHead[h].Dispatch(d); err != nil {
-					t.Fatal(err)
-				}
+				mustDispatch(t, lib, GDNConvStepHeadCall(s, p.Eps, g.c.nsg, h, bufs), g.order, uint64(step))
 			}
 		}
 		yErr = max(yErr, relErr(bY.Float32s(), y))
@@ -134,22 +108,11 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 			continue
 		}
 
-		bx := emu.BufferOf(x)
-		if err := pConv.Dispatch(emu.Dispatch{
-			Threads: [3]int{C}, Group: [3]int{ConvThreads},
-			Buffers: map[int]emu.Binding{0: {Buffer: bx}, 1: {Buffer: bTaps}, 2: {Buffer: uWin}, 3: {Buffer: uU}},
-			Order:   g.order, Seed: uint64(step),
-		}); err != nil {
-			t.Fatal(err)
-		}
-		d.Buffers = map[int]emu.Binding{
-			0: {Buffer: uU}, 1: d.Buffers[GDNConvZ], 2: d.Buffers[GDNConvA], 3: d.Buffers[GDNConvB],
-			4: {Buffer: bALog}, 5: {Buffer: bDt}, 6: {Buffer: bW}, 7: {Buffer: uState}, 8: {Buffer: uY},
-		}
-		d.Threadgroups, d.ThreadgroupMem = [3]int{s.HV}, map[int]int{0: s.ThreadgroupMem()}
-		if err := pGDN.Dispatch(d); err != nil {
-			t.Fatal(err)
-		}
+		mustDispatch(t, lib, Conv1DStepCall(C, ConvThreads, Conv1DStepBuffers[*emu.Buffer]{X: emu.BufferOf(x), Taps: bTaps, Window: uWin, U: uU}),
+			g.order, uint64(step))
+		mustDispatch(t, lib, GDNStepCall(s, p.Eps, g.c.nsg, GDNStepBuffers[*emu.Buffer]{
+			QKV: uU, Z: bz, A: ba, Beta: bb, ALog: bALog, DtBias: bDt, NormW: bW, State: uState, Y: uY,
+		}), g.order, uint64(step))
 		if !bitsEqual(bY.Float32s(), uY.Float32s()) || !bitsEqual(bState.Float32s(), uState.Float32s()) {
 			t.Fatalf("%+v step %d: y or state differs from conv1d_step + gdn_step (rel y %g, state %g), want bit-identical",
 				s, step, relErr(bY.Float32s(), uY.Float32s()), relErr(bState.Float32s(), uState.Float32s()))
@@ -180,14 +143,6 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 
 func bitsEqual(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
-}
-
-func maps(m map[int]any) map[int]any {
-	c := make(map[int]any, len(m)+1)
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 func TestGDNConvStep(t *testing.T) {

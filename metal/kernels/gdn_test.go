@@ -33,7 +33,6 @@ func runGDN(t *testing.T, lib *emu.Library, r *rand.Rand, c gdnCase, order emu.O
 		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
 	}
 	state := randFloats(r, s.StateLen(), 0.1)
-	pl := pipeline(t, lib, "gdn_step", map[int]any{GDNKeyHeads: s.HK, GDNValueHeads: s.HV, GDNKeyDim: s.DK, GDNValueDim: s.DV, GDNEps: p.Eps})
 	bState, bY := emu.BufferOf(state), emu.NewBuffer(4*s.HV*s.DV)
 	bALog, bDt, bW := emu.BufferOf(p.ALog), emu.BufferOf(p.DtBias), emu.BufferOf(p.NormW)
 	y := make([]float32, s.HV*s.DV)
@@ -45,18 +44,10 @@ func runGDN(t *testing.T, lib *emu.Library, r *rand.Rand, c gdnCase, order emu.O
 		}
 		GDNStep(s, p, state, y, qkv, z, a, b)
 		bY.Fill(0xFF)
-		err := pl.Dispatch(emu.Dispatch{
-			Threadgroups: [3]int{s.HV}, Group: [3]int{32 * c.nsg},
-			Buffers: map[int]emu.Binding{
-				0: {Buffer: emu.BufferOf(qkv)}, 1: {Buffer: emu.BufferOf(z)}, 2: {Buffer: emu.BufferOf(a)}, 3: {Buffer: emu.BufferOf(b)},
-				4: {Buffer: bALog}, 5: {Buffer: bDt}, 6: {Buffer: bW}, 7: {Buffer: bState}, 8: {Buffer: bY},
-			},
-			ThreadgroupMem: map[int]int{0: s.ThreadgroupMem()},
-			Order:          order, Seed: uint64(step),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mustDispatch(t, lib, GDNStepCall(s, p.Eps, c.nsg, GDNStepBuffers[*emu.Buffer]{
+			QKV: emu.BufferOf(qkv), Z: emu.BufferOf(z), A: emu.BufferOf(a), Beta: emu.BufferOf(b),
+			ALog: bALog, DtBias: bDt, NormW: bW, State: bState, Y: bY,
+		}), order, uint64(step))
 		yErr = max(yErr, relErr(bY.Float32s(), y))
 	}
 	stateErr = relErr(bState.Float32s(), state)

@@ -1,6 +1,8 @@
 // Package kernels holds Lily's Metal compute kernels (the .metal sources, embedded), their
 // dispatch geometry and a Go reference for each, shared by the Metal executor and the tests
-// that run the kernels on Linux through the MSL emulator (metal/emu).
+// that run the kernels on Linux through the MSL emulator (metal/emu). Each kernel's constructor
+// (a Call: constants, buffers by role, grid) is the one place its dispatch is written; the decode
+// plan, the selftest and the tests all use it.
 package kernels
 
 import (

@@ -65,14 +65,8 @@ func TestLMHeadFull(t *testing.T) {
 	y := emu.NewBuffer(4 * n)
 	y.Fill(0xFF)
 	start := time.Now()
-	err := pipeline(t, lib, QMVKernel(4), map[int]any{QMVRows: n, QMVCols: k}).Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{QMVThreadgroups(n)}, Group: [3]int{QMVThreads},
-		Buffers: map[int]emu.Binding{0: {Buffer: bw}, 1: {Buffer: bs}, 2: {Buffer: bb}, 3: {Buffer: emu.BufferOf(x)}, 4: {Buffer: y}},
-		Order:   emu.Shuffle, Seed: 7,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, QMVCall(4, n, k, QMVVariant{}, QMVBuffers[*emu.Buffer]{W: QMatrixBuffers[*emu.Buffer]{Words: bw, Scales: bs, Biases: bb}, X: emu.BufferOf(x), Y: y}),
+		emu.Shuffle, 7)
 	elapsed := time.Since(start)
 	got, want := y.Float32s(), QMV(m, x)
 	// Every row against quant.MatVec, relative to the row's Σ|w·x| (exact for a sample of rows).

@@ -18,30 +18,16 @@ import (
 // kernels sum exp in float32, engine/sample in float64). It returns the largest difference.
 func runLogprobs(t *testing.T, lib *emu.Library, x []float32, n, chunk, token int, order emu.Order) float64 {
 	t.Helper()
-	consts := map[int]any{SampleVocab: n, SampleChunk: chunk, SampleProbeOp: 0}
 	groups := SampleGroups(n, chunk)
 	bx := emu.BufferOf(x)
 	bms, btop, bout := emu.NewBuffer(8*groups), emu.NewBuffer(8*groups*LogprobTopN), emu.NewBuffer(4*LogprobRecordLen)
 	for _, b := range []*emu.Buffer{bms, btop, bout} {
 		b.Fill(0xFF)
 	}
-	err := pipeline(t, lib, "logprob_partial", consts).Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{groups}, Group: [3]int{LogprobThreads},
-		Buffers: map[int]emu.Binding{0: {Buffer: bx}, 1: {Buffer: bms}, 2: {Buffer: btop}},
-		Order:   order, Seed: uint64(token),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = pipeline(t, lib, "logprob_final", consts).Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{1}, Group: [3]int{LogprobThreads},
-		Buffers: map[int]emu.Binding{0: {Buffer: bx}, 1: {Buffer: bms}, 2: {Buffer: btop},
-			3: {Buffer: emu.BufferOf([]uint32{9, uint32(token)})}, 4: {Buffer: bout}},
-		Order: order, Seed: uint64(token) + 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, LogprobPartialCall(n, chunk, LogprobPartialBuffers[*emu.Buffer]{Logits: bx, MS: bms, Top: btop}), order, uint64(token))
+	mustDispatch(t, lib, LogprobFinalCall(n, chunk, LogprobFinalBuffers[*emu.Buffer]{
+		Logits: bx, MS: bms, Top: btop, Step: emu.BufferOf([]uint32{9, uint32(token)}), Out: bout,
+	}), order, uint64(token)+1)
 	// engine/sample's logprobs: a greedy sampler reports them for its argmax; the chosen
 	// token's logprob is x[token] - logZ, logZ recovered from the argmax's.
 	want := sample.New(sample.Params{TopLogprobs: LogprobTopN}, nil).Next(x[:n])

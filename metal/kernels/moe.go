@@ -211,3 +211,101 @@ func MoEBlock(mo *model.MoE, s MoEShape, x, res []float32) (ids []uint32, weight
 	MoEDownCombine(mo, s, ids, weights, MoEGateUp(mo, s, ids, x), res, false)
 	return ids, weights
 }
+
+// MoERouterBuffers are moe_router's and moe_router_norm's buffers, by role.
+type MoERouterBuffers[B any] struct {
+	Router     QMatrixBuffers[B] // 0-2: [E, H] 8-bit
+	SharedGate QMatrixBuffers[B] // 3-5: [1, H] 8-bit, the shared expert's gate
+	X          B                 // 6: [H] (moe_router_norm: the un-normed residual)
+	IDs        B                 // 7: [K] uint32
+	Weights    B                 // 8: [K + 1] float32
+	Gain       B                 // MoERouterGain: [H] bf16, bound by MoERouterNormCall only
+}
+
+func (b MoERouterBuffers[B]) bindings() map[int]B {
+	bs := map[int]B{6: b.X, 7: b.IDs, 8: b.Weights}
+	b.Router.bind(bs, 0)
+	b.SharedGate.bind(bs, 3)
+	return bs
+}
+
+// MoERouterCall is moe_router for one token: one threadgroup of threads (a multiple of 32;
+// MoERouterThreads in production).
+func MoERouterCall[B any](s MoEShape, threads int, b MoERouterBuffers[B]) Call[B] {
+	return Call[B]{Kernel: "moe_router", Constants: s.Constants(), Buffers: b.bindings(), Threadgroups: grid(1), Group: grid(threads)}
+}
+
+// MoERouterNormCall is moe_router_norm: moe_router on rmsnorm(X, Gain), the norm folded in.
+func MoERouterNormCall[B any](s MoEShape, eps float32, threads int, b MoERouterBuffers[B]) Call[B] {
+	bs := b.bindings()
+	bs[MoERouterGain] = b.Gain
+	return Call[B]{Kernel: "moe_router_norm", Constants: s.NormConstants(eps), Buffers: bs, Threadgroups: grid(1), Group: grid(threads)}
+}
+
+// MoETopKBuffers are moe_topk's buffers, by role.
+type MoETopKBuffers[B any] struct {
+	Logits  B // 0: [E] router logits
+	Shared  B // 1: [1] the shared gate's logit
+	IDs     B // 2: [K]
+	Weights B // 3: [K + 1]
+}
+
+// MoETopKCall is moe_topk, the routing half of moe_router on given logits (the plan does not run
+// it; the tests check the routing with it): one simdgroup.
+func MoETopKCall[B any](s MoEShape, b MoETopKBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "moe_topk", Constants: s.Constants(), Buffers: map[int]B{0: b.Logits, 1: b.Shared, 2: b.IDs, 3: b.Weights},
+		Threadgroups: grid(1), Group: grid(MoETopKThreads),
+	}
+}
+
+// MoEGateUpBuffers are moe_gate_up's and moe_gate_up_norm's buffers, by role.
+type MoEGateUpBuffers[B any] struct {
+	IDs        B                 // 0: [K] the chosen experts
+	Gate, Up   QMatrixBuffers[B] // 1-3, 4-6: [E·I, H] 4-bit, the routed experts stacked
+	SharedGate QMatrixBuffers[B] // 7-9: [SI, H] 4-bit
+	SharedUp   QMatrixBuffers[B] // 10-12: [SI, H] 4-bit
+	X          B                 // 13: [H] (moe_gate_up_norm: the un-normed residual)
+	Act        B                 // 14: [ActLen]
+	Gain       B                 // MoEGateUpGain: [H] bf16, bound by MoEGateUpNormCall only
+}
+
+func (b MoEGateUpBuffers[B]) bindings() map[int]B {
+	bs := map[int]B{0: b.IDs, 13: b.X, 14: b.Act}
+	b.Gate.bind(bs, 1)
+	b.Up.bind(bs, 4)
+	b.SharedGate.bind(bs, 7)
+	b.SharedUp.bind(bs, 10)
+	return bs
+}
+
+// MoEGateUpCall is moe_gate_up for the K chosen experts and the shared one (GateUpThreadgroups).
+func MoEGateUpCall[B any](s MoEShape, b MoEGateUpBuffers[B]) Call[B] {
+	return Call[B]{Kernel: "moe_gate_up", Constants: s.Constants(), Buffers: b.bindings(), Threadgroups: s.GateUpThreadgroups(), Group: grid(MoEThreads)}
+}
+
+// MoEGateUpNormCall is moe_gate_up_norm: moe_gate_up on rmsnorm(X, Gain), the norm folded in.
+func MoEGateUpNormCall[B any](s MoEShape, eps float32, b MoEGateUpBuffers[B]) Call[B] {
+	bs := b.bindings()
+	bs[MoEGateUpGain] = b.Gain
+	return Call[B]{Kernel: "moe_gate_up_norm", Constants: s.NormConstants(eps), Buffers: bs, Threadgroups: s.GateUpThreadgroups(), Group: grid(MoEThreads)}
+}
+
+// MoEDownCombineBuffers are moe_down_combine's buffers, by role.
+type MoEDownCombineBuffers[B any] struct {
+	IDs        B                 // 0: [K]
+	Weights    B                 // 1: [K + 1]
+	Down       QMatrixBuffers[B] // 2-4: [E·H, I] 4-bit
+	SharedDown QMatrixBuffers[B] // 5-7: [H, SI] 4-bit
+	Act        B                 // 8: [ActLen]
+	Res        B                 // 9: [H], += in place
+}
+
+// MoEDownCombineCall is moe_down_combine: res += the weighted experts' down projections
+// (DownThreadgroups).
+func MoEDownCombineCall[B any](s MoEShape, b MoEDownCombineBuffers[B]) Call[B] {
+	bs := map[int]B{0: b.IDs, 1: b.Weights, 8: b.Act, 9: b.Res}
+	b.Down.bind(bs, 2)
+	b.SharedDown.bind(bs, 5)
+	return Call[B]{Kernel: "moe_down_combine", Constants: s.Constants(), Buffers: bs, Threadgroups: s.DownThreadgroups(), Group: grid(MoEThreads)}
+}

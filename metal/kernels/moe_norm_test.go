@@ -26,12 +26,9 @@ func runRouterNorm(t *testing.T, lib *emu.Library, s MoEShape, dev *moeBufs, x, 
 	ids, weights = emu.NewBuffer(4*s.K), emu.NewBuffer(4*(s.K+1))
 	ids.Fill(0xFF)
 	weights.Fill(0xFF)
-	b := map[int]emu.Binding{6: {Buffer: x}, 7: {Buffer: ids}, 8: {Buffer: weights}, MoERouterGain: {Buffer: gain}}
-	dev.router.bind(b, 0)
-	dev.seg.bind(b, 3)
-	dispatch(t, pipeline(t, lib, "moe_router_norm", s.NormConstants(moeEps)), emu.Dispatch{
-		Threadgroups: [3]int{1}, Group: [3]int{threads}, Buffers: b, Order: order, Seed: 7,
-	})
+	mustDispatch(t, lib, MoERouterNormCall(s, moeEps, threads, MoERouterBuffers[*emu.Buffer]{
+		Router: dev.router, SharedGate: dev.seg, X: x, IDs: ids, Weights: weights, Gain: gain,
+	}), order, 7)
 	return ids, weights
 }
 
@@ -39,14 +36,7 @@ func runGateUpNorm(t *testing.T, lib *emu.Library, s MoEShape, dev *moeBufs, ids
 	t.Helper()
 	act := emu.NewBuffer(4 * s.ActLen())
 	act.Fill(0xFF)
-	b := map[int]emu.Binding{0: {Buffer: ids}, 13: {Buffer: x}, 14: {Buffer: act}, MoEGateUpGain: {Buffer: gain}}
-	dev.gate.bind(b, 1)
-	dev.up.bind(b, 4)
-	dev.shGate.bind(b, 7)
-	dev.shUp.bind(b, 10)
-	dispatch(t, pipeline(t, lib, "moe_gate_up_norm", s.NormConstants(moeEps)), emu.Dispatch{
-		Threadgroups: s.GateUpThreadgroups(), Group: [3]int{MoEThreads}, Buffers: b, Order: order, Seed: 8,
-	})
+	mustDispatch(t, lib, MoEGateUpNormCall(s, moeEps, dev.gateUp(ids, x, act, gain)), order, 8)
 	return act
 }
 
@@ -104,8 +94,8 @@ func TestMoENormProduction(t *testing.T) {
 	wantIDs, wantW := MoERoute(logits, shared, s.K)
 	stacked := func() (*quant.Matrix, qbufs) {
 		rows, cols := s.E*s.I, s.H
-		q := qbufs{emu.NewBuffer(rows * cols / 2), emu.NewBuffer(rows * cols / 32), emu.NewBuffer(rows * cols / 32)}
-		m := &quant.Matrix{Rows: rows, Cols: cols, Bits: 4, Words: q.w.Uint32s(), Scales: q.s.Uint16s(), Biases: q.b.Uint16s()}
+		q := qbufs{Words: emu.NewBuffer(rows * cols / 2), Scales: emu.NewBuffer(rows * cols / 32), Biases: emu.NewBuffer(rows * cols / 32)}
+		m := &quant.Matrix{Rows: rows, Cols: cols, Bits: 4, Words: q.Words.Uint32s(), Scales: q.Scales.Uint16s(), Biases: q.Biases.Uint16s()}
 		for _, e := range wantIDs {
 			fillQ4(r, m.RowRange(int(e)*s.I, s.I))
 		}

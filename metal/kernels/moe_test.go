@@ -45,20 +45,21 @@ func randomMoE(r *rand.Rand, s MoEShape) *model.MoE {
 	}
 }
 
-// qbufs is a quantized matrix and the emulator buffers holding it.
-type qbufs struct{ w, s, b *emu.Buffer }
+// qbufs are the emulator buffers holding a quantized matrix.
+type qbufs = QMatrixBuffers[*emu.Buffer]
 
 func bufsOf(m *quant.Matrix) qbufs {
-	return qbufs{emu.BufferOf(m.Words), emu.BufferOf(m.Scales), emu.BufferOf(m.Biases)}
-}
-
-func (q qbufs) bind(m map[int]emu.Binding, first int) {
-	m[first], m[first+1], m[first+2] = emu.Binding{Buffer: q.w}, emu.Binding{Buffer: q.s}, emu.Binding{Buffer: q.b}
+	return qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)}
 }
 
 // moeBufs holds a layer's weights on the "device".
 type moeBufs struct {
 	router, seg, gate, up, down, shGate, shUp, shDown qbufs
+}
+
+// gateUp is moe_gate_up's buffers (moe_gate_up_norm's with gain).
+func (d *moeBufs) gateUp(ids, x, act, gain *emu.Buffer) MoEGateUpBuffers[*emu.Buffer] {
+	return MoEGateUpBuffers[*emu.Buffer]{IDs: ids, Gate: d.gate, Up: d.up, SharedGate: d.shGate, SharedUp: d.shUp, X: x, Act: act, Gain: gain}
 }
 
 func deviceMoE(mo *model.MoE) *moeBufs {
@@ -69,25 +70,15 @@ func deviceMoE(mo *model.MoE) *moeBufs {
 	}
 }
 
-func dispatch(t *testing.T, p *emu.Pipeline, d emu.Dispatch) {
-	t.Helper()
-	if err := p.Dispatch(d); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // runRouter dispatches moe_router; ids and weights come back in fresh buffers filled with 0xFF.
 func runRouter(t *testing.T, lib *emu.Library, s MoEShape, dev *moeBufs, x *emu.Buffer, threads int, order emu.Order) (ids, weights *emu.Buffer) {
 	t.Helper()
 	ids, weights = emu.NewBuffer(4*s.K), emu.NewBuffer(4*(s.K+1))
 	ids.Fill(0xFF)
 	weights.Fill(0xFF)
-	b := map[int]emu.Binding{6: {Buffer: x}, 7: {Buffer: ids}, 8: {Buffer: weights}}
-	dev.router.bind(b, 0)
-	dev.seg.bind(b, 3)
-	dispatch(t, pipeline(t, lib, "moe_router", s.Constants()), emu.Dispatch{
-		Threadgroups: [3]int{1}, Group: [3]int{threads}, Buffers: b, Order: order, Seed: 3,
-	})
+	mustDispatch(t, lib, MoERouterCall(s, threads, MoERouterBuffers[*emu.Buffer]{
+		Router: dev.router, SharedGate: dev.seg, X: x, IDs: ids, Weights: weights,
+	}), order, 3)
 	return ids, weights
 }
 
@@ -96,13 +87,9 @@ func runTopK(t *testing.T, lib *emu.Library, s MoEShape, logits []float32, share
 	ids, weights := emu.NewBuffer(4*s.K), emu.NewBuffer(4*(s.K+1))
 	ids.Fill(0xFF)
 	weights.Fill(0xFF)
-	dispatch(t, pipeline(t, lib, "moe_topk", s.Constants()), emu.Dispatch{
-		Threadgroups: [3]int{1}, Group: [3]int{MoETopKThreads},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: emu.BufferOf(logits)}, 1: {Buffer: emu.BufferOf([]float32{shared})}, 2: {Buffer: ids}, 3: {Buffer: weights},
-		},
-		Order: order, Seed: 4,
-	})
+	mustDispatch(t, lib, MoETopKCall(s, MoETopKBuffers[*emu.Buffer]{
+		Logits: emu.BufferOf(logits), Shared: emu.BufferOf([]float32{shared}), IDs: ids, Weights: weights,
+	}), order, 4)
 	return ids.Uint32s(), weights.Float32s()
 }
 
@@ -110,26 +97,16 @@ func runGateUp(t *testing.T, lib *emu.Library, s MoEShape, dev *moeBufs, ids, x 
 	t.Helper()
 	act := emu.NewBuffer(4 * s.ActLen())
 	act.Fill(0xFF)
-	b := map[int]emu.Binding{0: {Buffer: ids}, 13: {Buffer: x}, 14: {Buffer: act}}
-	dev.gate.bind(b, 1)
-	dev.up.bind(b, 4)
-	dev.shGate.bind(b, 7)
-	dev.shUp.bind(b, 10)
-	dispatch(t, pipeline(t, lib, "moe_gate_up", s.Constants()), emu.Dispatch{
-		Threadgroups: s.GateUpThreadgroups(), Group: [3]int{MoEThreads}, Buffers: b, Order: order, Seed: 5,
-	})
+	mustDispatch(t, lib, MoEGateUpCall(s, dev.gateUp(ids, x, act, nil)), order, 5)
 	return act
 }
 
 // runDown dispatches moe_down_combine; res is updated in place.
 func runDown(t *testing.T, lib *emu.Library, s MoEShape, dev *moeBufs, ids, weights, act, res *emu.Buffer, order emu.Order) {
 	t.Helper()
-	b := map[int]emu.Binding{0: {Buffer: ids}, 1: {Buffer: weights}, 8: {Buffer: act}, 9: {Buffer: res}}
-	dev.down.bind(b, 2)
-	dev.shDown.bind(b, 5)
-	dispatch(t, pipeline(t, lib, "moe_down_combine", s.Constants()), emu.Dispatch{
-		Threadgroups: s.DownThreadgroups(), Group: [3]int{MoEThreads}, Buffers: b, Order: order, Seed: 6,
-	})
+	mustDispatch(t, lib, MoEDownCombineCall(s, MoEDownCombineBuffers[*emu.Buffer]{
+		IDs: ids, Weights: weights, Down: dev.down, SharedDown: dev.shDown, Act: act, Res: res,
+	}), order, 6)
 }
 
 // absErr is max |got - want| (NaN if got holds one).
@@ -386,8 +363,8 @@ func TestMoEProduction(t *testing.T) {
 	// Stacked expert tensors directly in device buffers (no copies of ~400 MB), the reference's
 	// matrices viewing the same memory.
 	stacked := func(rows, cols, perExpert int) (*quant.Matrix, qbufs) {
-		q := qbufs{emu.NewBuffer(rows * cols / 2), emu.NewBuffer(rows * cols / 32), emu.NewBuffer(rows * cols / 32)}
-		m := &quant.Matrix{Rows: rows, Cols: cols, Bits: 4, Words: q.w.Uint32s(), Scales: q.s.Uint16s(), Biases: q.b.Uint16s()}
+		q := qbufs{Words: emu.NewBuffer(rows * cols / 2), Scales: emu.NewBuffer(rows * cols / 32), Biases: emu.NewBuffer(rows * cols / 32)}
+		m := &quant.Matrix{Rows: rows, Cols: cols, Bits: 4, Words: q.Words.Uint32s(), Scales: q.Scales.Uint16s(), Biases: q.Biases.Uint16s()}
 		for _, e := range wantIDs {
 			fillQ4(r, m.RowRange(int(e)*perExpert, perExpert))
 		}

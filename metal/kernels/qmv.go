@@ -95,3 +95,78 @@ func QMVNormed(m *quant.Matrix, x []float32, gain []uint16, eps float32) []float
 	AddRMSNorm(res, xn, x, make([]float32, len(x)), gain, eps)
 	return QMV(m, xn)
 }
+
+// QMVVariant selects qmv's fused modes, which combine freely.
+type QMVVariant struct {
+	// Norm folds the RMSNorm in: y = W·rmsnorm(x, gain) with epsilon Eps (the _norm kernels,
+	// which bind the gain).
+	Norm bool
+	Eps  float32
+	// Add adds the product into y in place (QMV_ADD): the residual add of a projection.
+	Add bool
+}
+
+func (v QMVVariant) constants(c map[int]any) map[int]any {
+	if v.Norm {
+		c[QMVEps] = v.Eps
+	}
+	if v.Add {
+		c[QMVAdd] = true
+	}
+	return c
+}
+
+// QMVBuffers are qmv's and qmv_norm's buffers, by role.
+type QMVBuffers[B any] struct {
+	W    QMatrixBuffers[B] // 0-2: [rows, cols]
+	X    B                 // 3: [cols] float32
+	Y    B                 // 4: [rows] float32
+	Gain B                 // QMVGain: [cols] bf16, bound by the Norm variant only
+}
+
+// QMVCall is qmv_q<bits> (qmv_norm_q<bits> with v.Norm) over a rows × cols matrix.
+func QMVCall[B any](bits, rows, cols int, v QMVVariant, b QMVBuffers[B]) Call[B] {
+	bs := map[int]B{3: b.X, 4: b.Y}
+	b.W.bind(bs, 0)
+	kernel := QMVKernel(bits)
+	if v.Norm {
+		kernel = QMVNormKernel(bits)
+		bs[QMVGain] = b.Gain
+	}
+	return Call[B]{
+		Kernel: kernel, Constants: v.constants(map[int]any{QMVRows: rows, QMVCols: cols}), Buffers: bs,
+		Threadgroups: grid(QMVThreadgroups(rows)), Group: grid(QMVThreads),
+	}
+}
+
+// QMVMultiBuffers are qmv_multi's and qmv_multi_norm's buffers, by role: W[j] and Y[j] are
+// matrix j and its output, for 1 to QMVMaxMatrices matrices.
+type QMVMultiBuffers[B any] struct {
+	W    []QMatrixBuffers[B] // at QMVMultiMatrix(j)
+	Y    []B                 // at QMVMultiMatrix(j)+3
+	X    B                   // QMVMultiX: [cols] float32
+	Gain B                   // QMVMultiGain: [cols] bf16, bound by the Norm variant only
+}
+
+// QMVMultiCall is qmv_multi_q<bits> (qmv_multi_norm_q<bits> with v.Norm) over matrices of
+// rows[j] × cols, one per W, in one dispatch. The absent matrices' slots are bound to the last
+// matrix and its output, which the kernel never accesses.
+func QMVMultiCall[B any](bits, cols int, rows []int, v QMVVariant, b QMVMultiBuffers[B]) Call[B] {
+	if len(b.W) != len(rows) || len(b.Y) != len(rows) {
+		panic(fmt.Sprintf("kernels: qmv_multi of %d row counts, %d matrices and %d outputs", len(rows), len(b.W), len(b.Y)))
+	}
+	c := v.constants(QMVMultiConstants(cols, rows...)) // checks 1 to 4 matrices
+	bs := map[int]B{QMVMultiX: b.X}
+	for j := range QMVMaxMatrices {
+		k := min(j, len(rows)-1)
+		b.W[k].bind(bs, QMVMultiMatrix(j))
+		bs[QMVMultiMatrix(j)+3] = b.Y[k]
+	}
+	if v.Norm {
+		bs[QMVMultiGain] = b.Gain
+	}
+	return Call[B]{
+		Kernel: QMVMultiKernel(bits, v.Norm), Constants: c, Buffers: bs,
+		Threadgroups: grid(QMVMultiThreadgroups(rows...)), Group: grid(QMVThreads),
+	}
+}

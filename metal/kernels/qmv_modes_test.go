@@ -53,20 +53,10 @@ func checkQMVMode(t *testing.T, lib *emu.Library, r *rand.Rand, c qmvMode, order
 		AddRMSNorm(res, xn, x, make([]float32, c.k), gain, eps)
 	}
 	var ms []*quant.Matrix
+	var ws []qbufs
 	var ys []*emu.Buffer
 	var y0s [][]float32
-	bs := map[int]emu.Binding{}
-	consts := map[int]any{QMVRows: c.rows[0], QMVCols: c.k}
-	if c.multi {
-		consts = QMVMultiConstants(c.k, c.rows...)
-	}
-	if c.norm {
-		consts[QMVEps] = float32(eps)
-	}
-	if c.add {
-		consts[QMVAdd] = true
-	}
-	for j, n := range c.rows {
+	for _, n := range c.rows {
 		m := quant.Quantize(randFloats(r, n*c.k, 0.05), n, c.k, c.bits)
 		y := emu.NewBuffer(4 * n)
 		y0 := make([]float32, n)
@@ -76,34 +66,15 @@ func checkQMVMode(t *testing.T, lib *emu.Library, r *rand.Rand, c qmvMode, order
 		} else {
 			y.Fill(0xFF)
 		}
-		first, out := 0, 4
-		if c.multi && j == 0 {
-			for a := len(c.rows); a < QMVMaxMatrices; a++ { // absent slots: bound, never accessed
-				bufsOf(m).bind(bs, QMVMultiMatrix(a))
-				bs[QMVMultiMatrix(a)+3] = emu.Binding{Buffer: y}
-			}
-		}
-		if c.multi {
-			first, out = QMVMultiMatrix(j), QMVMultiMatrix(j)+3
-		}
-		bufsOf(m).bind(bs, first)
-		bs[out] = emu.Binding{Buffer: y}
-		ms, ys, y0s = append(ms, m), append(ys, y), append(y0s, y0)
+		ms, ws, ys, y0s = append(ms, m), append(ws, bufsOf(m)), append(ys, y), append(y0s, y0)
 	}
-	xi, gi, kernel, groups := 3, QMVGain, QMVKernel(c.bits), QMVThreadgroups(c.rows[0])
-	if c.norm {
-		kernel = QMVNormKernel(c.bits)
-	}
+	v := QMVVariant{Norm: c.norm, Eps: eps, Add: c.add}
+	bx, bg := emu.BufferOf(x), emu.BufferOf(gain) // the gain is bound by the norm kernels only
+	call := QMVCall(c.bits, c.rows[0], c.k, v, QMVBuffers[*emu.Buffer]{W: ws[0], X: bx, Y: ys[0], Gain: bg})
 	if c.multi {
-		xi, gi, kernel, groups = QMVMultiX, QMVMultiGain, QMVMultiKernel(c.bits, c.norm), QMVMultiThreadgroups(c.rows...)
+		call = QMVMultiCall(c.bits, c.k, c.rows, v, QMVMultiBuffers[*emu.Buffer]{W: ws, Y: ys, X: bx, Gain: bg})
 	}
-	bs[xi] = emu.Binding{Buffer: emu.BufferOf(x)}
-	if c.norm {
-		bs[gi] = emu.Binding{Buffer: emu.BufferOf(gain)}
-	}
-	dispatch(t, pipeline(t, lib, kernel, consts), emu.Dispatch{
-		Threadgroups: [3]int{groups}, Group: [3]int{QMVThreads}, Buffers: bs, Order: order, Seed: 9,
-	})
+	mustDispatch(t, lib, call, order, 9)
 	var worst float64
 	for j, m := range ms {
 		got := ys[j].Float32s()

@@ -30,20 +30,9 @@ func exactQMV(m *quant.Matrix, x []float32) (y, mag []float64) {
 // runQMV dispatches qmv on m and x and returns y.
 func runQMV(t *testing.T, lib *emu.Library, m *quant.Matrix, x []float32, order emu.Order) []float32 {
 	t.Helper()
-	p := pipeline(t, lib, QMVKernel(m.Bits), map[int]any{QMVRows: m.Rows, QMVCols: m.Cols})
 	y := emu.NewBuffer(4 * m.Rows)
 	y.Fill(0xFF)
-	err := p.Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{QMVThreadgroups(m.Rows)}, Group: [3]int{QMVThreads},
-		Buffers: map[int]emu.Binding{
-			0: {Buffer: emu.BufferOf(m.Words)}, 1: {Buffer: emu.BufferOf(m.Scales)}, 2: {Buffer: emu.BufferOf(m.Biases)},
-			3: {Buffer: emu.BufferOf(x)}, 4: {Buffer: y},
-		},
-		Order: order, Seed: 5,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, QMVCall(m.Bits, m.Rows, m.Cols, QMVVariant{}, QMVBuffers[*emu.Buffer]{W: bufsOf(m), X: emu.BufferOf(x), Y: y}), order, 5)
 	return y.Float32s()
 }
 

@@ -29,3 +29,21 @@ func AddRMSNorm(res, out, x, d []float32, w []uint16, eps float32) {
 		out[i] = h * r * quant.BF16ToF32(w[i])
 	}
 }
+
+// AddRMSNormBuffers are add_rmsnorm's buffers, by role.
+type AddRMSNormBuffers[B any] struct {
+	X, D B // 0, 1: [rows][h] float32, the residual and what is added to it
+	W    B // 2: [h] bf16 gain
+	Res  B // 3: [rows][h] x + d (may be X: in place)
+	Out  B // 4: [rows][h] the normed residual
+}
+
+// AddRMSNormCall is add_rmsnorm over rows rows of h, one threadgroup of threads per row
+// (RMSNormThreads in production).
+func AddRMSNormCall[B any](h, rows int, eps float32, threads int, b AddRMSNormBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "add_rmsnorm", Constants: map[int]any{RMSNormWidth: h, RMSNormEps: eps},
+		Buffers:      map[int]B{0: b.X, 1: b.D, 2: b.W, 3: b.Res, 4: b.Out},
+		Threadgroups: grid(rows), Group: grid(threads),
+	}
+}

@@ -53,15 +53,7 @@ func testAddRMSNorm(t *testing.T, lib *emu.Library, r *rand.Rand, h, rows, threa
 	if inPlace {
 		bres = bx
 	}
-	p := pipeline(t, lib, "add_rmsnorm", map[int]any{RMSNormWidth: h, RMSNormEps: float32(eps)})
-	err := p.Dispatch(emu.Dispatch{
-		Threadgroups: [3]int{rows}, Group: [3]int{threads},
-		Buffers: map[int]emu.Binding{0: {Buffer: bx}, 1: {Buffer: bd}, 2: {Buffer: bw}, 3: {Buffer: bres}, 4: {Buffer: bout}},
-		Order:   order, Seed: 7,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, lib, AddRMSNormCall(h, rows, eps, threads, AddRMSNormBuffers[*emu.Buffer]{X: bx, D: bd, W: bw, Res: bres, Out: bout}), order, 7)
 	if e := relErr(bres.Float32s(), wantRes); e != 0 {
 		t.Errorf("residual: rel error %g, want exact", e)
 	}

@@ -142,3 +142,96 @@ func PenaltyTable(frequency, presence float32, maxCount int) []float32 {
 	}
 	return t
 }
+
+// sampleConstants are sample.metal's function constants for n ids in chunks of chunk
+// (SampleDefaultChunk in production), which every kernel of the file takes.
+func sampleConstants(n, chunk int) map[int]any {
+	return map[int]any{SampleVocab: n, SampleChunk: chunk, SampleProbeOp: 0}
+}
+
+// SamplePenaltiesBuffers are sample_penalties' buffers, by role.
+type SamplePenaltiesBuffers[B any] struct {
+	Logits B // 0: [>= n] float32
+	Params B // 1: SampleParams words
+	State  B // 2: [n] token states, count | TokenSeen
+	Bias   B // 3: [n] float32 (read with SampleFlagBias)
+	Pen    B // 4: the penalty table (read with SampleFlagCount)
+	Out    B // 5: [n] the penalised logits (may be Logits)
+}
+
+// SamplePenaltiesCall is sample_penalties over n ids: one thread per id, in whole threadgroups of
+// SamplePenaltyThreads.
+func SamplePenaltiesCall[B any](n, chunk int, b SamplePenaltiesBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "sample_penalties", Constants: sampleConstants(n, chunk),
+		Buffers:      map[int]B{0: b.Logits, 1: b.Params, 2: b.State, 3: b.Bias, 4: b.Pen, 5: b.Out},
+		Threadgroups: grid(groupsFor(n, SamplePenaltyThreads)), Group: grid(SamplePenaltyThreads),
+	}
+}
+
+// SampleSelectBuffers are sample_select's buffers, by role.
+type SampleSelectBuffers[B any] struct {
+	Logits B // 0: [>= n] the penalised logits
+	Params B // 1: SampleParams words
+	Cand   B // 2: [SampleCandLen] uint64 candidate keys
+}
+
+// SampleSelectCall is sample_select over n ids: a threadgroup of threads (SampleThreads in
+// production) per chunk.
+func SampleSelectCall[B any](n, chunk, threads int, b SampleSelectBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "sample_select", Constants: sampleConstants(n, chunk), Buffers: map[int]B{0: b.Logits, 1: b.Params, 2: b.Cand},
+		Threadgroups: grid(SampleGroups(n, chunk)), Group: grid(threads),
+	}
+}
+
+// SampleFinalBuffers are sample_final's buffers, by role (it has no buffer 0).
+type SampleFinalBuffers[B any] struct {
+	Params B // 1: SampleParams words
+	Cand   B // 2: sample_select's output
+	Step   B // 3: the step buffer {pos, token} -> {pos+1, chosen}
+	State  B // 4: [n] token states
+	Status B // 5: uint32, bit 0: redo the step on the host
+}
+
+// SampleFinalCall is sample_final: one threadgroup of threads (SampleThreads in production).
+func SampleFinalCall[B any](n, chunk, threads int, b SampleFinalBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "sample_final", Constants: sampleConstants(n, chunk),
+		Buffers:      map[int]B{1: b.Params, 2: b.Cand, 3: b.Step, 4: b.State, 5: b.Status},
+		Threadgroups: grid(1), Group: grid(threads),
+	}
+}
+
+// LogprobPartialBuffers are logprob_partial's buffers, by role.
+type LogprobPartialBuffers[B any] struct {
+	Logits B // 0: [>= n] the penalised logits
+	MS     B // 1: [groups] (max, Σ exp(x - max)) float32 pairs
+	Top    B // 2: [groups][LogprobTopN] uint64 keys
+}
+
+// LogprobPartialCall is logprob_partial over n ids: a threadgroup of LogprobThreads per chunk.
+func LogprobPartialCall[B any](n, chunk int, b LogprobPartialBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "logprob_partial", Constants: sampleConstants(n, chunk), Buffers: map[int]B{0: b.Logits, 1: b.MS, 2: b.Top},
+		Threadgroups: grid(SampleGroups(n, chunk)), Group: grid(LogprobThreads),
+	}
+}
+
+// LogprobFinalBuffers are logprob_final's buffers, by role.
+type LogprobFinalBuffers[B any] struct {
+	Logits B // 0: [>= n] the penalised logits
+	MS     B // 1: logprob_partial's
+	Top    B // 2: logprob_partial's
+	Step   B // 3: the step buffer {pos, token}: the chosen token
+	Out    B // 4: [LogprobRecordLen] float32 words (LogprobRecord)
+}
+
+// LogprobFinalCall is logprob_final: one threadgroup of LogprobThreads.
+func LogprobFinalCall[B any](n, chunk int, b LogprobFinalBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "logprob_final", Constants: sampleConstants(n, chunk),
+		Buffers:      map[int]B{0: b.Logits, 1: b.MS, 2: b.Top, 3: b.Step, 4: b.Out},
+		Threadgroups: grid(1), Group: grid(LogprobThreads),
+	}
+}

@@ -16,7 +16,8 @@ import (
 
 // ---- soft float, through sample_probe -------------------------------------------------------
 
-// probe runs sample_probe's operation op over (a[i], b[i]).
+// probe runs sample_probe's operation op over (a[i], b[i]). The hook is not dispatched through a
+// Call: it reads a[i] unchecked, so it runs exactly len(a) threads (dispatchThreads).
 func probe(t testing.TB, lib *emu.Library, op int, a, b []uint64) []uint64 {
 	t.Helper()
 	p := pipeline(t, lib, "sample_probe", map[int]any{SampleVocab: 1, SampleChunk: 1, SampleProbeOp: op})
@@ -249,17 +250,15 @@ func TestSampleExpExhaustive(t *testing.T) {
 
 // gpuSampler runs sample_penalties, sample_select and sample_final on the emulator.
 type gpuSampler struct {
+	lib                                                *emu.Library
 	n, chunk, threads                                  int
-	pen, sel, fin                                      *emu.Pipeline
 	params, state, bias, penTab, adj, cand, step, stat *emu.Buffer
 }
 
 func newGPUSampler(t *testing.T, lib *emu.Library, setup *SampleSetup, n, chunk int) *gpuSampler {
 	t.Helper()
-	c := map[int]any{SampleVocab: n, SampleChunk: chunk, SampleProbeOp: 0}
 	g := &gpuSampler{
-		n: n, chunk: chunk, threads: SampleThreads,
-		pen: pipeline(t, lib, "sample_penalties", c), sel: pipeline(t, lib, "sample_select", c), fin: pipeline(t, lib, "sample_final", c),
+		lib: lib, n: n, chunk: chunk, threads: SampleThreads,
 		params: emu.BufferOf(setup.Params.Words()), state: emu.BufferOf(setup.State),
 		bias: emu.NewBuffer(4), penTab: emu.NewBuffer(4), adj: emu.NewBuffer(4 * n),
 		cand: emu.NewBuffer(8 * SampleCandLen(n, chunk)), step: emu.BufferOf([]uint32{setup.Params.Pos0, 0}), stat: emu.NewBuffer(4),
@@ -273,6 +272,12 @@ func newGPUSampler(t *testing.T, lib *emu.Library, setup *SampleSetup, n, chunk 
 	return g
 }
 
+// penalties is sample_penalties from logits into g.adj.
+func (g *gpuSampler) penalties(logits *emu.Buffer) Call[*emu.Buffer] {
+	return SamplePenaltiesCall(g.n, g.chunk, SamplePenaltiesBuffers[*emu.Buffer]{
+		Logits: logits, Params: g.params, State: g.state, Bias: g.bias, Pen: g.penTab, Out: g.adj})
+}
+
 // next runs one step on logits and returns the chosen id and the status word; it checks that
 // step.pos advanced.
 func (g *gpuSampler) next(t *testing.T, logits []float32, order emu.Order, seed uint64) (int, uint32) {
@@ -281,29 +286,11 @@ func (g *gpuSampler) next(t *testing.T, logits []float32, order emu.Order, seed 
 	g.adj.Fill(0xFF)
 	g.cand.Fill(0xFF)
 	g.stat.Fill(0xFF)
-	err := g.pen.Dispatch(emu.Dispatch{
-		Threads: [3]int{g.n}, Group: [3]int{SamplePenaltyThreads},
-		Buffers: map[int]emu.Binding{0: {Buffer: emu.BufferOf(logits)}, 1: {Buffer: g.params}, 2: {Buffer: g.state},
-			3: {Buffer: g.bias}, 4: {Buffer: g.penTab}, 5: {Buffer: g.adj}},
-		Order: order, Seed: seed,
-	})
-	if err == nil {
-		err = g.sel.Dispatch(emu.Dispatch{
-			Threadgroups: [3]int{SampleGroups(g.n, g.chunk)}, Group: [3]int{g.threads},
-			Buffers: map[int]emu.Binding{0: {Buffer: g.adj}, 1: {Buffer: g.params}, 2: {Buffer: g.cand}},
-			Order:   order, Seed: seed + 1,
-		})
-	}
-	if err == nil {
-		err = g.fin.Dispatch(emu.Dispatch{
-			Threadgroups: [3]int{1}, Group: [3]int{g.threads},
-			Buffers: map[int]emu.Binding{1: {Buffer: g.params}, 2: {Buffer: g.cand}, 3: {Buffer: g.step}, 4: {Buffer: g.state}, 5: {Buffer: g.stat}},
-			Order:   order, Seed: seed + 2,
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDispatch(t, g.lib, g.penalties(emu.BufferOf(logits)), order, seed)
+	mustDispatch(t, g.lib, SampleSelectCall(g.n, g.chunk, g.threads, SampleSelectBuffers[*emu.Buffer]{Logits: g.adj, Params: g.params, Cand: g.cand}),
+		order, seed+1)
+	mustDispatch(t, g.lib, SampleFinalCall(g.n, g.chunk, g.threads, SampleFinalBuffers[*emu.Buffer]{
+		Params: g.params, Cand: g.cand, Step: g.step, State: g.state, Status: g.stat}), order, seed+2)
 	st := g.step.Uint32s()
 	if st[0] != pos+1 {
 		t.Fatalf("step.pos %d -> %d", pos, st[0])

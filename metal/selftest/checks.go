@@ -124,18 +124,8 @@ func qmvCheck(name string, bits int, rows []int, k int, norm, add, multi bool) c
 			xn = normed(x, gain)
 		}
 		b := newPB()
-		bs := map[int]int{}
-		consts := map[int]any{kernels.QMVRows: rows[0], kernels.QMVCols: k}
-		if multi {
-			consts = kernels.QMVMultiConstants(k, rows...)
-		}
-		if norm {
-			consts[kernels.QMVEps] = float32(eps)
-		}
-		if add {
-			consts[kernels.QMVAdd] = true
-		}
 		var ms []qmatrix
+		var ws []kernels.QMatrixBuffers[int]
 		var ys []int
 		var y0s [][]float32
 		for j, n := range rows {
@@ -148,34 +138,19 @@ func qmvCheck(name string, bits int, rows []int, k int, norm, add, multi bool) c
 			} else {
 				y = b.out(fmt.Sprintf("y%d", j), 4*n)
 			}
-			first, out := 0, 4
-			if multi {
-				first, out = kernels.QMVMultiMatrix(j), kernels.QMVMultiMatrix(j)+3
-			}
-			b.qm(fmt.Sprintf("m%d", j), m, bs, first)
-			bs[out] = y
+			ws = append(ws, b.qm(fmt.Sprintf("m%d", j), m))
 			ms, ys, y0s = append(ms, m), append(ys, y), append(y0s, y0)
 		}
-		if multi { // absent slots: bound to the last matrix, never accessed
-			for j := len(rows); j < kernels.QMVMaxMatrices; j++ {
-				last := kernels.QMVMultiMatrix(len(rows) - 1)
-				for o := range 4 {
-					bs[kernels.QMVMultiMatrix(j)+o] = bs[last+o]
-				}
-			}
-		}
-		xi, gi, kernel, groups := 3, kernels.QMVGain, kernels.QMVKernel(bits), kernels.QMVThreadgroups(rows[0])
+		bx, bg := b.in("x", x), 0
 		if norm {
-			kernel = kernels.QMVNormKernel(bits)
+			bg = b.in("gain", gain)
 		}
+		v := kernels.QMVVariant{Norm: norm, Eps: eps, Add: add}
 		if multi {
-			xi, gi, kernel, groups = kernels.QMVMultiX, kernels.QMVMultiGain, kernels.QMVMultiKernel(bits, norm), kernels.QMVMultiThreadgroups(rows...)
+			b.add(kernels.QMVMultiCall(bits, k, rows, v, kernels.QMVMultiBuffers[int]{W: ws, Y: ys, X: bx, Gain: bg}), false)
+		} else {
+			b.add(kernels.QMVCall(bits, rows[0], k, v, kernels.QMVBuffers[int]{W: ws[0], X: bx, Y: ys[0], Gain: bg}), false)
 		}
-		bs[xi] = b.in("x", x)
-		if norm {
-			bs[gi] = b.in("gain", gain)
-		}
-		b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: [3]int{groups}, group: kernels.QMVThreads})
 		x2, err := b.run(e, 1, nil, nil)
 		if err != nil {
 			return math.NaN(), err
@@ -212,55 +187,49 @@ func checkEmbed(e *env) (float64, error) {
 	const V, H, token = 1000, 2048, 777
 	m := randQ(e.r, V, H, 4)
 	b := newPB()
-	bs := map[int]int{}
-	b.qm("embed", m, bs, 0)
-	bs[3] = b.in("step", []uint32{17, token})
-	bs[4] = b.out("out", 4*H)
-	b.add(dispatch{kernel: "embed_q4", consts: map[int]any{kernels.EmbedHidden: H, kernels.EmbedVocab: V}, binds: bs,
-		threadgroups: [3]int{(kernels.EmbedThreadsGrid(H) + kernels.EmbedThreads - 1) / kernels.EmbedThreads}, group: kernels.EmbedThreads})
+	bs := kernels.EmbedBuffers[int]{Embed: b.qm("embed", m), Step: b.in("step", []uint32{17, token}), Out: b.out("out", 4*H)}
+	b.add(kernels.EmbedCall(H, V, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
-	return relErr(f32s(x.Bytes(bs[4])), kernels.Embed(m, token)), nil
+	return relErr(f32s(x.Bytes(bs.Out)), kernels.Embed(m, token)), nil
 }
 
 func checkRMSNorm(e *env) (float64, error) {
 	const H = 2048
 	xs, d, w := randFloats(e.r, H, 3), randFloats(e.r, H, 1), randGain(e.r, H)
 	b := newPB()
-	bs := map[int]int{0: b.in("x", xs), 1: b.in("d", d), 2: b.in("w", w), 3: b.out("res", 4*H), 4: b.out("out", 4*H)}
-	b.add(dispatch{kernel: "add_rmsnorm", consts: map[int]any{kernels.RMSNormWidth: H, kernels.RMSNormEps: float32(eps)}, binds: bs,
-		threadgroups: [3]int{1}, group: kernels.RMSNormThreads})
+	bs := kernels.AddRMSNormBuffers[int]{X: b.in("x", xs), D: b.in("d", d), W: b.in("w", w), Res: b.out("res", 4*H), Out: b.out("out", 4*H)}
+	b.add(kernels.AddRMSNormCall(H, 1, eps, kernels.RMSNormThreads, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	res, out := make([]float32, H), make([]float32, H)
 	kernels.AddRMSNorm(res, out, xs, d, w, eps)
-	if re := relErr(f32s(x.Bytes(bs[3])), res); re != 0 {
+	if re := relErr(f32s(x.Bytes(bs.Res)), res); re != 0 {
 		return math.NaN(), fmt.Errorf("residual differs (relative %.2g), want exact", re)
 	}
-	return relErr(f32s(x.Bytes(bs[4])), out), nil
+	return relErr(f32s(x.Bytes(bs.Out)), out), nil
 }
 
 func checkConv(e *env) (float64, error) {
 	C := gdnShape.Channels()
 	taps, window, xs := randFloats(e.r, C*kernels.ConvKernel, 0.5), randFloats(e.r, (kernels.ConvKernel-1)*C, 1), randFloats(e.r, C, 1)
 	b := newPB()
-	bs := map[int]int{0: b.in("x", xs), 1: b.in("taps", taps), 2: b.inout("window", window), 3: b.out("u", 4*C)}
-	b.add(dispatch{kernel: "conv1d_step", consts: map[int]any{kernels.ConvChannels: C}, binds: bs,
-		threadgroups: [3]int{(C + kernels.ConvThreads - 1) / kernels.ConvThreads}, group: kernels.ConvThreads})
+	bs := kernels.Conv1DStepBuffers[int]{X: b.in("x", xs), Taps: b.in("taps", taps), Window: b.inout("window", window), U: b.out("u", 4*C)}
+	b.add(kernels.Conv1DStepCall(C, kernels.ConvThreads, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	u := make([]float32, C)
 	kernels.Conv1DStep(u, window, taps, xs)
-	if we := relErr(f32s(x.Bytes(bs[2])), window); we != 0 {
+	if we := relErr(f32s(x.Bytes(bs.Window)), window); we != 0 {
 		return math.NaN(), fmt.Errorf("window differs (relative %.2g), want exact", we)
 	}
-	return relErr(f32s(x.Bytes(bs[3])), u), nil
+	return relErr(f32s(x.Bytes(bs.U)), u), nil
 }
 
 // ---- Gated DeltaNet -----------------------------------------------------------------------------
@@ -279,26 +248,21 @@ func gdnInputs(r *rand.Rand, s kernels.GDNShape) (p kernels.GDNParams, state, z,
 	return
 }
 
-func gdnConsts(s kernels.GDNShape) map[int]any {
-	return map[int]any{kernels.GDNKeyHeads: s.HK, kernels.GDNValueHeads: s.HV, kernels.GDNKeyDim: s.DK, kernels.GDNValueDim: s.DV, kernels.GDNEps: float32(eps)}
-}
-
 func checkGDN(e *env) (float64, error) {
 	s := gdnShape
 	p, state, z, a, bb := gdnInputs(e.r, s)
 	qkv := randFloats(e.r, s.Channels(), 1)
 	b := newPB()
-	bs := map[int]int{0: b.in("qkv", qkv), 1: b.in("z", z), 2: b.in("a", a), 3: b.in("b", bb), 4: b.in("A_log", p.ALog),
-		5: b.in("dt_bias", p.DtBias), 6: b.in("norm", p.NormW), 7: b.inout("state", state), 8: b.out("y", 4*s.HV*s.DV)}
-	b.add(dispatch{kernel: "gdn_step", consts: gdnConsts(s), binds: bs, tgMem: map[int]int{0: s.ThreadgroupMem()},
-		threadgroups: [3]int{s.HV}, group: 32 * kernels.GDNSimdgroups})
+	bs := kernels.GDNStepBuffers[int]{QKV: b.in("qkv", qkv), Z: b.in("z", z), A: b.in("a", a), Beta: b.in("b", bb), ALog: b.in("A_log", p.ALog),
+		DtBias: b.in("dt_bias", p.DtBias), NormW: b.in("norm", p.NormW), State: b.inout("state", state), Y: b.out("y", 4*s.HV*s.DV)}
+	b.add(kernels.GDNStepCall(s, eps, kernels.GDNSimdgroups, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	y := make([]float32, s.HV*s.DV)
 	kernels.GDNStep(s, p, state, y, qkv, z, a, bb)
-	return nanMax(relErr(f32s(x.Bytes(bs[8])), y), relErr(f32s(x.Bytes(bs[7])), state)), nil
+	return nanMax(relErr(f32s(x.Bytes(bs.Y)), y), relErr(f32s(x.Bytes(bs.State)), state)), nil
 }
 
 func checkGDNConv(e *env) (float64, error) {
@@ -307,14 +271,13 @@ func checkGDNConv(e *env) (float64, error) {
 	p, state, z, a, bb := gdnInputs(e.r, s)
 	taps, window, xs := randFloats(e.r, C*kernels.ConvKernel, 0.5), randFloats(e.r, (kernels.ConvKernel-1)*C, 1), randFloats(e.r, C, 1)
 	b := newPB()
-	bs := map[int]int{
-		kernels.GDNConvX: b.in("x", xs), kernels.GDNConvZ: b.in("z", z), kernels.GDNConvA: b.in("a", a), kernels.GDNConvB: b.in("b", bb),
-		kernels.GDNConvALog: b.in("A_log", p.ALog), kernels.GDNConvDtBias: b.in("dt_bias", p.DtBias), kernels.GDNConvNormW: b.in("norm", p.NormW),
-		kernels.GDNConvState: b.inout("state", state), kernels.GDNConvY: b.out("y", 4*s.HV*s.DV), kernels.GDNConvTaps: b.in("taps", taps),
-		kernels.GDNConvWinIn: b.in("win_in", window), kernels.GDNConvWinOut: b.out("win_out", 4*len(window)),
+	bs := kernels.GDNConvStepBuffers[int]{
+		X: b.in("x", xs), Z: b.in("z", z), A: b.in("a", a), Beta: b.in("b", bb),
+		ALog: b.in("A_log", p.ALog), DtBias: b.in("dt_bias", p.DtBias), NormW: b.in("norm", p.NormW),
+		State: b.inout("state", state), Y: b.out("y", 4*s.HV*s.DV), Taps: b.in("taps", taps),
+		WinIn: b.in("win_in", window), WinOut: b.out("win_out", 4*len(window)),
 	}
-	b.add(dispatch{kernel: "gdn_conv_step", consts: gdnConsts(s), binds: bs, tgMem: s.GDNConvTGMem(),
-		threadgroups: [3]int{s.HV}, group: 32 * kernels.GDNSimdgroups})
+	b.add(kernels.GDNConvStepCall(s, eps, kernels.GDNSimdgroups, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
@@ -322,13 +285,13 @@ func checkGDNConv(e *env) (float64, error) {
 	win := slices.Clone(window)
 	y := make([]float32, s.HV*s.DV)
 	kernels.GDNConvStep(s, p, state, y, win, taps, xs, z, a, bb)
-	if we := relErr(f32s(x.Bytes(bs[kernels.GDNConvWinOut])), win); we != 0 {
+	if we := relErr(f32s(x.Bytes(bs.WinOut)), win); we != 0 {
 		return math.NaN(), fmt.Errorf("out window differs (relative %.2g), want exact", we)
 	}
-	if !slices.Equal(f32s(x.Bytes(bs[kernels.GDNConvWinIn])), window) {
+	if !slices.Equal(f32s(x.Bytes(bs.WinIn)), window) {
 		return math.NaN(), fmt.Errorf("the in window was written")
 	}
-	return nanMax(relErr(f32s(x.Bytes(bs[kernels.GDNConvY])), y), relErr(f32s(x.Bytes(bs[kernels.GDNConvState])), state)), nil
+	return nanMax(relErr(f32s(x.Bytes(bs.Y)), y), relErr(f32s(x.Bytes(bs.State)), state)), nil
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -348,16 +311,16 @@ func checkRope(e *env, bits int) (float64, error) {
 		kWant[i], vWant[i] = 0xFF, 0xFF
 	}
 	b := newPB()
-	bs := map[int]int{0: b.in("qg", qg), 1: b.in("k", k), 2: b.in("v", v), 3: b.in("q_norm", p.QNorm), 4: b.in("k_norm", p.KNorm),
-		5: b.in("inv_freq", p.InvFreq), 6: b.in("step", []uint32{pos, 7}), 7: b.out("q_rot", 4*s.Heads*s.HeadDim),
-		8: b.inout("k_cache", kWant), 9: b.inout("v_cache", vWant), 10: b.in("table", attnTable)}
-	b.add(dispatch{kernel: "attn_qk_rope_kv", consts: s.Constants(eps), binds: bs, threadgroups: [3]int{s.Heads + s.KVHeads}, group: kernels.AttnRopeThreads})
+	bs := kernels.AttnQKRopeKVBuffers[int]{QG: b.in("qg", qg), K: b.in("k", k), V: b.in("v", v), QNorm: b.in("q_norm", p.QNorm), KNorm: b.in("k_norm", p.KNorm),
+		InvFreq: b.in("inv_freq", p.InvFreq), Step: b.in("step", []uint32{pos, 7}), QOut: b.out("q_rot", 4*s.Heads*s.HeadDim),
+		KCache: b.inout("k_cache", kWant), VCache: b.inout("v_cache", vWant), Table: b.in("table", attnTable)}
+	b.add(kernels.AttnQKRopeKVCall(s, eps, kernels.AttnRopeThreads, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	qWant := kernels.AttnQKRopeKV(s, p, pos, qg, k, v, kWant, vWant, attnTable)
-	kGot, vGot := x.Bytes(bs[8]), x.Bytes(bs[9])
+	kGot, vGot := x.Bytes(bs.KCache), x.Bytes(bs.VCache)
 	inRow := make([]bool, len(kWant))
 	prow := s.Row(attnTable, pos)
 	s.CacheSpans(prow, 1, func(off, n int64) {
@@ -392,7 +355,7 @@ func checkRope(e *env, bits int) (float64, error) {
 			}
 		}
 	}
-	return relErr(f32s(x.Bytes(bs[7])), qWant), nil
+	return relErr(f32s(x.Bytes(bs.QOut)), qWant), nil
 }
 
 func abs32(f float32) float32 { return float32(math.Abs(float64(f))) }
@@ -424,11 +387,9 @@ func checkAttnDecode(e *env, bits int) (float64, error) {
 	b := newPB()
 	bq, bk, bv, step := b.in("q", q), b.in("k_cache", kc), b.in("v_cache", vc), b.in("step", []uint32{n - 1, 3})
 	bo, bml, bqg, out := b.out("o_part", 4*oLen), b.out("ml_part", 4*mlLen), b.in("qg", qg), b.out("out", 4*s.Heads*s.HeadDim)
-	consts := s.AttnDecodeConstants(splits)
-	b.add(dispatch{kernel: "attn_decode_partial", consts: consts, binds: map[int]int{0: bq, 1: bk, 2: bv, 3: step, 4: bo, 5: bml, 6: b.in("table", attnTable)},
-		tgMem: map[int]int{0: s.AttnPartialThreadgroupMem()}, threadgroups: [3]int{s.KVHeads, splits}, group: s.AttnPartialThreads()})
-	b.add(dispatch{kernel: "attn_decode_combine", consts: consts, binds: map[int]int{0: bo, 1: bml, 2: bqg, 3: step, 4: out},
-		threadgroups: [3]int{s.Heads}, group: kernels.AttnCombineThreads, barrier: true})
+	b.add(kernels.AttnDecodePartialCall(s, splits, kernels.AttnDecodePartialBuffers[int]{
+		Q: bq, KCache: bk, VCache: bv, Step: step, OPart: bo, MLPart: bml, Table: b.in("table", attnTable)}), false)
+	b.add(kernels.AttnDecodeCombineCall(s, splits, kernels.AttnDecodeCombineBuffers[int]{OPart: bo, MLPart: bml, QG: bqg, Step: step, Out: out}), true)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
@@ -465,21 +426,21 @@ func checkRouter(e *env, norm bool) (float64, error) {
 	mo := &model.MoE{Router: randQ(r, s.E, s.H, 8), SharedExpertGate: randQ(r, 1, s.H, 8)}
 	x, gain := randFloats(r, s.H, 1), randGain(r, s.H)
 	b := newPB()
-	bs := map[int]int{6: b.in("x", x), 7: b.out("ids", 4*s.K), 8: b.out("weights", 4*(s.K+1))}
-	b.qm("router", mo.Router, bs, 0)
-	b.qm("shared_gate", mo.SharedExpertGate, bs, 3)
-	kernel, consts, xn := "moe_router", s.Constants(), x
+	bs := kernels.MoERouterBuffers[int]{X: b.in("x", x), IDs: b.out("ids", 4*s.K), Weights: b.out("weights", 4*(s.K+1))}
+	bs.Router = b.qm("router", mo.Router)
+	bs.SharedGate = b.qm("shared_gate", mo.SharedExpertGate)
+	call, xn := kernels.MoERouterCall(s, kernels.MoERouterThreads, bs), x
 	if norm {
-		kernel, consts, xn = "moe_router_norm", s.NormConstants(eps), normed(x, gain)
-		bs[kernels.MoERouterGain] = b.in("gain", gain)
+		bs.Gain = b.in("gain", gain)
+		call, xn = kernels.MoERouterNormCall(s, eps, kernels.MoERouterThreads, bs), normed(x, gain)
 	}
-	b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: [3]int{1}, group: kernels.MoERouterThreads})
+	b.add(call, false)
 	ex, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	logits, shared := kernels.MoERouterLogits(mo, xn)
-	return routeErr(u32s(ex.Bytes(bs[7])), f32s(ex.Bytes(bs[8])), logits, shared, s.K)
+	return routeErr(u32s(ex.Bytes(bs.IDs)), f32s(ex.Bytes(bs.Weights)), logits, shared, s.K)
 }
 
 func randIDs(r *rand.Rand, s kernels.MoEShape) []uint32 {
@@ -495,22 +456,22 @@ func checkGateUp(e *env, norm bool) (float64, error) {
 	mo := &model.MoE{Gate: randQ(r, s.E*s.I, s.H, 4), Up: randQ(r, s.E*s.I, s.H, 4), SharedGate: randQ(r, s.SI, s.H, 4), SharedUp: randQ(r, s.SI, s.H, 4)}
 	ids, x, gain := randIDs(r, s), randFloats(r, s.H, 1), randGain(r, s.H)
 	b := newPB()
-	bs := map[int]int{0: b.in("ids", ids), 13: b.in("x", x), 14: b.out("act", 4*s.ActLen())}
-	b.qm("gate", mo.Gate, bs, 1)
-	b.qm("up", mo.Up, bs, 4)
-	b.qm("shared_gate", mo.SharedGate, bs, 7)
-	b.qm("shared_up", mo.SharedUp, bs, 10)
-	kernel, consts, xn := "moe_gate_up", s.Constants(), x
+	bs := kernels.MoEGateUpBuffers[int]{IDs: b.in("ids", ids), X: b.in("x", x), Act: b.out("act", 4*s.ActLen())}
+	bs.Gate = b.qm("gate", mo.Gate)
+	bs.Up = b.qm("up", mo.Up)
+	bs.SharedGate = b.qm("shared_gate", mo.SharedGate)
+	bs.SharedUp = b.qm("shared_up", mo.SharedUp)
+	call, xn := kernels.MoEGateUpCall(s, bs), x
 	if norm {
-		kernel, consts, xn = "moe_gate_up_norm", s.NormConstants(eps), normed(x, gain)
-		bs[kernels.MoEGateUpGain] = b.in("gain", gain)
+		bs.Gain = b.in("gain", gain)
+		call, xn = kernels.MoEGateUpNormCall(s, eps, bs), normed(x, gain)
 	}
-	b.add(dispatch{kernel: kernel, consts: consts, binds: bs, threadgroups: s.GateUpThreadgroups(), group: kernels.MoEThreads})
+	b.add(call, false)
 	ex, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
-	return relErr(f32s(ex.Bytes(bs[14])), kernels.MoEGateUp(mo, s, ids, xn)), nil
+	return relErr(f32s(ex.Bytes(bs.Act)), kernels.MoEGateUp(mo, s, ids, xn)), nil
 }
 
 func checkDown(e *env) (float64, error) {
@@ -523,17 +484,17 @@ func checkDown(e *env) (float64, error) {
 	}
 	act, res0 := randFloats(r, s.ActLen(), 1), randFloats(r, s.H, 1)
 	b := newPB()
-	bs := map[int]int{0: b.in("ids", ids), 1: b.in("weights", weights), 8: b.in("act", act), 9: b.inout("res", res0)}
-	b.qm("down", mo.Down, bs, 2)
-	b.qm("shared_down", mo.SharedDown, bs, 5)
-	b.add(dispatch{kernel: "moe_down_combine", consts: s.Constants(), binds: bs, threadgroups: s.DownThreadgroups(), group: kernels.MoEThreads})
+	bs := kernels.MoEDownCombineBuffers[int]{IDs: b.in("ids", ids), Weights: b.in("weights", weights), Act: b.in("act", act), Res: b.inout("res", res0)}
+	bs.Down = b.qm("down", mo.Down)
+	bs.SharedDown = b.qm("shared_down", mo.SharedDown)
+	b.add(kernels.MoEDownCombineCall(s, bs), false)
 	ex, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
 	}
 	want := slices.Clone(res0)
 	kernels.MoEDownCombine(mo, s, ids, weights, act, want, true)
-	got := f32s(ex.Bytes(bs[9]))
+	got := f32s(ex.Bytes(bs.Res))
 	var diff, scale float64
 	for i := range want {
 		if math.IsNaN(float64(got[i])) {
@@ -567,9 +528,8 @@ func checkLogprob(e *env) (float64, error) {
 	b := newPB()
 	logits, ms, top := b.in("logits", x), b.out("ms", 8*groups), b.out("top", 8*groups*kernels.LogprobTopN)
 	step, out := b.in("step", []uint32{9, token}), b.out("record", 4*kernels.LogprobRecordLen)
-	c := map[int]any{kernels.SampleVocab: n, kernels.SampleChunk: chunk, kernels.SampleProbeOp: 0}
-	b.add(dispatch{kernel: "logprob_partial", consts: c, binds: map[int]int{0: logits, 1: ms, 2: top}, threadgroups: [3]int{groups}, group: kernels.LogprobThreads})
-	b.add(dispatch{kernel: "logprob_final", consts: c, binds: map[int]int{0: logits, 1: ms, 2: top, 3: step, 4: out}, threadgroups: [3]int{1}, group: kernels.LogprobThreads, barrier: true})
+	b.add(kernels.LogprobPartialCall(n, chunk, kernels.LogprobPartialBuffers[int]{Logits: logits, MS: ms, Top: top}), false)
+	b.add(kernels.LogprobFinalCall(n, chunk, kernels.LogprobFinalBuffers[int]{Logits: logits, MS: ms, Top: top, Step: step, Out: out}), true)
 	ex, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
@@ -602,9 +562,8 @@ func checkArgmax(e *env) (float64, error) {
 	b := newPB()
 	logits, partial, step := b.in("logits", x), b.out("partial", 8*groups), b.inout("step", []uint32{9, 77})
 	params, state := b.in("params", kernels.SampleParams{}.Words()), b.in("state", []uint32{0})
-	c := map[int]any{kernels.ArgmaxVocab: n, kernels.ArgmaxGroups: groups}
-	b.add(dispatch{kernel: "argmax_partial", consts: c, binds: map[int]int{0: logits, 1: partial}, threadgroups: [3]int{groups}, group: kernels.ArgmaxThreads})
-	b.add(dispatch{kernel: "argmax_final", consts: c, binds: map[int]int{0: partial, 1: step, 2: params, 3: state}, threadgroups: [3]int{1}, group: kernels.ArgmaxThreads, barrier: true})
+	b.add(kernels.ArgmaxPartialCall(n, groups, kernels.ArgmaxThreads, kernels.ArgmaxPartialBuffers[int]{Logits: logits, Partial: partial}), false)
+	b.add(kernels.ArgmaxFinalCall(n, groups, kernels.ArgmaxThreads, kernels.ArgmaxFinalBuffers[int]{Partial: partial, Step: step, Params: params, State: state}), true)
 	ex, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
@@ -641,13 +600,9 @@ func checkSample(e *env) (float64, error) {
 	params, state, bb, pt := b.in("params", setup.Params.Words()), b.inout("state", setup.State), b.in("bias", bias), b.in("penalties", pen)
 	adj, cand := b.out("adjusted", 4*n), b.out("candidates", 8*kernels.SampleCandLen(n, chunk))
 	step, stat := b.inout("step", []uint32{pos0, 0}), b.out("status", 4)
-	c := map[int]any{kernels.SampleVocab: n, kernels.SampleChunk: chunk, kernels.SampleProbeOp: 0}
-	b.add(dispatch{kernel: "sample_penalties", consts: c, binds: map[int]int{0: logits, 1: params, 2: state, 3: bb, 4: pt, 5: adj},
-		threadgroups: [3]int{(n + kernels.SamplePenaltyThreads - 1) / kernels.SamplePenaltyThreads}, group: kernels.SamplePenaltyThreads})
-	b.add(dispatch{kernel: "sample_select", consts: c, binds: map[int]int{0: adj, 1: params, 2: cand},
-		threadgroups: [3]int{kernels.SampleGroups(n, chunk)}, group: kernels.SampleThreads, barrier: true})
-	b.add(dispatch{kernel: "sample_final", consts: c, binds: map[int]int{1: params, 2: cand, 3: step, 4: state, 5: stat},
-		threadgroups: [3]int{1}, group: kernels.SampleThreads, barrier: true})
+	b.add(kernels.SamplePenaltiesCall(n, chunk, kernels.SamplePenaltiesBuffers[int]{Logits: logits, Params: params, State: state, Bias: bb, Pen: pt, Out: adj}), false)
+	b.add(kernels.SampleSelectCall(n, chunk, kernels.SampleThreads, kernels.SampleSelectBuffers[int]{Logits: adj, Params: params, Cand: cand}), true)
+	b.add(kernels.SampleFinalCall(n, chunk, kernels.SampleThreads, kernels.SampleFinalBuffers[int]{Params: params, Cand: cand, Step: step, State: state, Status: stat}), true)
 	x := make([]float32, n+3)
 	wrong := 0
 	var firstErr error

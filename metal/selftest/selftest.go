@@ -243,33 +243,21 @@ func (b *pb) out(name string, n int) int {
 	return i
 }
 
-// qm declares a quantized matrix's three buffers and binds them at first, first+1, first+2 of bs.
-func (b *pb) qm(name string, m qmatrix, bs map[int]int, first int) {
-	bs[first], bs[first+1], bs[first+2] = b.in(name+".w", m.Words), b.in(name+".s", m.Scales), b.in(name+".b", m.Biases)
+// qm declares a quantized matrix's three buffers.
+func (b *pb) qm(name string, m qmatrix) kernels.QMatrixBuffers[int] {
+	return kernels.QMatrixBuffers[int]{Words: b.in(name+".w", m.Words), Scales: b.in(name+".s", m.Scales), Biases: b.in(name+".b", m.Biases)}
 }
 
-type dispatch struct {
-	kernel       string
-	consts       map[int]any
-	binds        map[int]int
-	tgMem        map[int]int
-	threadgroups [3]int
-	group        int
-	barrier      bool
-}
-
-func (b *pb) add(d dispatch) {
+// add appends the dispatch of a kernel call on the plan's buffers; barrier makes it wait for the
+// dispatches before it.
+func (b *pb) add(c kernels.Call[int], barrier bool) {
 	bs := map[int]plan.Binding{}
-	for idx, buf := range d.binds {
+	for idx, buf := range c.Buffers {
 		bs[idx] = plan.Binding{Buffer: buf}
 	}
-	tg := d.threadgroups
-	for i := range tg {
-		tg[i] = max(tg[i], 1)
-	}
 	b.p.Dispatches = append(b.p.Dispatches, plan.Dispatch{
-		Kernel: d.kernel, Constants: d.consts, Buffers: bs, ThreadgroupMem: d.tgMem,
-		Threadgroups: tg, Group: [3]int{d.group, 1, 1}, Barrier: d.barrier,
+		Kernel: c.Kernel, Constants: c.Constants, Buffers: bs, ThreadgroupMem: c.ThreadgroupMem,
+		Threadgroups: c.Threadgroups, Group: c.Group, Barrier: barrier,
 	})
 }
 
