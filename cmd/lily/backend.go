@@ -27,11 +27,13 @@ func defaultBackend() string {
 
 // backendOptions size a backend's sessions: ctx positions (0: the model's, or on a GPU as many as
 // its memory holds; on the emulator emuMemory bytes stand for Metal's working set, 0: no limit),
-// and the GPU backends' KV cache format (kvBits 16 or 8; 0: 16).
+// the GPU backends' KV cache format (kvBits 16 or 8; 0: 16), and the prefix cache's budget
+// (cacheBytes), which the GPU's KV pool holds pages for where its memory allows.
 type backendOptions struct {
-	ctx       int
-	emuMemory int64
-	kvBits    int
+	ctx        int
+	emuMemory  int64
+	kvBits     int
+	cacheBytes int64
 }
 
 const kvBitsHelp = "KV cache format on the GPU backends: 16 (bfloat16) or 8 (int8 with a scale per 32 values: about half the KV memory, so about twice the context, and less traffic per token at long contexts)"
@@ -77,9 +79,9 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, o.ctx, o.kvBits)
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes})
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

@@ -39,7 +39,7 @@ type selftestCheck struct {
 func selftestGPU(w *model.Weights) (backend.Backend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
-		b, err := gpu.NewMetal(w, maxCtx, 16)
+		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx})
 		if err != nil {
 			return nil, err
 		}

@@ -290,7 +290,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits})
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -63,12 +63,17 @@ func (m Memory) Snapshot(n int) int64 { return m.State + int64(n)*m.KVPerPositio
 // Fit is how many positions one session can hold beside the weights in workingSet bytes
 // (0: none): whole pages, less the spare one.
 func (m Memory) Fit(workingSet int64) int {
+	return max(m.Pages(workingSet, m.PageSize)-1, 0) * m.PageSize
+}
+
+// Pages is how many KV pages of pageSize positions fit beside the weights, one session's state
+// and scratch in workingSet bytes.
+func (m Memory) Pages(workingSet int64, pageSize int) int {
 	room := workingSet - reserve - m.Weights - m.State - m.Scratch
 	if room <= 0 || m.KVPerPosition <= 0 {
 		return 0
 	}
-	pages := room / (m.KVPerPosition * int64(m.PageSize))
-	return int(max(pages-1, 0)) * m.PageSize
+	return int(room / (m.KVPerPosition * int64(pageSize)))
 }
 
 // Context chooses the positions a session holds: asked (0: as many as fit, up to the model's

@@ -16,6 +16,7 @@ type EmuOptions struct {
 	KVBits     int
 	PageSize   int
 	Pages      int
+	CacheBytes int64
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

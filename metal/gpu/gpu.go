@@ -60,9 +60,11 @@ type GPUOptions struct {
 	WorkingSet int64
 	// KVBits is the KV cache's format: 16 (bfloat16; also 0) or 8 (decode.Options.KVBits).
 	KVBits int
-	// PageSize and Pages size the KV pool (decode.Options); Pages 0: one session's pages and a
-	// spare where WorkingSet is known, else room for four sessions (tests that fork sessions).
+	// PageSize and Pages size the KV pool (decode.Options); Pages 0: poolPages.
 	PageSize, Pages int
+	// CacheBytes is the prefix cache's budget: the pool gets as many more pages as that holds
+	// and the working set leaves room for, so cached prefixes keep their pages.
+	CacheBytes int64
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -78,12 +80,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	pages := o.Pages
-	if pages == 0 && o.WorkingSet == 0 {
-		ps := cmp.Or(o.PageSize, min(decode.DefaultPageSize, (maxCtx+15)/16*16))
-		pages = 4*((maxCtx+ps-1)/ps) + 1
-	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: pages})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o)})
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +114,24 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	}
 	e.idle = append(e.idle, sl) // the upload's executor serves the first session
 	return e, nil
+}
+
+// poolPages sizes the KV pool: a session's pages and a spare (decode.Memory.Fit keeps room for
+// them), then as many more as the prefix cache's budget holds and the working set leaves room
+// for, so that cached prefixes keep their pages rather than spill them to host memory. With no
+// working set known (the emulator) there is no limit, and at least four sessions' worth (tests
+// keep forks of a session alive).
+func poolPages(mem decode.Memory, maxCtx int, o GPUOptions) int {
+	if o.Pages > 0 {
+		return o.Pages
+	}
+	ps := cmp.Or(o.PageSize, min(decode.DefaultPageSize, (maxCtx+15)/16*16))
+	session := (maxCtx+ps-1)/ps + 1
+	extra := int(o.CacheBytes / (int64(ps) * max(mem.KVPerPosition, 1)))
+	if o.WorkingSet == 0 {
+		return max(4*(session-1)+1, session+extra)
+	}
+	return session + max(0, min(extra, mem.Pages(o.WorkingSet, ps)-session))
 }
 
 // decode.Step is the plan the backend runs.

@@ -7,10 +7,10 @@ import (
 )
 
 // NewMetal compiles the kernels on the default Metal device, builds the decode plan for w and
-// uploads the weights (macOS; elsewhere it fails with metal/mtl's "only on macOS" error). A
-// session holds maxCtx positions; 0: as many as the device's working set holds beside the
-// weights, up to the model's context. kvBits is the KV cache's format (16, or 8).
-func NewMetal(w *model.Weights, maxCtx, kvBits int) (*GPU, error) {
+// uploads the weights (macOS; elsewhere it fails with metal/mtl's "only on macOS" error). o's
+// WorkingSet is the device's (recommendedMaxWorkingSetSize); MaxCtx 0 is as many positions as it
+// holds beside the weights, up to the model's context.
+func NewMetal(w *model.Weights, o GPUOptions) (*GPU, error) {
 	srcs := map[string]string{}
 	for _, n := range KernelFiles {
 		srcs[n] = kernels.Source(n)
@@ -19,5 +19,6 @@ func NewMetal(w *model.Weights, maxCtx, kvBits int) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("metal", w, dev, GPUOptions{MaxCtx: maxCtx, WorkingSet: dev.WorkingSet(), KVBits: kvBits})
+	o.WorkingSet = dev.WorkingSet()
+	return NewGPU("metal", w, dev, o)
 }
