@@ -764,7 +764,6 @@ template <class T> inline T quad_shuffle_up(T x, ushort delta, MSL_EMU_SITE) {
   uint32_t me = simd_detail::lane();
   return (me & 3u) < delta ? x : simd_detail::from(g, me - delta);
 }
-#undef MSL_EMU_SITE
 
 // ---- atomics --------------------------------------------------------------------------------
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
@@ -834,6 +833,116 @@ using namespace ::metal;
 namespace precise {
 using namespace ::metal;
 }
+
+
+// ---- simdgroup matrices -----------------------------------------------------------------------
+// simdgroup_matrix<T, 8, 8> (simdgroup_float8x8, _half8x8, _bfloat8x8): each lane holds two
+// elements, lane l's element i at row mat_row(l), column mat_col(l) + i, the layout Apple GPUs use
+// (lanes 0..3 hold rows 0..1 columns 0..3, and so on; see metal/README.md). Loads, stores and
+// multiplies are SIMD-group calls that all 32 lanes must make together (an error otherwise); a
+// matrix no call has written holds poison, as uninitialised registers would.
+namespace simd_detail {
+inline int mat_row(uint32_t l) { return int(((l / 4) & 4) + ((l / 2) % 4)); }
+inline int mat_col(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
+inline void all_lanes(const char* file, int line, const char* what) {
+  char c = 0, all[32];
+  if (emu::rt::simd_exchange(&c, 1, all, file, line, what) != 0xFFFFFFFFu)
+    emu::rt::fail(file, line, "a simdgroup matrix function needs all 32 lanes of the simdgroup");
+}
+}  // namespace simd_detail
+
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "simdgroup matrices are 8x8");
+  typedef T elements __attribute__((ext_vector_type(2)));
+  elements e;
+  simdgroup_matrix() : e{simd_detail::poison<T>(), simd_detail::poison<T>()} {}
+  // simdgroup_matrix(v) is v times the identity.
+  explicit simdgroup_matrix(T v) {
+    const uint32_t l = simd_detail::lane();
+    const int r = simd_detail::mat_row(l), c = simd_detail::mat_col(l);
+    e[0] = r == c ? v : T(0);
+    e[1] = r == c + 1 ? v : T(0);
+  }
+  elements& thread_elements() { return e; }
+  const elements& thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <class T, int Cols, int Rows> inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T v) {
+  simdgroup_matrix<T, Cols, Rows> m;
+  m.e[0] = v;
+  m.e[1] = v;
+  return m;
+}
+
+// Element (r, c) of the logical matrix at origin (x = column, y = row) of a row-major source with
+// epr elements per row: src[(y + r)·epr + x + c], or src[(x + c)·epr + y + r] transposed.
+namespace simd_detail {
+inline ulong mat_index(int r, int c, ulong epr, ulong2 origin, bool transpose) {
+  return transpose ? (origin.x + c) * epr + origin.y + r : (origin.y + r) * epr + origin.x + c;
+}
+}  // namespace simd_detail
+
+template <class T, int C, int R, class P>
+inline void simdgroup_load(thread simdgroup_matrix<T, C, R>& d, P src, ulong elements_per_row = C,
+                           ulong2 matrix_origin = {}, bool transpose_matrix = false, MSL_EMU_SITE) {
+  simd_detail::all_lanes(file, line, "simdgroup_load");
+  const uint32_t l = simd_detail::lane();
+  for (int i = 0; i < 2; i++)
+    d.e[i] = T(src[simd_detail::mat_index(simd_detail::mat_row(l), simd_detail::mat_col(l) + i,
+                                           elements_per_row, matrix_origin, transpose_matrix)]);
+}
+
+template <class T, int C, int R, class P>
+inline void simdgroup_store(const thread simdgroup_matrix<T, C, R>& a, P dst, ulong elements_per_row = C,
+                            ulong2 matrix_origin = {}, bool transpose_matrix = false, MSL_EMU_SITE) {
+  simd_detail::all_lanes(file, line, "simdgroup_store");
+  const uint32_t l = simd_detail::lane();
+  for (int i = 0; i < 2; i++)
+    dst[simd_detail::mat_index(simd_detail::mat_row(l), simd_detail::mat_col(l) + i, elements_per_row,
+                               matrix_origin, transpose_matrix)] = a.e[i];
+}
+
+// d = a·b + c: every lane's elements of a, b and c are exchanged, the lane's two elements of d
+// computed in float (k ascending, one rounding per multiply-add) and rounded to d's type. The
+// hardware's order inside the 8-term dot product is not documented: kernels compare with a
+// tolerance, as for any float sum.
+template <class TD, class TA, class TB, class TC, int C, int R>
+inline void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, C, R>& d, const thread simdgroup_matrix<TA, C, R>& a,
+                                          const thread simdgroup_matrix<TB, C, R>& b,
+                                          const thread simdgroup_matrix<TC, C, R>& c, MSL_EMU_SITE) {
+  struct Lane {
+    float a[2], b[2], c[2];
+  } me = {{float(a.e[0]), float(a.e[1])}, {float(b.e[0]), float(b.e[1])}, {float(c.e[0]), float(c.e[1])}};
+  auto g = simd_detail::gather(me, file, line, "simdgroup_multiply_accumulate");
+  if (g.mask != 0xFFFFFFFFu) emu::rt::fail(file, line, "a simdgroup matrix function needs all 32 lanes of the simdgroup");
+  float A[8][8], B[8][8], Cm[8][8];
+  for (uint32_t l = 0; l < 32; l++) {
+    const int r = simd_detail::mat_row(l), col = simd_detail::mat_col(l);
+    for (int i = 0; i < 2; i++) {
+      A[r][col + i] = g.v[l].a[i];
+      B[r][col + i] = g.v[l].b[i];
+      Cm[r][col + i] = g.v[l].c[i];
+    }
+  }
+  const uint32_t l = simd_detail::lane();
+  const int r = simd_detail::mat_row(l), col = simd_detail::mat_col(l);
+  for (int i = 0; i < 2; i++) {
+    float acc = Cm[r][col + i];
+    for (int k = 0; k < 8; k++) acc = __builtin_fmaf(A[r][k], B[k][col + i], acc);
+    d.e[i] = TD(acc);
+  }
+}
+
+template <class TD, class TA, class TB, int C, int R>
+inline void simdgroup_multiply(thread simdgroup_matrix<TD, C, R>& d, const thread simdgroup_matrix<TA, C, R>& a,
+                               const thread simdgroup_matrix<TB, C, R>& b, MSL_EMU_SITE) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<float, C, R>(0.0f), file, line);
+}
+
+#undef MSL_EMU_SITE
 
 }  // namespace metal
 
