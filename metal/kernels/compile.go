@@ -35,6 +35,7 @@ var mathModes = map[string]mtl.MathMode{
 	// Safe would cost the FMAs and the fast transcendentals for accuracy no check asks for; the
 	// price of Relaxed is that their results are not bit-identical to the emulator's.
 	"qmv.metal":         mtl.MathRelaxed,
+	"qmm.metal":         mtl.MathRelaxed,
 	"rmsnorm.metal":     mtl.MathRelaxed,
 	"embed.metal":       mtl.MathRelaxed,
 	"conv.metal":        mtl.MathRelaxed,

@@ -81,6 +81,12 @@ const (
 	// max(1, |logprob|) (test: 0 on the emulator, float32 sums): 2e-5; the alternatives' ids must
 	// be engine/sample's.
 	logprobTol = 2e-5
+	// qmm_q4/q8 (prefill GEMM on simdgroup matrices): y relative to max|y| (test 1e-6 at K 2048;
+	// fast math, the hardware's order inside the 8-term products): 1e-4, as qmv.
+	qmmTol = 1e-4
+	// simdgroup_layout_probe: elements in the wrong lane; none pass (the emulator's layout must be
+	// the hardware's).
+	layoutTol = 0
 )
 
 func checks() []check {
@@ -109,6 +115,9 @@ func checks() []check {
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
+		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
+		{"qmm_q4", "64 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4) }},
+		{"qmm_q8", "37 tokens × 70 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8) }},
 	}
 }
 
@@ -182,6 +191,51 @@ func qmvCheck(name string, bits int, rows []int, k int, norm, add, multi bool) c
 }
 
 // ---- embed, rmsnorm, conv ---------------------------------------------------------------------
+
+func checkLayout(e *env) (float64, error) {
+	labels := make([]float32, 64)
+	for i := range labels {
+		labels[i] = float32(i)
+	}
+	b := newPB()
+	bs := kernels.LayoutProbeBuffers[int]{Labels: b.in("labels", labels), Out: b.out("out", 4*64)}
+	b.add(kernels.LayoutProbeCall(bs), false)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	got := f32s(x.Bytes(bs.Out))
+	wrong := 0
+	var first error
+	for l := range 32 {
+		r, c := kernels.SimdgroupLayout(l)
+		for i := range 2 {
+			if want := float32(r*8 + c + i); got[2*l+i] != want {
+				if wrong++; first == nil {
+					first = fmt.Errorf("lane %d element %d holds %g, the emulator's layout says %g", l, i, got[2*l+i], want)
+				}
+			}
+		}
+	}
+	return float64(wrong), first
+}
+
+func checkQMM(e *env, bits int) (float64, error) {
+	tokens, rows, cols := 64, 512, 2048
+	if bits == 8 {
+		tokens, rows = 37, 70 // edge tiles in both directions
+	}
+	m := randQ(e.r, rows, cols, bits)
+	xs := randFloats(e.r, tokens*cols, 2)
+	b := newPB()
+	bs := kernels.QMMBuffers[int]{W: b.qm("w", m), X: b.in("x", xs), Y: b.out("y", 4*tokens*rows)}
+	b.add(kernels.QMMCall(bits, tokens, rows, cols, bs), false)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(x.Bytes(bs.Y)), kernels.QMM(m, xs, tokens)), nil
+}
 
 func checkEmbed(e *env) (float64, error) {
 	const V, H, token = 1000, 2048, 777
