@@ -14,7 +14,12 @@ const (
 	GDNKeyDim     = 2 // uint GDN_DK
 	GDNValueDim   = 3 // uint GDN_DV
 	GDNEps        = 4 // float GDN_EPS
+	GDNTokens     = 5 // uint GDN_T_FC: gdn_chunk's tokens
 )
+
+// GDNChunkMaxCols is how many value columns a gdn_chunk simdgroup keeps in registers: DV must be
+// at most that many times the simdgroups per threadgroup.
+const GDNChunkMaxCols = 4
 
 // GDNSimdgroups is the production threadgroup of gdn_step: 32 simdgroups (1024 threads), four
 // value columns each.
@@ -126,4 +131,27 @@ func GDNStepCall[B any](s GDNShape, eps float32, simdgroups int, b GDNStepBuffer
 		Threadgroups: grid(s.HV), Group: grid(32 * simdgroups),
 		ThreadgroupMem: map[int]int{0: s.ThreadgroupMem()},
 	}
+}
+
+// GDNChunk is the Go reference of gdn_chunk: GDNStep for each of the tokens rows of qkv
+// ([tokens][Channels]), z ([tokens][HV*DV]), a and b ([tokens][HV]), writing y's rows
+// ([tokens][HV*DV]) and leaving state after the last token.
+func GDNChunk(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32, tokens int) {
+	c, hd := s.Channels(), s.HV*s.DV
+	for t := range tokens {
+		GDNStep(s, p, state, y[t*hd:(t+1)*hd], qkv[t*c:(t+1)*c], z[t*hd:(t+1)*hd], a[t*s.HV:(t+1)*s.HV], b[t*s.HV:(t+1)*s.HV])
+	}
+}
+
+// GDNChunkCall is gdn_chunk: tokens tokens through every value head (a threadgroup each) in one
+// dispatch, simdgroups simdgroups per threadgroup, s.DV <= GDNChunkMaxCols·simdgroups. The
+// buffers are gdn_step's, with qkv, z, a, b and y holding a row per token.
+func GDNChunkCall[B any](s GDNShape, eps float32, simdgroups, tokens int, b GDNStepBuffers[B]) Call[B] {
+	if s.DV > GDNChunkMaxCols*simdgroups {
+		panic(fmt.Sprintf("kernels: gdn_chunk with %d value columns over %d simdgroups (at most %d each)", s.DV, simdgroups, GDNChunkMaxCols))
+	}
+	c := GDNStepCall(s, eps, simdgroups, b)
+	c.Kernel = "gdn_chunk"
+	c.Constants[GDNTokens] = tokens
+	return c
 }

@@ -27,6 +27,8 @@ constant uint GDN_HV [[function_constant(1)]];    // value heads (32), a multipl
 constant uint GDN_DK [[function_constant(2)]];    // key head dim (128): 32, 64, 96 or 128
 constant uint GDN_DV [[function_constant(3)]];    // value head dim (128)
 constant float GDN_EPS [[function_constant(4)]];  // the gated norm's epsilon (1e-6)
+constant uint GDN_T_FC [[function_constant(5)]];  // gdn_chunk: tokens in the chunk
+constant uint GDN_T = is_function_constant_defined(GDN_T_FC) ? GDN_T_FC : 1u;
 
 #define GDN_MAX_PER_LANE 4  // DK <= 128
 
@@ -123,5 +125,119 @@ kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + H
     const float zz = z[head * GDN_DV + j];
     const float silu = zz * (1.0f / (1.0f + exp(-zz)));
     y[head * GDN_DV + j] = norm_w[j] * (o_tg[j] * r) * silu;
+  }
+}
+
+// gdn_chunk: gdn_step for the GDN_T tokens of a prefill chunk in one dispatch, as a sequential
+// scan: the recurrence itself is serial in the tokens, so each threadgroup (one value head) keeps
+// its state in registers for the whole chunk (a simdgroup's up to GDN_MAX_COLS columns of DK
+// values, DK/32 per lane) and reads and writes it once, not once per token. Token t's inputs
+// are row t of qkv [T][2*HK*DK + HV*DV], z [T][HV*DV], a and b [T][HV]; its output row t of
+// y [T][HV*DV]. Per token: the same operations as gdn_step, then two barriers (the gated norm's
+// sum, and the reuse of o_tg and partial by the next token). Geometry as gdn_step, with
+// DV <= GDN_MAX_COLS * NSG (production: 128 columns over 32 simdgroups).
+#define GDN_MAX_COLS 4
+
+kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK + HV*DV]
+                      device const float* z [[buffer(1)]],        // [T][HV*DV]
+                      device const float* a [[buffer(2)]],        // [T][HV]
+                      device const float* b [[buffer(3)]],        // [T][HV]
+                      device const float* a_log [[buffer(4)]],    // [HV]
+                      device const float* dt_bias [[buffer(5)]],  // [HV]
+                      device const float* norm_w [[buffer(6)]],   // [DV]
+                      device float* state [[buffer(7)]],          // [HV][DV][DK]
+                      device float* y [[buffer(8)]],              // [T][HV*DV]
+                      threadgroup float* o_tg [[threadgroup(0)]],  // [DV]
+                      uint head [[threadgroup_position_in_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint ntg [[threads_per_threadgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]],
+                      uint nsg [[simdgroups_per_threadgroup]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partial[32];  // Σ o² per simdgroup
+
+  const uint E = GDN_DK / 32;
+  const uint C = GDN_HK * 2 * GDN_DK + GDN_HV * GDN_DV;  // a token's qkv row
+  const uint kh = head / (GDN_HV / GDN_HK);
+  const float a_exp = exp(a_log[head]);
+
+  // This simdgroup's columns sg, sg + nsg, ... of the head's state, in registers.
+  float s[GDN_MAX_COLS][GDN_MAX_PER_LANE];
+  uint cols = 0;
+  for (uint j = sg; j < GDN_DV; j += nsg, cols++) {
+    device const float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
+    for (uint i = 0; i < E; i++) {
+      s[cols][i] = st[i];
+    }
+  }
+
+  for (uint t = 0; t < GDN_T; t++) {
+    device const float* row = qkv + ulong(t) * C;
+    device const float* q = row + kh * GDN_DK + lane * E;
+    device const float* k = row + GDN_HK * GDN_DK + kh * GDN_DK + lane * E;
+    device const float* v = row + 2 * GDN_HK * GDN_DK + head * GDN_DV;
+    float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+    float qss = 0.0f, kss = 0.0f;
+    for (uint i = 0; i < E; i++) {
+      qr[i] = q[i];
+      kr[i] = k[i];
+      qss += qr[i] * qr[i];
+      kss += kr[i] * kr[i];
+    }
+    qss = simd_sum(qss);
+    kss = simd_sum(kss);
+    const float qn = rsqrt(qss + 1e-6f) * rsqrt(float(GDN_DK));
+    const float kn = rsqrt(kss + 1e-6f);
+    for (uint i = 0; i < E; i++) {
+      qr[i] *= qn;
+      kr[i] *= kn;
+    }
+    const float beta = 1.0f / (1.0f + exp(-b[t * GDN_HV + head]));
+    const float decay = exp(-a_exp * softplus(a[t * GDN_HV + head] + dt_bias[head]));
+
+    float oss = 0.0f;
+    uint c = 0;
+    for (uint j = sg; j < GDN_DV; j += nsg, c++) {
+      float kv = 0.0f;
+      for (uint i = 0; i < E; i++) {
+        s[c][i] *= decay;
+        kv += s[c][i] * kr[i];
+      }
+      kv = simd_sum(kv);
+      const float delta = (v[j] - kv) * beta;
+      float o = 0.0f;
+      for (uint i = 0; i < E; i++) {
+        s[c][i] += kr[i] * delta;
+        o += s[c][i] * qr[i];
+      }
+      o = simd_sum(o);
+      if (lane == 0) {
+        o_tg[j] = o;
+      }
+      oss += o * o;
+    }
+    if (lane == 0) {
+      partial[sg] = oss;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float total = 0.0f;
+    for (uint i = 0; i < nsg; i++) {
+      total += partial[i];
+    }
+    const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
+    for (uint j = tid; j < GDN_DV; j += ntg) {
+      const float zz = z[(ulong(t) * GDN_HV + head) * GDN_DV + j];
+      const float silu = zz * (1.0f / (1.0f + exp(-zz)));
+      y[(ulong(t) * GDN_HV + head) * GDN_DV + j] = norm_w[j] * (o_tg[j] * r) * silu;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // o_tg and partial are read: the next token may write them
+  }
+
+  cols = 0;
+  for (uint j = sg; j < GDN_DV; j += nsg, cols++) {
+    device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
+    for (uint i = 0; i < E; i++) {
+      st[i] = s[cols][i];
+    }
   }
 }

@@ -97,3 +97,73 @@ func TestGDNStepASan(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 18))
 	runGDN(t, lib, r, gdnCase{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, 2}, emu.Shuffle)
 }
+
+// runGDNChunk runs tokens tokens through gdn_chunk in one dispatch and through GDNChunk from the
+// same random state; it returns the relative errors of y (every token's row) and of the state.
+func runGDNChunk(t *testing.T, lib *emu.Library, r *rand.Rand, s GDNShape, nsg, tokens int, order emu.Order) (yErr, stateErr float64) {
+	t.Helper()
+	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
+	for i := range p.ALog {
+		p.ALog[i] = float32(math.Log(1 + 15*r.Float64()))
+	}
+	for i := range p.NormW {
+		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
+	}
+	state := randFloats(r, s.StateLen(), 0.1)
+	qkv, z := randFloats(r, tokens*s.Channels(), 1), randFloats(r, tokens*s.HV*s.DV, 1)
+	a, b := randFloats(r, tokens*s.HV, 1), randFloats(r, tokens*s.HV, 1)
+	a[0], a[len(a)-1] = 25, -30 // both softplus special cases
+	bState, bY := emu.BufferOf(state), emu.NewBuffer(4*tokens*s.HV*s.DV)
+	bY.Fill(0xFF)
+	y := make([]float32, tokens*s.HV*s.DV)
+	GDNChunk(s, p, state, y, qkv, z, a, b, tokens)
+	mustDispatch(t, lib, GDNChunkCall(s, p.Eps, nsg, tokens, GDNStepBuffers[*emu.Buffer]{
+		QKV: emu.BufferOf(qkv), Z: emu.BufferOf(z), A: emu.BufferOf(a), Beta: emu.BufferOf(b),
+		ALog: emu.BufferOf(p.ALog), DtBias: emu.BufferOf(p.DtBias), NormW: emu.BufferOf(p.NormW), State: bState, Y: bY,
+	}), order, uint64(tokens))
+	yErr, stateErr = relErr(bY.Float32s(), y), relErr(bState.Float32s(), state)
+	// errors compound over the chunk's tokens like decode steps': gdn_step's bound, per √tokens
+	if tol := 1e-5 * math.Sqrt(float64(tokens)); !(yErr <= tol && stateErr <= tol) {
+		t.Errorf("%+v nsg %d, %d tokens %v: relative error y %.2g, state %.2g", s, nsg, tokens, order, yErr, stateErr)
+	}
+	return yErr, stateErr
+}
+
+// TestGDNChunk: a chunk scanned in one dispatch equals token-by-token GDNStep (edge shapes:
+// uneven columns, three key rows per lane, more simdgroups than columns; one token; every order).
+func TestGDNChunk(t *testing.T) {
+	lib := library(t, emu.Options{}, "gdn.metal")
+	r := rand.New(rand.NewPCG(19, 20))
+	var worstY, worstS float64
+	for _, c := range []struct {
+		s           GDNShape
+		nsg, tokens int
+	}{
+		{GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 2, 1},
+		{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 10, 9},
+		{GDNShape{HK: 2, HV: 2, DK: 96, DV: 16}, 4, 6},
+		{GDNShape{HK: 2, HV: 4, DK: 128, DV: 8}, 16, 5},
+	} {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("hk%d_hv%d_dk%d_dv%d_nsg%d_t%d_%v", c.s.HK, c.s.HV, c.s.DK, c.s.DV, c.nsg, c.tokens, order), func(t *testing.T) {
+				ye, se := runGDNChunk(t, lib, r, c.s, c.nsg, c.tokens, order)
+				worstY, worstS = max(worstY, ye), max(worstS, se)
+			})
+		}
+	}
+	t.Logf("edge shapes: max relative error y %.2g, state %.2g", worstY, worstS)
+}
+
+// TestGDNChunkProduction: the model's heads in the 1024-thread geometry over 16 tokens.
+func TestGDNChunkProduction(t *testing.T) {
+	lib := library(t, emu.Options{}, "gdn.metal")
+	r := rand.New(rand.NewPCG(21, 22))
+	ye, se := runGDNChunk(t, lib, r, GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}, GDNSimdgroups, 16, emu.Shuffle)
+	t.Logf("model shape, 16 tokens: max relative error y %.2g, state %.2g", ye, se)
+}
+
+func TestGDNChunkASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "gdn.metal")
+	r := rand.New(rand.NewPCG(23, 24))
+	runGDNChunk(t, lib, r, GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 10, 3, emu.Reverse)
+}

@@ -102,6 +102,7 @@ func checks() []check {
 		{"add_rmsnorm", "hidden 2048", rmsTol, checkRMSNorm},
 		{"conv1d_step", "8192 channels", convTol, checkConv},
 		{"gdn_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDN},
+		{"gdn_chunk", "16/32 heads × 128, 8 tokens in one dispatch, 1024 threads", gdnTol, checkGDNChunk},
 		{"gdn_conv_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDNConv},
 		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KVBF16) }},
 		{"attn_qk_rope_kv_kv8", "8-bit KV cache, 16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KV8) }},
@@ -316,6 +317,25 @@ func checkGDN(e *env) (float64, error) {
 	}
 	y := make([]float32, s.HV*s.DV)
 	kernels.GDNStep(s, p, state, y, qkv, z, a, bb)
+	return nanMax(relErr(f32s(x.Bytes(bs.Y)), y), relErr(f32s(x.Bytes(bs.State)), state)), nil
+}
+
+func checkGDNChunk(e *env) (float64, error) {
+	const tokens = 8
+	s := gdnShape
+	p, state, _, _, _ := gdnInputs(e.r, s)
+	qkv, z := randFloats(e.r, tokens*s.Channels(), 1), randFloats(e.r, tokens*s.HV*s.DV, 1)
+	a, bb := randFloats(e.r, tokens*s.HV, 1), randFloats(e.r, tokens*s.HV, 1)
+	b := newPB()
+	bs := kernels.GDNStepBuffers[int]{QKV: b.in("qkv", qkv), Z: b.in("z", z), A: b.in("a", a), Beta: b.in("b", bb), ALog: b.in("A_log", p.ALog),
+		DtBias: b.in("dt_bias", p.DtBias), NormW: b.in("norm", p.NormW), State: b.inout("state", state), Y: b.out("y", 4*tokens*s.HV*s.DV)}
+	b.add(kernels.GDNChunkCall(s, eps, kernels.GDNSimdgroups, tokens, bs), false)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	y := make([]float32, tokens*s.HV*s.DV)
+	kernels.GDNChunk(s, p, state, y, qkv, z, a, bb, tokens)
 	return nanMax(relErr(f32s(x.Bytes(bs.Y)), y), relErr(f32s(x.Bytes(bs.State)), state)), nil
 }
 
