@@ -5,6 +5,7 @@ import "github.com/lilyformac/lily/engine/f32"
 // Conv function constant indices (conv.metal).
 const (
 	ConvChannels = 0 // uint CONV_C
+	ConvTokens   = 1 // uint CONV_T_FC: conv1d_chunk's tokens
 )
 
 // ConvKernel is conv1d_step's (and the model's) conv kernel size; the window holds ConvKernel-1
@@ -49,4 +50,22 @@ func Conv1DStepCall[B any](channels, threads int, b Conv1DStepBuffers[B]) Call[B
 		Buffers:      map[int]B{0: b.X, 1: b.Taps, 2: b.Window, 3: b.U},
 		Threadgroups: grid(groupsFor(channels, threads)), Group: grid(threads),
 	}
+}
+
+// Conv1DChunk is the Go reference of conv1d_chunk: Conv1DStep for each of the tokens rows of x
+// ([tokens][C]), writing u's rows and leaving the window after the last token.
+func Conv1DChunk(u, window, taps, x []float32, tokens int) {
+	c := len(x) / tokens
+	for t := range tokens {
+		Conv1DStep(u[t*c:(t+1)*c], window, taps, x[t*c:(t+1)*c])
+	}
+}
+
+// Conv1DChunkCall is conv1d_chunk: tokens tokens over channels channels in one dispatch; the
+// buffers are conv1d_step's, x and u holding a row per token.
+func Conv1DChunkCall[B any](channels, threads, tokens int, b Conv1DStepBuffers[B]) Call[B] {
+	c := Conv1DStepCall(channels, threads, b)
+	c.Kernel = "conv1d_chunk"
+	c.Constants[ConvTokens] = tokens
+	return c
 }

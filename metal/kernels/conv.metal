@@ -38,3 +38,37 @@ kernel void conv1d_step(device const float* x [[buffer(0)]],       // [C] the qk
   win[CONV_C + c] = w2;
   win[2 * CONV_C + c] = xc;
 }
+
+// conv1d_chunk: conv1d_step for the CONV_T tokens of a prefill chunk in one dispatch: x and u
+// hold a row of C channels per token ([T][C]); each thread runs its channel's window through the
+// chunk in registers (the same operations as conv1d_step, token by token) and writes the window
+// back once. Geometry as conv1d_step.
+constant uint CONV_T_FC [[function_constant(1)]];  // conv1d_chunk: tokens in the chunk
+constant uint CONV_T = is_function_constant_defined(CONV_T_FC) ? CONV_T_FC : 1u;
+
+kernel void conv1d_chunk(device const float* x [[buffer(0)]],      // [T][C] the qkv projections
+                         device const float4* taps [[buffer(1)]],  // [C][4]
+                         device float* win [[buffer(2)]],          // [3][C], updated in place
+                         device float* u [[buffer(3)]],            // [T][C] silu(conv)
+                         uint c [[thread_position_in_grid]]) {
+  if (c >= CONV_C) {
+    return;
+  }
+  const float4 t = taps[c];
+  float w0 = win[c], w1 = win[CONV_C + c], w2 = win[2 * CONV_C + c];
+  for (uint i = 0; i < CONV_T; i++) {
+    const float xc = x[ulong(i) * CONV_C + c];
+    float acc = 0.0f;
+    acc += t.x * w0;
+    acc += t.y * w1;
+    acc += t.z * w2;
+    acc += t.w * xc;
+    u[ulong(i) * CONV_C + c] = acc * (1.0f / (1.0f + exp(-acc)));
+    w0 = w1;
+    w1 = w2;
+    w2 = xc;
+  }
+  win[c] = w0;
+  win[CONV_C + c] = w1;
+  win[2 * CONV_C + c] = w2;
+}

@@ -64,3 +64,39 @@ func TestConv1DStepASan(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	runConv(t, lib, r, 300, 256, 2, emu.Reverse)
 }
+
+// TestConv1DChunk: a chunk in one dispatch equals token-by-token Conv1DStep (u and the window
+// exact: the same operations in the same order), for one token, a partial threadgroup and the
+// model's channels.
+func TestConv1DChunk(t *testing.T) {
+	lib := library(t, emu.Options{}, "conv.metal")
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, s := range []struct{ c, group, tokens int }{{31, 32, 1}, {257, ConvThreads, 7}, {GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}.Channels(), ConvThreads, 5}} {
+		for _, order := range emu.Orders {
+			taps, window := randFloats(r, s.c*ConvKernel, 0.5), randFloats(r, (ConvKernel-1)*s.c, 1)
+			x := randFloats(r, s.tokens*s.c, 1)
+			bWin, bU := emu.BufferOf(window), emu.NewBuffer(4*s.tokens*s.c)
+			bU.Fill(0xFF)
+			u := make([]float32, s.tokens*s.c)
+			Conv1DChunk(u, window, taps, x, s.tokens)
+			mustDispatch(t, lib, Conv1DChunkCall(s.c, s.group, s.tokens, Conv1DStepBuffers[*emu.Buffer]{X: emu.BufferOf(x), Taps: emu.BufferOf(taps), Window: bWin, U: bU}), order, 1)
+			if we, ue := relErr(bWin.Float32s(), window), relErr(bU.Float32s(), u); we != 0 || !(ue <= 1e-6) {
+				t.Fatalf("C %d, %d tokens %v: window differs by %g, u by %g", s.c, s.tokens, order, we, ue)
+			}
+		}
+	}
+}
+
+func TestConv1DChunkASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "conv.metal")
+	r := rand.New(rand.NewPCG(39, 40))
+	const c, tokens = 70, 3
+	taps, window, x := randFloats(r, c*ConvKernel, 0.5), randFloats(r, (ConvKernel-1)*c, 1), randFloats(r, tokens*c, 1)
+	bWin, bU := emu.BufferOf(window), emu.NewBuffer(4*tokens*c)
+	u := make([]float32, tokens*c)
+	Conv1DChunk(u, window, taps, x, tokens)
+	mustDispatch(t, lib, Conv1DChunkCall(c, 64, tokens, Conv1DStepBuffers[*emu.Buffer]{X: emu.BufferOf(x), Taps: emu.BufferOf(taps), Window: bWin, U: bU}), emu.Reverse, 1)
+	if we, ue := relErr(bWin.Float32s(), window), relErr(bU.Float32s(), u); we != 0 || !(ue <= 1e-6) {
+		t.Fatalf("window differs by %g, u by %g", we, ue)
+	}
+}
