@@ -286,6 +286,27 @@ func AttnQKRopeKVCall[B any](s AttnShape, eps float32, threads int, b AttnQKRope
 	}
 }
 
+// AttnQKRopeKVChunkCall is attn_qk_rope_kv for tokens tokens of a prefill chunk at positions
+// step.pos .. step.pos+tokens-1: a row of threadgroups per token; QG, K, V and QOut hold a row per
+// token.
+func AttnQKRopeKVChunkCall[B any](s AttnShape, eps float32, threads, tokens int, b AttnQKRopeKVBuffers[B]) Call[B] {
+	c := AttnQKRopeKVCall(s, eps, threads, b)
+	c.Threadgroups[1] = tokens
+	return c
+}
+
+// AttnQKRopeKVChunk is the Go reference of a chunk's attn_qk_rope_kv: AttnQKRopeKV for each of
+// the tokens rows of qg ([tokens][Heads·2·HeadDim]), k and v ([tokens][KVHeads·HeadDim]) at
+// positions pos0, pos0+1, ...; it returns the rotated queries, a row per token.
+func AttnQKRopeKVChunk(s AttnShape, p AttnRopeParams, pos0, tokens int, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
+	var q []float32
+	qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
+	for t := range tokens {
+		q = append(q, AttnQKRopeKV(s, p, pos0+t, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
+	}
+	return q
+}
+
 // ropeRotate is engine/cpu's rope with the inverse-frequency table passed in.
 
 func ropeRotate(x, invFreq []float32, pos int) {

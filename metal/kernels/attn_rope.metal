@@ -27,7 +27,9 @@
 // step (buffer 6) is {pos, token}; nothing is written to the cache when pos >= MAX_CTX (the
 // positions a sequence may hold).
 //
-// Geometry: NQ + NKV threadgroups (18 for the model) of any size up to 1024 (AttnRopeThreads =
+// Geometry: (NQ + NKV, T) threadgroups (18 × 1 for the model's decode step; T tokens of a
+// prefill chunk at positions step.pos .. step.pos + T - 1, their rows of qg, k, v and q_out
+// consecutive) of any size up to 1024 (AttnRopeThreads =
 // 256, one thread per dim for HD = 256). The normalised head goes through threadgroup memory
 // (HD <= 512 floats) so a thread can read its RoPE partner.
 #include <metal_stdlib>
@@ -77,7 +79,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device uchar* k_cache [[buffer(8)]],         // [NKV][POOL][HD]
                             device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
                             device const uint* table [[buffer(10)]],     // [MAX_CTX / PAGE] pages
-                            uint head [[threadgroup_position_in_grid]],
+                            uint2 tg [[threadgroup_position_in_grid]],  // (head, token)
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]],
@@ -88,10 +90,17 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
   threadgroup float partial[32];          // Σ x² per simdgroup
   threadgroup float inv_rms;
 
-  const uint pos = step[0];
+  // A prefill chunk dispatches one row of threadgroups per token: token t at position step.pos + t,
+  // its rows of qg, k, v and q_out t rows in (decode: one token, t = 0).
+  const uint head = tg.x, t = tg.y;
+  const uint pos = step[0] + t;
+  device const float* qg_t = qg + ulong(t) * ATTN_NQ * 2 * ATTN_HD;
+  device const float* k_t = k + ulong(t) * ATTN_NKV * ATTN_HD;
+  device const float* v_t = v + ulong(t) * ATTN_NKV * ATTN_HD;
+  device float* q_out_t = q_out + ulong(t) * ATTN_NQ * ATTN_HD;
   const bool is_q = head < ATTN_NQ;
   const uint kvh = head - ATTN_NQ;  // meaningful when !is_q
-  device const float* x = is_q ? qg + ulong(head) * 2 * ATTN_HD : k + kvh * ATTN_HD;
+  device const float* x = is_q ? qg_t + ulong(head) * 2 * ATTN_HD : k_t + kvh * ATTN_HD;
   device const float* w = is_q ? q_norm : k_norm;
 
   float ss = 0.0f;
@@ -132,10 +141,10 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
       o = d < half_rot ? a * c - b * s : b * c + a * s;
     }
     if (is_q) {
-      q_out[head * ATTN_HD + d] = o;
+      q_out_t[head * ATTN_HD + d] = o;
     } else if (pos < ATTN_MAX_CTX && ATTN_KV_BITS == 16) {
       ((device bfloat*)k_cache)[row + d] = bfloat(o);
-      ((device bfloat*)v_cache)[row + d] = bfloat(v[kvh * ATTN_HD + d]);
+      ((device bfloat*)v_cache)[row + d] = bfloat(v_t[kvh * ATTN_HD + d]);
     } else {
       ko[d] = o;
     }
@@ -144,7 +153,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
     return;  // the same for the whole threadgroup
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  device const float* vh = v + kvh * ATTN_HD;
+  device const float* vh = v_t + kvh * ATTN_HD;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
     attn_store_q8(k_cache, row, d, ko);
     attn_store_q8(v_cache, row, d, vh);

@@ -226,3 +226,48 @@ func TestRopeInvFreq(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnQKRopeKVChunk: a prefill chunk's tokens in one dispatch (a row of threadgroups per
+// token) rotate their queries and write K and V at their own positions, across a page boundary
+// of a shuffled table, in both cache formats, as AttnQKRopeKV does token by token; the rest of
+// the pool stays untouched.
+func TestAttnQKRopeKVChunk(t *testing.T) {
+	lib := library(t, emu.Options{}, "attn_rope.metal")
+	r := rand.New(rand.NewPCG(47, 48))
+	for _, bits := range []int{KVBF16, KV8} {
+		for _, order := range emu.Orders {
+			s := AttnShape{4, 2, 64, 16, 100, bits, 16, 9}
+			const pos0, tokens = 13, 7 // positions 13..19: pages 0 and 1
+			p := randAttnRopeParams(r, s, 1e7)
+			qg := randFloats(r, tokens*s.Heads*2*s.HeadDim, 1)
+			k, v := randFloats(r, tokens*s.KVHeads*s.HeadDim, 1), randFloats(r, tokens*s.KVHeads*s.HeadDim, 1)
+			table := randTable(r, s)
+			kWant, vWant := make([]byte, s.CacheBytes()), make([]byte, s.CacheBytes())
+			for i := range kWant {
+				kWant[i], vWant[i] = 0xFF, 0xFF
+			}
+			qWant := AttnQKRopeKVChunk(s, p, pos0, tokens, qg, k, v, kWant, vWant, table)
+			bQ, bK, bV := emu.NewBuffer(4*len(qWant)), emu.NewBuffer(s.CacheBytes()), emu.NewBuffer(s.CacheBytes())
+			for _, b := range []*emu.Buffer{bQ, bK, bV} {
+				b.Fill(0xFF)
+			}
+			mustDispatch(t, lib, AttnQKRopeKVChunkCall(s, p.Eps, 64, tokens, AttnQKRopeKVBuffers[*emu.Buffer]{
+				QG: emu.BufferOf(qg), K: emu.BufferOf(k), V: emu.BufferOf(v), QNorm: emu.BufferOf(p.QNorm), KNorm: emu.BufferOf(p.KNorm),
+				InvFreq: emu.BufferOf(p.InvFreq), Step: emu.BufferOf([]uint32{pos0, 7}), QOut: bQ, KCache: bK, VCache: bV, Table: emu.BufferOf(table),
+			}), order, 3)
+			if e := relErr(bQ.Float32s(), qWant); !(e <= 2e-6) {
+				t.Fatalf("%d-bit %v: q relative error %.2g", bits, order, e)
+			}
+			for i, b := range vWant {
+				if bV.Bytes()[i] != b {
+					t.Fatalf("%d-bit %v: v byte %d = %#x, want %#x", bits, order, i, bV.Bytes()[i], b)
+				}
+			}
+			for tk := range tokens {
+				if st := kRowSteps(t, s, s.Row(table, pos0+tk), bK.Bytes(), kWant); st > 1 {
+					t.Fatalf("%d-bit %v: token %d K off by %d steps", bits, order, tk, st)
+				}
+			}
+		}
+	}
+}
