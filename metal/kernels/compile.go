@@ -34,15 +34,16 @@ var mathModes = map[string]mtl.MathMode{
 	// tolerances (metal/selftest documents each margin), and attention uses finite sentinels.
 	// Safe would cost the FMAs and the fast transcendentals for accuracy no check asks for; the
 	// price of Relaxed is that their results are not bit-identical to the emulator's.
-	"qmv.metal":         mtl.MathRelaxed,
-	"qmm.metal":         mtl.MathRelaxed,
-	"rmsnorm.metal":     mtl.MathRelaxed,
-	"embed.metal":       mtl.MathRelaxed,
-	"conv.metal":        mtl.MathRelaxed,
-	"gdn.metal":         mtl.MathRelaxed,
-	"gdn_conv.metal":    mtl.MathRelaxed,
-	"attn_rope.metal":   mtl.MathRelaxed, // the rotation angles use metal::precise sin and cos
-	"attn_decode.metal": mtl.MathRelaxed,
+	"qmv.metal":          mtl.MathRelaxed,
+	"qmm.metal":          mtl.MathRelaxed,
+	"rmsnorm.metal":      mtl.MathRelaxed,
+	"embed.metal":        mtl.MathRelaxed,
+	"conv.metal":         mtl.MathRelaxed,
+	"gdn.metal":          mtl.MathRelaxed,
+	"gdn_conv.metal":     mtl.MathRelaxed,
+	"attn_rope.metal":    mtl.MathRelaxed, // the rotation angles use metal::precise sin and cos
+	"attn_decode.metal":  mtl.MathRelaxed,
+	"attn_prefill.metal": mtl.MathRelaxed,
 }
 
 // CompileOptions is how Metal compiles the kernel file name: MSLVersion and the file's math mode.

@@ -117,6 +117,8 @@ func checks() []check {
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
+		{"attn_prefill", "16/2 heads × 256, 20 tokens after 300 cached positions, pages of 256", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KVBF16) }},
+		{"attn_prefill_kv8", "8-bit KV cache, 16/2 heads × 256, 20 tokens after 300 cached positions", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KV8) }},
 		{"qmm_q4", "64 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4) }},
 		{"qmm_q8", "37 tokens × 70 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8) }},
 	}
@@ -192,6 +194,40 @@ func qmvCheck(name string, bits int, rows []int, k int, norm, add, multi bool) c
 }
 
 // ---- embed, rmsnorm, conv ---------------------------------------------------------------------
+
+func checkAttnPrefill(e *env, bits int) (float64, error) {
+	s, r := attnShape, e.r
+	s.KVBits = bits
+	const pos0, tokens = 300, 20 // positions 300..319 in page 1 (pool page 0)
+	cache := func() []byte {
+		c := make([]byte, s.CacheBytes())
+		for i := range c {
+			c[i] = 0xFF
+		}
+		x := make([]float32, s.HeadDim)
+		for kvh := range s.KVHeads {
+			for j := range pos0 + tokens {
+				for d := range x {
+					x[d] = float32(r.NormFloat64())
+				}
+				s.StoreKV(c, kvh, s.Row(attnTable, j), x)
+			}
+		}
+		return c
+	}
+	kc, vc := cache(), cache()
+	qd := s.Heads * s.HeadDim
+	q, qg := randFloats(r, kernels.AttnPrefillRows(tokens)*qd, 2.5), randFloats(r, tokens*2*qd, 1)
+	b := newPB()
+	bs := kernels.AttnPrefillBuffers[int]{Q: b.in("q", q), KCache: b.in("k_cache", kc), VCache: b.in("v_cache", vc),
+		Step: b.in("step", []uint32{pos0, 3}), Table: b.in("table", attnTable), QG: b.in("qg", qg), Out: b.out("out", 4*tokens*qd)}
+	b.add(kernels.AttnPrefillCall(s, tokens, bs), false)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(x.Bytes(bs.Out)), kernels.AttnPrefill(s, pos0, tokens, q, qg, kc, vc, attnTable)), nil
+}
 
 func checkLayout(e *env) (float64, error) {
 	labels := make([]float32, 64)

@@ -1,0 +1,49 @@
+package kernels
+
+// AttnTokens is attn_prefill's function constant index of ATTN_T, the chunk's tokens; the other
+// constants are the shape's (AttnShape.Constants).
+const AttnTokens = 10
+
+// AttnPrefillBlock is the tokens an attn_prefill threadgroup computes (AP_BQ).
+const AttnPrefillBlock = 8
+
+// AttnPrefillRows is the rows attn_prefill's query buffer must hold for tokens tokens: whole
+// blocks (the rows past tokens are computed and not stored).
+func AttnPrefillRows(tokens int) int {
+	return (tokens + AttnPrefillBlock - 1) / AttnPrefillBlock * AttnPrefillBlock
+}
+
+// AttnPrefill is the Go reference of attn_prefill: AttnDecode for each of the tokens tokens at
+// positions pos0, pos0+1, ... (q: a row of Heads·HeadDim rotated queries per token, qg a row of
+// the q projection per token); it returns a row of Heads·HeadDim outputs per token.
+func AttnPrefill(s AttnShape, pos0, tokens int, q, qg []float32, kCache, vCache []byte, table []uint32) []float32 {
+	var out []float32
+	qd := s.Heads * s.HeadDim
+	for t := range tokens {
+		out = append(out, AttnDecode(s, pos0+t, q[t*qd:(t+1)*qd], qg[t*2*qd:(t+1)*2*qd], kCache, vCache, table)...)
+	}
+	return out
+}
+
+// AttnPrefillBuffers are attn_prefill's buffers, by role.
+type AttnPrefillBuffers[B any] struct {
+	Q      B // 0: [AttnPrefillRows(tokens)][Heads·HeadDim] rotated queries
+	KCache B // 1: the K pool, the chunk's rows written
+	VCache B // 2: the V pool
+	Step   B // 3: {pos0, token}: the chunk's first position
+	Table  B // 4: [TableLen] the block table
+	QG     B // 5: [tokens][Heads·2·HeadDim] the q projection (its gates)
+	Out    B // 6: [tokens][Heads·HeadDim]
+}
+
+// AttnPrefillCall is attn_prefill for a chunk of tokens tokens: a threadgroup of a simdgroup per
+// query head of a kv head, per kv head and block of AttnPrefillBlock tokens.
+func AttnPrefillCall[B any](s AttnShape, tokens int, b AttnPrefillBuffers[B]) Call[B] {
+	c := s.Constants(0)
+	c[AttnTokens] = tokens
+	return Call[B]{
+		Kernel: "attn_prefill", Constants: c,
+		Buffers:      map[int]B{0: b.Q, 1: b.KCache, 2: b.VCache, 3: b.Step, 4: b.Table, 5: b.QG, 6: b.Out},
+		Threadgroups: [3]int{s.KVHeads, groupsFor(tokens, AttnPrefillBlock), 1}, Group: grid(s.AttnPartialThreads()),
+	}
+}
