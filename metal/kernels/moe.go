@@ -18,6 +18,7 @@ const (
 	MoEIntermediate = 3 // uint MOE_I
 	MoESharedInter  = 4 // uint MOE_SI
 	MoEEps          = 5 // float MOE_EPS: the RMSNorm epsilon of moe_router_norm / moe_gate_up_norm (optional)
+	MoETokens       = 6 // uint MOE_T_FC: moe_sort's tokens (optional)
 )
 
 // The _norm kernels' extra binding: the bf16 post-attention norm gain (x is then the residual).
@@ -308,4 +309,75 @@ func MoEDownCombineCall[B any](s MoEShape, b MoEDownCombineBuffers[B]) Call[B] {
 	b.Down.bind(bs, 2)
 	b.SharedDown.bind(bs, 5)
 	return Call[B]{Kernel: "moe_down_combine", Constants: s.Constants(), Buffers: bs, Threadgroups: s.DownThreadgroups(), Group: grid(MoEThreads)}
+}
+
+// MoETopKChunkCall is moe_topk for tokens tokens of a prefill chunk (a threadgroup each): logits
+// [tokens][E], the shared gate's logits [tokens], ids [tokens][K], weights [tokens][K+1].
+func MoETopKChunkCall[B any](s MoEShape, tokens int, b MoETopKBuffers[B]) Call[B] {
+	c := MoETopKCall(s, b)
+	c.Threadgroups[0] = tokens
+	return c
+}
+
+// MoEBlockRows is the pairs a grouped-GEMM block holds at most (MOE_BM).
+const MoEBlockRows = 32
+
+// MoEBlocks is the capacity of moe_sort's block list for tokens tokens: expert e's c_e pairs take
+// ceil(c_e / MoEBlockRows) blocks, and Σ_e ceil(c_e/B) <= Σ_e (c_e/B + 1) = tokens·K/B + E.
+func (s MoEShape) MoEBlocks(tokens int) int { return tokens*s.K/MoEBlockRows + s.E }
+
+// MoESorted is moe_sort's result: the pairs (token, slot) of a chunk grouped by expert.
+type MoESorted struct {
+	Offs   []uint32    // [E+1] expert e's pairs are Tok[Offs[e]:Offs[e+1]]
+	Tok    []uint32    // [tokens·K] each sorted pair's token
+	W      []float32   // its routing weight
+	Blocks [][4]uint32 // [MoEBlocks] {expert, first pair, pairs, 0}; {MOE_NONE, 0, 0, 0} past the end
+}
+
+// MoESort is the Go reference of moe_sort: ids [tokens][K] and weights [tokens][K+1] (moe_topk's)
+// sorted by expert, then token.
+func MoESort(s MoEShape, ids []uint32, weights []float32, tokens int) MoESorted {
+	out := MoESorted{Offs: make([]uint32, s.E+1)}
+	for e := range s.E {
+		out.Offs[e] = uint32(len(out.Tok))
+		first := len(out.Tok)
+		for i, id := range ids[:tokens*s.K] {
+			if int(id) == e {
+				t, slot := i/s.K, i%s.K
+				out.Tok = append(out.Tok, uint32(t))
+				out.W = append(out.W, weights[t*(s.K+1)+slot])
+			}
+		}
+		for b := first; b < len(out.Tok); b += MoEBlockRows {
+			out.Blocks = append(out.Blocks, [4]uint32{uint32(e), uint32(b), uint32(min(MoEBlockRows, len(out.Tok)-b)), 0})
+		}
+	}
+	out.Offs[s.E] = uint32(len(out.Tok))
+	for len(out.Blocks) < s.MoEBlocks(tokens) {
+		out.Blocks = append(out.Blocks, [4]uint32{0xffffffff, 0, 0, 0})
+	}
+	return out
+}
+
+// MoESortBuffers are moe_sort's buffers, by role.
+type MoESortBuffers[B any] struct {
+	IDs     B // 0: [tokens][K]
+	Weights B // 1: [tokens][K+1]
+	Offs    B // 2: [E+1] uint32
+	Tok     B // 3: [tokens·K] uint32
+	W       B // 4: [tokens·K] float32
+	Blocks  B // 5: [MoEBlocks(tokens)] {uint32 × 4}
+}
+
+// MoESortThreads is moe_sort's threadgroup: a thread per expert (E <= 1024).
+const MoESortThreads = 1024
+
+// MoESortCall is moe_sort for tokens tokens: one threadgroup.
+func MoESortCall[B any](s MoEShape, tokens int, b MoESortBuffers[B]) Call[B] {
+	c := s.Constants()
+	c[MoETokens] = tokens
+	return Call[B]{
+		Kernel: "moe_sort", Constants: c, Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Offs, 3: b.Tok, 4: b.W, 5: b.Blocks},
+		Threadgroups: grid(1), Group: grid(min(MoESortThreads, (s.E+31)/32*32)),
+	}
 }

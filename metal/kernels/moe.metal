@@ -253,19 +253,86 @@ kernel void moe_router_norm(device const uint* router_w [[buffer(0)]],
                         logits, sg, nsg, lane);
 }
 
-kernel void moe_topk(device const float* logits [[buffer(0)]],  // [E] router logits
-                     device const float* seg [[buffer(1)]],     // [1] shared gate logit
-                     device uint* ids [[buffer(2)]],            // [K]
-                     device float* weights [[buffer(3)]],       // [K + 1]
+kernel void moe_topk(device const float* logits [[buffer(0)]],  // [T][E] router logits
+                     device const float* seg [[buffer(1)]],     // [T] shared gate logits
+                     device uint* ids [[buffer(2)]],            // [T][K]
+                     device float* weights [[buffer(3)]],       // [T][K + 1]
+                     uint t [[threadgroup_position_in_grid]],   // the token (a prefill chunk's)
                      uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float p[MOE_MAX_E];
   for (uint e = lane; e < MOE_E; e += 32) {
-    p[e] = logits[e];  // each lane reads back only its own entries: no barrier
+    p[e] = logits[ulong(t) * MOE_E + e];  // each lane reads back only its own entries: no barrier
   }
   if (lane == 0) {
-    weights[MOE_K] = 1.0f / (1.0f + exp(-seg[0]));
+    weights[t * (MOE_K + 1) + MOE_K] = 1.0f / (1.0f + exp(-seg[t]));
   }
-  route(p, lane, ids, weights);
+  route(p, lane, ids + t * MOE_K, weights + t * (MOE_K + 1));
+}
+
+// moe_sort groups a prefill chunk's (token, slot) pairs by expert for the grouped GEMMs: the T·K
+// pairs of ids [T][K] (moe_topk's) sorted by expert, then token (stable, so the result is the
+// same on every run): tok[i] and w[i] are pair i's token and routing weight, offs[e] .. offs[e+1]
+// expert e's range. blocks lists units of at most MOE_BM pairs of one expert, {expert, first
+// pair, pairs}: expert e's c_e pairs take ceil(c_e / MOE_BM) of them, so there are at most
+// T·K / MOE_BM + E (the grid the grouped GEMMs are sized for; the rest are {MOE_NONE, 0, 0}).
+// One threadgroup of up to 1024 threads; thread e counts and places expert e's pairs by scanning
+// the ids in token order (O(E·T·K) reads: a first version), E <= the threadgroup's threads.
+constant uint MOE_T_FC [[function_constant(6)]];  // moe_sort: tokens in the chunk
+constant uint MOE_T = is_function_constant_defined(MOE_T_FC) ? MOE_T_FC : 1u;
+#define MOE_BM 32  // pairs per grouped-GEMM block
+
+kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
+                     device const float* weights [[buffer(1)]],   // [T][K + 1]
+                     device uint* offs [[buffer(2)]],             // [E + 1]
+                     device uint* tok [[buffer(3)]],              // [T·K] token of each sorted pair
+                     device float* w [[buffer(4)]],               // [T·K] its routing weight
+                     device uint4* blocks [[buffer(5)]],          // [T·K / MOE_BM + E] {e, first, n, 0}
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint ntg [[threads_per_threadgroup]]) {
+  threadgroup uint count[MOE_MAX_E];
+  threadgroup uint start[MOE_MAX_E + 1];
+  threadgroup uint bstart[MOE_MAX_E + 1];
+  for (uint e = tid; e < MOE_E; e += ntg) {
+    uint c = 0;
+    for (uint i = 0; i < MOE_T * MOE_K; i++) {
+      c += ids[i] == e ? 1u : 0u;
+    }
+    count[e] = c;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (tid == 0) {  // exclusive prefix sums of the pairs and of the blocks
+    uint acc = 0, bacc = 0;
+    for (uint e = 0; e < MOE_E; e++) {
+      start[e] = acc;
+      bstart[e] = bacc;
+      acc += count[e];
+      bacc += (count[e] + MOE_BM - 1) / MOE_BM;
+    }
+    start[MOE_E] = acc;
+    bstart[MOE_E] = bacc;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tid; e <= MOE_E; e += ntg) {
+    offs[e] = start[e];
+  }
+  for (uint e = tid; e < MOE_E; e += ntg) {
+    uint at = start[e];
+    for (uint i = 0; i < MOE_T * MOE_K; i++) {
+      if (ids[i] == e) {
+        const uint t = i / MOE_K, slot = i % MOE_K;
+        tok[at] = t;
+        w[at] = weights[t * (MOE_K + 1) + slot];
+        at++;
+      }
+    }
+    for (uint b = 0; b < (count[e] + MOE_BM - 1) / MOE_BM; b++) {
+      blocks[bstart[e] + b] = uint4(e, start[e] + b * MOE_BM, min(uint(MOE_BM), count[e] - b * MOE_BM), 0u);
+    }
+  }
+  const uint nblocks = MOE_T * MOE_K / MOE_BM + MOE_E;
+  for (uint b = bstart[MOE_E] + tid; b < nblocks; b += ntg) {
+    blocks[b] = uint4(MOE_NONE, 0u, 0u, 0u);
+  }
 }
 
 // moe_gate_up_rows is moe_gate_up's body.

@@ -114,6 +114,7 @@ func checks() []check {
 		{"moe_gate_up_norm", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), gateUpTol, func(e *env) (float64, error) { return checkGateUp(e, true) }},
 		{"moe_down_combine", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), downTol, checkDown},
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
+		{"moe_chunk_routing", "moe_topk + moe_sort, 70 tokens, E 256, top-8", idTol, checkMoEChunkRouting},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
@@ -227,6 +228,38 @@ func checkAttnPrefill(e *env, bits int) (float64, error) {
 		return math.NaN(), err
 	}
 	return relErr(f32s(x.Bytes(bs.Out)), kernels.AttnPrefill(s, pos0, tokens, q, qg, kc, vc, attnTable)), nil
+}
+
+func checkMoEChunkRouting(e *env) (float64, error) {
+	s := kernels.MoEShape{H: 2048, E: 256, K: 8, I: 512, SI: 512}
+	const n = 70
+	logits, shared := randFloats(e.r, n*s.E, 2), randFloats(e.r, n, 1)
+	var ids []uint32
+	var weights []float32
+	for t := range n {
+		i, w := kernels.MoERoute(logits[t*s.E:(t+1)*s.E], shared[t], s.K)
+		ids, weights = append(ids, i...), append(weights, w...)
+	}
+	b := newPB()
+	tk := kernels.MoETopKBuffers[int]{Logits: b.in("logits", logits), Shared: b.in("shared", shared), IDs: b.out("ids", 4*n*s.K), Weights: b.out("weights", 4*n*(s.K+1))}
+	b.add(kernels.MoETopKChunkCall(s, n, tk), false)
+	so := kernels.MoESortBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Offs: b.out("offs", 4*(s.E+1)), Tok: b.out("tok", 4*n*s.K), W: b.out("w", 4*n*s.K), Blocks: b.out("blocks", 16*s.MoEBlocks(n))}
+	b.add(kernels.MoESortCall(s, n, so), true)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	// moe.metal computes in IEEE mode (MathSafe): with random logits the reference's order holds
+	// (moe_router's check allows for ties within rounding).
+	gotIDs := u32s(x.Bytes(tk.IDs))
+	if !slices.Equal(gotIDs, ids) {
+		return 1, fmt.Errorf("moe_topk chose %v, the reference %v (first tokens)", gotIDs[:s.K], ids[:s.K])
+	}
+	want := kernels.MoESort(s, gotIDs, f32s(x.Bytes(tk.Weights)), n)
+	if !slices.Equal(u32s(x.Bytes(so.Tok)), want.Tok) || !slices.Equal(u32s(x.Bytes(so.Offs)), want.Offs) {
+		return 1, fmt.Errorf("moe_sort's grouping differs from the reference's")
+	}
+	return 0, nil
 }
 
 func checkLayout(e *env) (float64, error) {

@@ -1,0 +1,98 @@
+//go:build linux
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+// TestMoEChunkRouting: moe_topk over a chunk's tokens routes each as MoERoute does, and
+// moe_sort groups the chunk's pairs by expert (then token) with a block map within its bound,
+// as MoESort; tokens that pick the same experts, experts nobody picks and experts with more
+// than a block's pairs included.
+func TestMoEChunkRouting(t *testing.T) {
+	lib := library(t, emu.Options{}, "moe.metal")
+	r := rand.New(rand.NewPCG(91, 92))
+	for _, c := range []struct {
+		s      MoEShape
+		tokens int
+	}{
+		{MoEShape{H: 64, E: 16, K: 4, I: 64, SI: 64}, 1},
+		{MoEShape{H: 64, E: 16, K: 4, I: 64, SI: 64}, 45}, // 180 pairs over 16 experts: several blocks each
+		{MoEShape{H: 2048, E: 256, K: 8, I: 512, SI: 512}, 70},
+	} {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("e%d_k%d_t%d_%v", c.s.E, c.s.K, c.tokens, order), func(t *testing.T) {
+				s, n := c.s, c.tokens
+				logits := make([]float32, n*s.E)
+				for i := range logits {
+					logits[i] = float32(r.NormFloat64() * 2)
+				}
+				if n > 1 {
+					copy(logits[s.E:2*s.E], logits[:s.E]) // two tokens with the same choice
+				}
+				shared := randFloats(r, n, 1)
+				var ids []uint32
+				var weights []float32
+				for tk := range n {
+					i, w := MoERoute(logits[tk*s.E:(tk+1)*s.E], shared[tk], s.K)
+					ids, weights = append(ids, i...), append(weights, w...)
+				}
+				bIDs, bW := emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*(s.K+1))
+				mustDispatch(t, lib, MoETopKChunkCall(s, n, MoETopKBuffers[*emu.Buffer]{Logits: emu.BufferOf(logits), Shared: emu.BufferOf(shared), IDs: bIDs, Weights: bW}), order, 1)
+				if !slices.Equal(bIDs.Uint32s(), ids) {
+					t.Fatalf("ids %v, MoERoute %v", bIDs.Uint32s()[:min(16, len(ids))], ids[:min(16, len(ids))])
+				}
+				for i, w := range weights {
+					if math.Abs(float64(bW.Float32s()[i]-w)) > 1e-6 {
+						t.Fatalf("weight %d: %g, MoERoute %g", i, bW.Float32s()[i], w)
+					}
+				}
+				want := MoESort(s, ids, bW.Float32s(), n)
+				nb := s.MoEBlocks(n)
+				offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*nb)
+				for _, b := range []*emu.Buffer{offs, tok, w, blocks} {
+					b.Fill(0xEE)
+				}
+				mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: bIDs, Weights: bW, Offs: offs, Tok: tok, W: w, Blocks: blocks}), order, 2)
+				if !slices.Equal(offs.Uint32s(), want.Offs) || !slices.Equal(tok.Uint32s(), want.Tok) || !slices.Equal(w.Float32s(), want.W) {
+					t.Fatalf("sorted pairs differ from MoESort's")
+				}
+				used := 0
+				for i, b := range want.Blocks {
+					got := [4]uint32(blocks.Uint32s()[4*i : 4*i+4])
+					if got != b {
+						t.Fatalf("block %d: %v, MoESort %v", i, got, b)
+					}
+					if b[0] != 0xffffffff {
+						used++
+					}
+				}
+				if len(want.Blocks) != nb || used > nb {
+					t.Fatalf("%d blocks used of a bound of %d", used, nb)
+				}
+			})
+		}
+	}
+}
+
+// TestMoESortASan runs moe_sort through the AddressSanitizer helper process.
+func TestMoESortASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "moe.metal")
+	s, n := MoEShape{H: 64, E: 16, K: 4, I: 64, SI: 64}, 40
+	ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
+	for i := range ids {
+		ids[i] = uint32((i*7 + i/4) % s.E)
+	}
+	offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*s.MoEBlocks(n))
+	mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: emu.BufferOf(ids), Weights: emu.BufferOf(weights), Offs: offs, Tok: tok, W: w, Blocks: blocks}), emu.Reverse, 1)
+	if want := MoESort(s, ids, weights, n); !slices.Equal(tok.Uint32s(), want.Tok) {
+		t.Fatal("sorted tokens differ from MoESort's")
+	}
+}
