@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
 )
 
@@ -95,4 +96,81 @@ func TestMoESortASan(t *testing.T) {
 	if want := MoESort(s, ids, weights, n); !slices.Equal(tok.Uint32s(), want.Tok) {
 		t.Fatal("sorted tokens differ from MoESort's")
 	}
+}
+
+// TestMoEGateUpMM: the grouped gate/up GEMM over moe_sort's blocks equals each pair's expert
+// gate/up product with SwiGLU (MoEGateUpSorted): experts with several blocks, experts with none,
+// blocks past the map's end, an intermediate size that is not a multiple of 32.
+func TestMoEGateUpMM(t *testing.T) {
+	lib := library(t, emu.Options{}, "qmm.metal")
+	r := rand.New(rand.NewPCG(93, 94))
+	for _, c := range []struct {
+		s      MoEShape
+		tokens int
+	}{
+		{MoEShape{H: 128, E: 16, K: 4, I: 48, SI: 64}, 45},
+		{MoEShape{H: 256, E: 8, K: 2, I: 64, SI: 64}, 3},
+	} {
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("e%d_k%d_t%d_%v", c.s.E, c.s.K, c.tokens, order), func(t *testing.T) {
+				s, n := c.s, c.tokens
+				ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
+				for tk := range n {
+					for k, e := range r.Perm(s.E - 2)[:s.K] { // distinct per token; the last two experts get nobody
+						ids[tk*s.K+k] = uint32(e)
+					}
+				}
+				sorted := MoESort(s, ids, weights, n)
+				gate := quantize(r, s.E*s.I, s.H)
+				up := quantize(r, s.E*s.I, s.H)
+				x := randFloats(r, n*s.H, 1)
+				want := MoEGateUpSorted(gate, up, s.I, sorted, x)
+				var blocks []uint32
+				for _, b := range sorted.Blocks {
+					blocks = append(blocks, b[:]...)
+				}
+				pairs := n * s.K
+				act := emu.NewBuffer(4 * pairs * s.I)
+				act.Fill(0xFF)
+				mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, pairs, len(sorted.Blocks), MoEGateUpMMBuffers[*emu.Buffer]{
+					Gate: qbufsOf(gate), Up: qbufsOf(up), X: emu.BufferOf(x), Tok: emu.BufferOf(sorted.Tok), Blocks: emu.BufferOf(blocks), Act: act,
+				}), order, 5)
+				if e := relErr(act.Float32s(), want); !(e <= 2e-6) {
+					t.Fatalf("relative error %.2g", e)
+				}
+			})
+		}
+	}
+}
+
+// TestMoEGateUpMMASan runs the grouped GEMM through the AddressSanitizer helper process.
+func TestMoEGateUpMMASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "qmm.metal")
+	r := rand.New(rand.NewPCG(95, 96))
+	s, n := MoEShape{H: 64, E: 4, K: 2, I: 40, SI: 64}, 20
+	ids := make([]uint32, n*s.K)
+	for tk := range n {
+		ids[tk*s.K], ids[tk*s.K+1] = uint32(tk%4), uint32((tk+1)%4)
+	}
+	sorted := MoESort(s, ids, make([]float32, n*(s.K+1)), n)
+	gate, up, x := quantize(r, s.E*s.I, s.H), quantize(r, s.E*s.I, s.H), randFloats(r, n*s.H, 1)
+	var blocks []uint32
+	for _, b := range sorted.Blocks {
+		blocks = append(blocks, b[:]...)
+	}
+	act := emu.NewBuffer(4 * n * s.K * s.I)
+	mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), MoEGateUpMMBuffers[*emu.Buffer]{
+		Gate: qbufsOf(gate), Up: qbufsOf(up), X: emu.BufferOf(x), Tok: emu.BufferOf(sorted.Tok), Blocks: emu.BufferOf(blocks), Act: act,
+	}), emu.Reverse, 1)
+	if e := relErr(act.Float32s(), MoEGateUpSorted(gate, up, s.I, sorted, x)); !(e <= 2e-6) {
+		t.Fatalf("relative error %.2g", e)
+	}
+}
+
+func quantize(r *rand.Rand, rows, cols int) *quant.Matrix {
+	return quant.Quantize(randFloats(r, rows*cols, 0.05), rows, cols, 4)
+}
+
+func qbufsOf(m *quant.Matrix) qbufs {
+	return qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)}
 }

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/quant"
 )
 
@@ -66,4 +67,46 @@ type LayoutProbeBuffers[B any] struct {
 func LayoutProbeCall[B any](b LayoutProbeBuffers[B]) Call[B] {
 	return Call[B]{Kernel: "simdgroup_layout_probe", Constants: map[int]any{QMMTokens: 1, QMMRows: 1, QMMCols: 64},
 		Buffers: map[int]B{0: b.Labels, 1: b.Out}, Threadgroups: grid(1), Group: grid(32)}
+}
+
+// MoEGateUpSorted is the Go reference of moe_gate_up_mm: for each pair of sorted (moe_sort's
+// grouping of a chunk's routing), act[pair] = silu(gate_e·x[tok]) · (up_e·x[tok]) over expert e's
+// rows e·inter .. of the stacked gate and up tensors; x is [tokens][gate.Cols].
+func MoEGateUpSorted(gate, up *quant.Matrix, inter int, sorted MoESorted, x []float32) []float32 {
+	h := gate.Cols
+	act := make([]float32, len(sorted.Tok)*inter)
+	g, u := make([]float32, inter), make([]float32, inter)
+	for e := range len(sorted.Offs) - 1 {
+		ge, ue := gate.RowRange(e*inter, inter), up.RowRange(e*inter, inter)
+		for p := sorted.Offs[e]; p < sorted.Offs[e+1]; p++ {
+			xt := x[int(sorted.Tok[p])*h : (int(sorted.Tok[p])+1)*h]
+			quant.MatVec(ge, g, xt)
+			quant.MatVec(ue, u, xt)
+			for r := range inter {
+				act[int(p)*inter+r] = f32.Silu(g[r]) * u[r]
+			}
+		}
+	}
+	return act
+}
+
+// MoEGateUpMMBuffers are moe_gate_up_mm's buffers, by role.
+type MoEGateUpMMBuffers[B any] struct {
+	Gate, Up QMatrixBuffers[B] // 0-2, 3-5: stacked [E·I][H] 4-bit
+	X        B                 // 6: [tokens][H] normed inputs
+	Tok      B                 // 7: [pairs] each sorted pair's token (moe_sort)
+	Blocks   B                 // 8: moe_sort's block map
+	Act      B                 // 9: [pairs][I]
+}
+
+// MoEGateUpMMCall is moe_gate_up_mm over blocks blocks of a map (MoEShape.MoEBlocks), inter
+// intermediate rows per expert, hidden input features.
+func MoEGateUpMMCall[B any](hidden, inter, pairs, blocks int, b MoEGateUpMMBuffers[B]) Call[B] {
+	bs := map[int]B{6: b.X, 7: b.Tok, 8: b.Blocks, 9: b.Act}
+	b.Gate.bind(bs, 0)
+	b.Up.bind(bs, 3)
+	return Call[B]{
+		Kernel: "moe_gate_up_mm", Constants: map[int]any{QMMTokens: pairs, QMMRows: inter, QMMCols: hidden}, Buffers: bs,
+		Threadgroups: [3]int{groupsFor(inter, QMMTileN), blocks, 1}, Group: grid(QMMThreads),
+	}
 }

@@ -24,32 +24,44 @@ constant uint QMM_K [[function_constant(2)]];  // input features, a multiple of 
 #define QMM_THREADS 128
 #define QMM_TILE 1024  // QMM_BM·QMM_BK = QMM_BN·QMM_BK = QMM_BM·QMM_BN floats (4 KiB)
 
-template <uint BITS>
-inline void qmm(device const float* x, device const uint* w, device const bfloat* scales, device const bfloat* biases,
-                device float* y, uint2 tg, uint tid, uint sg, threadgroup float* xs, threadgroup float* ws,
-                threadgroup float* ys) {
+// A simdgroup's quarter of a 32×32 tile's accumulators.
+struct qmm_acc {
+  simdgroup_float8x8 m[2][2];
+};
+
+// qmm_tile accumulates a 32 × 32 tile of X·Wᵀ into acc: the tile's rows are rows m0 .. m0+m-1 of
+// x ([.][K]; with GATHER, rows rows[m0 + r] instead), its columns W's rows w0 + n0 .. w0+n0+31
+// (those at or past n_lim read as 0). All 128 threads call it.
+template <uint BITS, bool GATHER>
+inline void qmm_tile(thread qmm_acc& acc, device const float* x, device const uint* rows, uint m0, uint m,
+                     device const uint* w, device const bfloat* scales, device const bfloat* biases, ulong w0,
+                     uint n0, uint n_lim, uint K, uint tid, uint sg, threadgroup float* xs, threadgroup float* ws) {
   const uint VPW = 32 / BITS;  // values per uint32 word
   const uint mask = (1u << BITS) - 1;
-  const uint m0 = tg.y * QMM_BM, n0 = tg.x * QMM_BN;
   const uint sm = (sg / 2) * 16, sn = (sg % 2) * 16;  // this simdgroup's quarter of the tile
-  simdgroup_float8x8 acc[2][2];
   for (uint i = 0; i < 2; i++) {
     for (uint j = 0; j < 2; j++) {
-      acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      acc.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     }
   }
-  for (uint k0 = 0; k0 < QMM_K; k0 += QMM_BK) {
+  for (uint k0 = 0; k0 < K; k0 += QMM_BK) {
     for (uint i = tid; i < QMM_BM * QMM_BK; i += QMM_THREADS) {
       const uint r = i / QMM_BK, c = i % QMM_BK;
-      xs[i] = m0 + r < QMM_M ? x[ulong(m0 + r) * QMM_K + k0 + c] : 0.0f;
+      float v = 0.0f;
+      if (r < m) {
+        const ulong row = GATHER ? ulong(rows[m0 + r]) : ulong(m0 + r);
+        v = x[row * K + k0 + c];
+      }
+      xs[i] = v;
     }
     for (uint i = tid; i < QMM_BN * QMM_BK / VPW; i += QMM_THREADS) {
       const uint r = i / (QMM_BK / VPW), wi = i % (QMM_BK / VPW);
       const uint n = n0 + r, k = k0 + wi * VPW;
       threadgroup float* dst = ws + r * QMM_BK + wi * VPW;
-      if (n < QMM_N) {
-        const uint word = w[ulong(n) * (QMM_K / VPW) + k / VPW];
-        const ulong g = ulong(n) * (QMM_K / 64) + k / 64;
+      if (n < n_lim) {
+        const ulong wr = w0 + n;
+        const uint word = w[wr * (K / VPW) + k / VPW];
+        const ulong g = wr * (K / 64) + k / 64;
         const float s = float(scales[g]), b = float(biases[g]);
         for (uint j = 0; j < VPW; j++) {
           dst[j] = s * float((word >> (BITS * j)) & mask) + b;
@@ -71,18 +83,34 @@ inline void qmm(device const float* x, device const uint* w, device const bfloat
       }
       for (uint i = 0; i < 2; i++) {
         for (uint j = 0; j < 2; j++) {
-          simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+          simdgroup_multiply_accumulate(acc.m[i][j], a[i], b[j], acc.m[i][j]);
         }
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are read; the next step overwrites them
   }
+}
+
+// qmm_stage stores acc into the 32 × 32 tile ys (row-major) and waits for the threadgroup.
+inline void qmm_stage(thread qmm_acc& acc, threadgroup float* ys, uint sg) {
+  const uint sm = (sg / 2) * 16, sn = (sg % 2) * 16;
   for (uint i = 0; i < 2; i++) {
     for (uint j = 0; j < 2; j++) {
-      simdgroup_store(acc[i][j], ys, QMM_BN, ulong2(sn + 8 * j, sm + 8 * i));
+      simdgroup_store(acc.m[i][j], ys, QMM_BN, ulong2(sn + 8 * j, sm + 8 * i));
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+template <uint BITS>
+inline void qmm(device const float* x, device const uint* w, device const bfloat* scales, device const bfloat* biases,
+                device float* y, uint2 tg, uint tid, uint sg, threadgroup float* xs, threadgroup float* ws,
+                threadgroup float* ys) {
+  const uint m0 = tg.y * QMM_BM, n0 = tg.x * QMM_BN;
+  qmm_acc acc;
+  qmm_tile<BITS, false>(acc, x, nullptr, m0, min(uint(QMM_BM), QMM_M - m0), w, scales, biases, 0, n0, QMM_N, QMM_K, tid,
+                        sg, xs, ws);
+  qmm_stage(acc, ys, sg);
   for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
     const uint r = i / QMM_BN, c = i % QMM_BN;
     if (m0 + r < QMM_M && n0 + c < QMM_N) {
@@ -130,4 +158,48 @@ kernel void simdgroup_layout_probe(device const float* labels [[buffer(0)]],  //
   simdgroup_load(m, labels);
   out[lane * 2] = m.thread_elements()[0];
   out[lane * 2 + 1] = m.thread_elements()[1];
+}
+
+// moe_gate_up_mm is a prefill chunk's grouped GEMM for the routed experts' gate and up
+// projections with SwiGLU: block b of moe_sort's map ({expert e, first pair, pairs n}) computes,
+// for its n pairs and 32 of the I = QMM_N intermediate rows, act[pair] = silu(gate_e · x[tok]) ·
+// (up_e · x[tok]), gate_e and up_e being rows e·I .. of the stacked [E·I][K] tensors and x the
+// chunk's normed inputs [T][K]. Grid: (ceil(I / 32), blocks) threadgroups of 128; a block past the
+// map's end ({MOE_NONE, ...}) returns at once. The shared expert runs through it too, as one
+// expert over an identity map.
+kernel void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E·I][K·4/32]
+                           device const bfloat* gate_s [[buffer(1)]],
+                           device const bfloat* gate_b [[buffer(2)]],
+                           device const uint* up_w [[buffer(3)]],
+                           device const bfloat* up_s [[buffer(4)]],
+                           device const bfloat* up_b [[buffer(5)]],
+                           device const float* x [[buffer(6)]],            // [T][K]
+                           device const uint* tok [[buffer(7)]],           // [pairs] (moe_sort)
+                           device const uint4* blocks [[buffer(8)]],       // moe_sort's block map
+                           device float* act [[buffer(9)]],                // [pairs][I]
+                           uint2 tg [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]],
+                           uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float xs[QMM_TILE];
+  threadgroup float ws[QMM_TILE];
+  threadgroup float yg[QMM_TILE];
+  threadgroup float yu[QMM_TILE];
+  const uint4 blk = blocks[tg.y];
+  if (blk.x == 0xffffffffu) {
+    return;  // the same for the whole threadgroup
+  }
+  const ulong w0 = ulong(blk.x) * QMM_N;
+  const uint n0 = tg.x * QMM_BN;
+  qmm_acc acc;
+  qmm_tile<4, true>(acc, x, tok, blk.y, blk.z, gate_w, gate_s, gate_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
+  qmm_stage(acc, yg, sg);
+  qmm_tile<4, true>(acc, x, tok, blk.y, blk.z, up_w, up_s, up_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
+  qmm_stage(acc, yu, sg);
+  for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
+    const uint r = i / QMM_BN, c = i % QMM_BN;
+    if (r < blk.z && n0 + c < QMM_N) {
+      const float g = yg[i];
+      act[ulong(blk.y + r) * QMM_N + n0 + c] = g * (1.0f / (1.0f + exp(-g))) * yu[i];
+    }
+  }
 }

@@ -115,6 +115,7 @@ func checks() []check {
 		{"moe_down_combine", fmt.Sprintf("H %d, E %d, top-%d, I %d, SI %d", moeSmall.H, moeSmall.E, moeSmall.K, moeSmall.I, moeSmall.SI), downTol, checkDown},
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
 		{"moe_chunk_routing", "moe_topk + moe_sort, 70 tokens, E 256, top-8", idTol, checkMoEChunkRouting},
+		{"moe_gate_up_mm", "grouped gate/up + SwiGLU, 40 tokens, E 8, top-2, I 512, H 2048", qmmTol, checkMoEGateUpMM},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
@@ -260,6 +261,34 @@ func checkMoEChunkRouting(e *env) (float64, error) {
 		return 1, fmt.Errorf("moe_sort's grouping differs from the reference's")
 	}
 	return 0, nil
+}
+
+func checkMoEGateUpMM(e *env) (float64, error) {
+	s := kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}
+	const n = 40
+	ids := make([]uint32, n*s.K)
+	for t := range n {
+		ids[t*s.K], ids[t*s.K+1] = uint32(t%s.E), uint32((t*3+1)%s.E)
+		if ids[t*s.K+1] == ids[t*s.K] {
+			ids[t*s.K+1] = (ids[t*s.K] + 1) % uint32(s.E)
+		}
+	}
+	sorted := kernels.MoESort(s, ids, make([]float32, n*(s.K+1)), n)
+	var blocks []uint32
+	for _, b := range sorted.Blocks {
+		blocks = append(blocks, b[:]...)
+	}
+	gate, up := randQ(e.r, s.E*s.I, s.H, 4), randQ(e.r, s.E*s.I, s.H, 4)
+	xs := randFloats(e.r, n*s.H, 1)
+	b := newPB()
+	bs := kernels.MoEGateUpMMBuffers[int]{Gate: b.qm("gate", gate), Up: b.qm("up", up), X: b.in("x", xs), Tok: b.in("tok", sorted.Tok),
+		Blocks: b.in("blocks", blocks), Act: b.out("act", 4*n*s.K*s.I)}
+	b.add(kernels.MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), bs), false)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	return relErr(f32s(x.Bytes(bs.Act)), kernels.MoEGateUpSorted(gate, up, s.I, sorted, xs)), nil
 }
 
 func checkLayout(e *env) (float64, error) {
