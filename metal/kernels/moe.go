@@ -331,19 +331,21 @@ type MoESorted struct {
 	Offs   []uint32    // [E+1] expert e's pairs are Tok[Offs[e]:Offs[e+1]]
 	Tok    []uint32    // [tokens·K] each sorted pair's token
 	W      []float32   // its routing weight
+	Pos    []uint32    // [tokens·K] where pair (t, slot) went
 	Blocks [][4]uint32 // [MoEBlocks] {expert, first pair, pairs, 0}; {MOE_NONE, 0, 0, 0} past the end
 }
 
 // MoESort is the Go reference of moe_sort: ids [tokens][K] and weights [tokens][K+1] (moe_topk's)
 // sorted by expert, then token.
 func MoESort(s MoEShape, ids []uint32, weights []float32, tokens int) MoESorted {
-	out := MoESorted{Offs: make([]uint32, s.E+1)}
+	out := MoESorted{Offs: make([]uint32, s.E+1), Pos: make([]uint32, tokens*s.K)}
 	for e := range s.E {
 		out.Offs[e] = uint32(len(out.Tok))
 		first := len(out.Tok)
 		for i, id := range ids[:tokens*s.K] {
 			if int(id) == e {
 				t, slot := i/s.K, i%s.K
+				out.Pos[i] = uint32(len(out.Tok))
 				out.Tok = append(out.Tok, uint32(t))
 				out.W = append(out.W, weights[t*(s.K+1)+slot])
 			}
@@ -367,6 +369,7 @@ type MoESortBuffers[B any] struct {
 	Tok     B // 3: [tokens·K] uint32
 	W       B // 4: [tokens·K] float32
 	Blocks  B // 5: [MoEBlocks(tokens)] {uint32 × 4}
+	Pos     B // 6: [tokens·K] uint32
 }
 
 // MoESortThreads is moe_sort's threadgroup: a thread per expert (E <= 1024).
@@ -377,7 +380,50 @@ func MoESortCall[B any](s MoEShape, tokens int, b MoESortBuffers[B]) Call[B] {
 	c := s.Constants()
 	c[MoETokens] = tokens
 	return Call[B]{
-		Kernel: "moe_sort", Constants: c, Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Offs, 3: b.Tok, 4: b.W, 5: b.Blocks},
+		Kernel: "moe_sort", Constants: c, Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Offs, 3: b.Tok, 4: b.W, 5: b.Blocks, 6: b.Pos},
 		Threadgroups: grid(1), Group: grid(min(MoESortThreads, (s.E+31)/32*32)),
+	}
+}
+
+// MoECombine is the Go reference of moe_combine: for each token, the sum from zero of its
+// experts' rows of y (moe_down_mm's, already weighted) in ascending expert id, then the shared
+// expert's row times its gate weights[t][K], added to res ([tokens][H]).
+func MoECombine(s MoEShape, ids []uint32, weights []float32, sorted MoESorted, y, sh, res []float32, tokens int) {
+	h := s.H
+	for t := range tokens {
+		slots := make([]int, s.K)
+		for k := range slots {
+			slots[k] = k
+		}
+		sort.Slice(slots, func(a, b int) bool { return ids[t*s.K+slots[a]] < ids[t*s.K+slots[b]] })
+		for d := range h {
+			var acc float32
+			for _, k := range slots {
+				acc += y[int(sorted.Pos[t*s.K+k])*h+d]
+			}
+			acc += weights[t*(s.K+1)+s.K] * sh[t*h+d]
+			res[t*h+d] += acc
+		}
+	}
+}
+
+// MoECombineBuffers are moe_combine's buffers, by role.
+type MoECombineBuffers[B any] struct {
+	IDs     B // 0: [tokens][K]
+	Weights B // 1: [tokens][K+1] (the shared gate's sigmoid last)
+	Pos     B // 2: [tokens·K] moe_sort's
+	Y       B // 3: [tokens·K][H] moe_down_mm's
+	Shared  B // 4: [tokens][H] the shared expert's output
+	Res     B // 5: [tokens][H], updated in place
+}
+
+// MoECombineThreads is moe_combine's threadgroup: a thread per hidden dim.
+const MoECombineThreads = 256
+
+// MoECombineCall is moe_combine for tokens tokens.
+func MoECombineCall[B any](s MoEShape, tokens int, b MoECombineBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "moe_combine", Constants: s.Constants(), Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Pos, 3: b.Y, 4: b.Shared, 5: b.Res},
+		Threadgroups: [3]int{groupsFor(s.H, MoECombineThreads), tokens, 1}, Group: grid(MoECombineThreads),
 	}
 }

@@ -272,7 +272,7 @@ kernel void moe_topk(device const float* logits [[buffer(0)]],  // [T][E] router
 // moe_sort groups a prefill chunk's (token, slot) pairs by expert for the grouped GEMMs: the T·K
 // pairs of ids [T][K] (moe_topk's) sorted by expert, then token (stable, so the result is the
 // same on every run): tok[i] and w[i] are pair i's token and routing weight, offs[e] .. offs[e+1]
-// expert e's range. blocks lists units of at most MOE_BM pairs of one expert, {expert, first
+// expert e's range, pos[t·K + slot] where token t's slot went. blocks lists units of at most MOE_BM pairs of one expert, {expert, first
 // pair, pairs}: expert e's c_e pairs take ceil(c_e / MOE_BM) of them, so there are at most
 // T·K / MOE_BM + E (the grid the grouped GEMMs are sized for; the rest are {MOE_NONE, 0, 0}).
 // One threadgroup of up to 1024 threads; thread e counts and places expert e's pairs by scanning
@@ -287,6 +287,7 @@ kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
                      device uint* tok [[buffer(3)]],              // [T·K] token of each sorted pair
                      device float* w [[buffer(4)]],               // [T·K] its routing weight
                      device uint4* blocks [[buffer(5)]],          // [T·K / MOE_BM + E] {e, first, n, 0}
+                     device uint* pos [[buffer(6)]],              // [T·K] pair (t, slot)'s sorted index
                      uint tid [[thread_index_in_threadgroup]],
                      uint ntg [[threads_per_threadgroup]]) {
   threadgroup uint count[MOE_MAX_E];
@@ -322,6 +323,7 @@ kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
         const uint t = i / MOE_K, slot = i % MOE_K;
         tok[at] = t;
         w[at] = weights[t * (MOE_K + 1) + slot];
+        pos[i] = at;
         at++;
       }
     }
@@ -503,4 +505,41 @@ kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K
       res[row0 + r] += v;
     }
   }
+}
+
+// moe_combine adds a prefill chunk's MoE output to the residual: res[t] += Σ over token t's K
+// experts, in ascending expert id (engine/cpu's order), of y[pos[t·K + slot]] (moe_down_mm's
+// weighted rows), then the shared expert's row sh[t] times its gate weights[t][K] (the sigmoid
+// moe_topk wrote). Grid: (ceil(H / 256), T) threadgroups of 256, a thread per hidden dim.
+kernel void moe_combine(device const uint* ids [[buffer(0)]],        // [T][K]
+                        device const float* weights [[buffer(1)]],   // [T][K + 1]
+                        device const uint* pos [[buffer(2)]],        // [T·K] (moe_sort)
+                        device const float* y [[buffer(3)]],         // [T·K][H] sorted pairs' rows
+                        device const float* sh [[buffer(4)]],        // [T][H] the shared expert's
+                        device float* res [[buffer(5)]],             // [T][H], updated in place
+                        uint2 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint ntg [[threads_per_threadgroup]]) {
+  const uint t = tg.y, d = tg.x * ntg + tid;
+  if (d >= MOE_H) {
+    return;
+  }
+  // the token's slots by ascending expert id (K <= 32: a selection each round)
+  float acc = 0.0f;
+  uint last = 0, have = 0;
+  for (uint n = 0; n < MOE_K; n++) {
+    uint best = MOE_NONE, slot = 0;
+    for (uint k = 0; k < MOE_K; k++) {
+      const uint e = ids[t * MOE_K + k];
+      if ((have == 0 || e > last) && e < best) {
+        best = e;
+        slot = k;
+      }
+    }
+    acc += y[ulong(pos[t * MOE_K + slot]) * MOE_H + d];
+    last = best;
+    have = 1;
+  }
+  acc += weights[t * (MOE_K + 1) + MOE_K] * sh[ulong(t) * MOE_H + d];
+  res[ulong(t) * MOE_H + d] += acc;
 }

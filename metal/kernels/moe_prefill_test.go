@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
 )
@@ -57,12 +58,12 @@ func TestMoEChunkRouting(t *testing.T) {
 				}
 				want := MoESort(s, ids, bW.Float32s(), n)
 				nb := s.MoEBlocks(n)
-				offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*nb)
-				for _, b := range []*emu.Buffer{offs, tok, w, blocks} {
+				offs, tok, w, blocks, pos := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*nb), emu.NewBuffer(4*n*s.K)
+				for _, b := range []*emu.Buffer{offs, tok, w, blocks, pos} {
 					b.Fill(0xEE)
 				}
-				mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: bIDs, Weights: bW, Offs: offs, Tok: tok, W: w, Blocks: blocks}), order, 2)
-				if !slices.Equal(offs.Uint32s(), want.Offs) || !slices.Equal(tok.Uint32s(), want.Tok) || !slices.Equal(w.Float32s(), want.W) {
+				mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: bIDs, Weights: bW, Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: pos}), order, 2)
+				if !slices.Equal(offs.Uint32s(), want.Offs) || !slices.Equal(tok.Uint32s(), want.Tok) || !slices.Equal(w.Float32s(), want.W) || !slices.Equal(pos.Uint32s(), want.Pos) {
 					t.Fatalf("sorted pairs differ from MoESort's")
 				}
 				used := 0
@@ -92,7 +93,7 @@ func TestMoESortASan(t *testing.T) {
 		ids[i] = uint32((i*7 + i/4) % s.E)
 	}
 	offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*s.MoEBlocks(n))
-	mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: emu.BufferOf(ids), Weights: emu.BufferOf(weights), Offs: offs, Tok: tok, W: w, Blocks: blocks}), emu.Reverse, 1)
+	mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: emu.BufferOf(ids), Weights: emu.BufferOf(weights), Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: emu.NewBuffer(4 * n * s.K)}), emu.Reverse, 1)
 	if want := MoESort(s, ids, weights, n); !slices.Equal(tok.Uint32s(), want.Tok) {
 		t.Fatal("sorted tokens differ from MoESort's")
 	}
@@ -173,4 +174,67 @@ func quantize(r *rand.Rand, rows, cols int) *quant.Matrix {
 
 func qbufsOf(m *quant.Matrix) qbufs {
 	return qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)}
+}
+
+// TestMoEChunk: a prefill chunk's whole MoE block on the GPU — moe_topk, moe_sort, the grouped
+// gate/up and down GEMMs, the shared expert through the same kernels over an identity map, and
+// moe_combine — adds to every token's residual what the decode block's reference
+// (MoEGateUp + MoEDownCombine) adds for that token alone.
+func TestMoEChunk(t *testing.T) {
+	runMoEChunk(t, emu.Options{}, MoEShape{H: 128, E: 16, K: 4, I: 64, SI: 128}, 37, emu.Orders)
+}
+
+func TestMoEChunkASan(t *testing.T) {
+	runMoEChunk(t, emu.Options{ASan: true}, MoEShape{H: 64, E: 4, K: 2, I: 64, SI: 64}, 9, []emu.Order{emu.Shuffle})
+}
+
+func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu.Order) {
+	t.Helper()
+	libQ, libM := library(t, opts, "qmm.metal"), library(t, opts, "moe.metal")
+	r := rand.New(rand.NewPCG(97, 98))
+	mo := &model.MoE{
+		Gate: quantize(r, s.E*s.I, s.H), Up: quantize(r, s.E*s.I, s.H), Down: quantize(r, s.E*s.H, s.I),
+		SharedGate: quantize(r, s.SI, s.H), SharedUp: quantize(r, s.SI, s.H), SharedDown: quantize(r, s.H, s.SI),
+	}
+	x, res := randFloats(r, n*s.H, 1), randFloats(r, n*s.H, 1)
+	logits, shared := randFloats(r, n*s.E, 2), randFloats(r, n, 1)
+	want := append([]float32(nil), res...)
+	for tk := range n {
+		ids, w := MoERoute(logits[tk*s.E:(tk+1)*s.E], shared[tk], s.K)
+		xt := x[tk*s.H : (tk+1)*s.H]
+		MoEDownCombine(mo, s, ids, w, MoEGateUp(mo, s, ids, xt), want[tk*s.H:(tk+1)*s.H], false)
+	}
+	for _, order := range orders {
+		pairs, nb := n*s.K, s.MoEBlocks(n)
+		ids, weights := emu.NewBuffer(4*pairs), emu.NewBuffer(4*n*(s.K+1))
+		mustDispatch(t, libM, MoETopKChunkCall(s, n, MoETopKBuffers[*emu.Buffer]{Logits: emu.BufferOf(logits), Shared: emu.BufferOf(shared), IDs: ids, Weights: weights}), order, 1)
+		sb := MoESortBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Offs: emu.NewBuffer(4 * (s.E + 1)), Tok: emu.NewBuffer(4 * pairs),
+			W: emu.NewBuffer(4 * pairs), Blocks: emu.NewBuffer(16 * nb), Pos: emu.NewBuffer(4 * pairs)}
+		mustDispatch(t, libM, MoESortCall(s, n, sb), order, 2)
+		bx, act, y := emu.BufferOf(x), emu.NewBuffer(4*pairs*s.I), emu.NewBuffer(4*pairs*s.H)
+		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.I, pairs, nb, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.Gate), Up: qbufsOf(mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act}), order, 3)
+		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.I, pairs, nb, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y}), order, 4)
+		// the shared expert: one expert over the identity map, weight 1 (its gate comes in moe_combine)
+		var idBlocks []uint32
+		tokens, ones := make([]uint32, n), make([]float32, n)
+		for tk := range n {
+			tokens[tk], ones[tk] = uint32(tk), 1
+		}
+		for t0 := 0; t0 < n; t0 += MoEBlockRows {
+			idBlocks = append(idBlocks, 0, uint32(t0), uint32(min(MoEBlockRows, n-t0)), 0)
+		}
+		shAct, sh := emu.NewBuffer(4*n*s.SI), emu.NewBuffer(4*n*s.H)
+		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.SharedGate), Up: qbufsOf(mo.SharedUp), X: bx, Tok: emu.BufferOf(tokens), Blocks: emu.BufferOf(idBlocks), Act: shAct}), order, 5)
+		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.SharedDown), Act: shAct, W: emu.BufferOf(ones), Blocks: emu.BufferOf(idBlocks), Y: sh}), order, 6)
+		bres := emu.BufferOf(res)
+		mustDispatch(t, libM, MoECombineCall(s, n, MoECombineBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Pos: sb.Pos, Y: y, Shared: sh, Res: bres}), order, 7)
+		// compare the MoE's contribution, relative to its largest element
+		got, contrib := make([]float32, len(res)), make([]float32, len(res))
+		for i := range res {
+			got[i], contrib[i] = bres.Float32s()[i]-res[i], want[i]-res[i]
+		}
+		if e := relErr(got, contrib); !(e <= 5e-6) {
+			t.Fatalf("%v: the chunk's MoE output differs from the per-token reference by %.2g (of its max)", order, e)
+		}
+	}
 }

@@ -110,3 +110,41 @@ func MoEGateUpMMCall[B any](hidden, inter, pairs, blocks int, b MoEGateUpMMBuffe
 		Threadgroups: [3]int{groupsFor(inter, QMMTileN), blocks, 1}, Group: grid(QMMThreads),
 	}
 }
+
+// MoEDownSorted is the Go reference of moe_down_mm: for each sorted pair, y[pair] =
+// w[pair]·(down_e·act[pair]) over expert e's rows e·hidden .. of the stacked down tensor.
+func MoEDownSorted(down *quant.Matrix, hidden int, sorted MoESorted, act []float32) []float32 {
+	inter := down.Cols
+	y := make([]float32, len(sorted.Tok)*hidden)
+	for e := range len(sorted.Offs) - 1 {
+		de := down.RowRange(e*hidden, hidden)
+		for p := sorted.Offs[e]; p < sorted.Offs[e+1]; p++ {
+			row := y[int(p)*hidden : (int(p)+1)*hidden]
+			quant.MatVec(de, row, act[int(p)*inter:(int(p)+1)*inter])
+			for d := range row {
+				row[d] *= sorted.W[p]
+			}
+		}
+	}
+	return y
+}
+
+// MoEDownMMBuffers are moe_down_mm's buffers, by role.
+type MoEDownMMBuffers[B any] struct {
+	Down   QMatrixBuffers[B] // 0-2: stacked [E·H][I] 4-bit
+	Act    B                 // 3: [pairs][I] moe_gate_up_mm's
+	W      B                 // 4: [pairs] the sorted pairs' routing weights
+	Blocks B                 // 5: moe_sort's block map
+	Y      B                 // 6: [pairs][H]
+}
+
+// MoEDownMMCall is moe_down_mm over blocks blocks of a map, hidden output dims, inter input
+// features per expert.
+func MoEDownMMCall[B any](hidden, inter, pairs, blocks int, b MoEDownMMBuffers[B]) Call[B] {
+	bs := map[int]B{3: b.Act, 4: b.W, 5: b.Blocks, 6: b.Y}
+	b.Down.bind(bs, 0)
+	return Call[B]{
+		Kernel: "moe_down_mm", Constants: map[int]any{QMMTokens: pairs, QMMRows: hidden, QMMCols: inter}, Buffers: bs,
+		Threadgroups: [3]int{groupsFor(hidden, QMMTileN), blocks, 1}, Group: grid(QMMThreads),
+	}
+}

@@ -203,3 +203,37 @@ kernel void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E
     }
   }
 }
+
+// moe_down_mm is the routed experts' grouped down GEMM: block b of moe_sort's map computes, for
+// its n pairs (rows first .. first+n-1 of act, [pairs][I = QMM_K]) and 32 of the H = QMM_N
+// output dims, y[pair] = w[pair] · (down_e · act[pair]), down_e being rows e·H .. of the stacked
+// [E·H][I] tensor. Grid: (ceil(H / 32), blocks) threadgroups of 128.
+kernel void moe_down_mm(device const uint* down_w [[buffer(0)]],    // [E·H][I·4/32]
+                        device const bfloat* down_s [[buffer(1)]],
+                        device const bfloat* down_b [[buffer(2)]],
+                        device const float* act [[buffer(3)]],      // [pairs][I]
+                        device const float* w [[buffer(4)]],        // [pairs] routing weights (moe_sort)
+                        device const uint4* blocks [[buffer(5)]],   // moe_sort's block map
+                        device float* y [[buffer(6)]],              // [pairs][H]
+                        uint2 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float xs[QMM_TILE];
+  threadgroup float ws[QMM_TILE];
+  threadgroup float ys[QMM_TILE];
+  const uint4 blk = blocks[tg.y];
+  if (blk.x == 0xffffffffu) {
+    return;
+  }
+  const uint n0 = tg.x * QMM_BN;
+  qmm_acc acc;
+  qmm_tile<4, false>(acc, act, nullptr, blk.y, blk.z, down_w, down_s, down_b, ulong(blk.x) * QMM_N, n0, QMM_N, QMM_K,
+                     tid, sg, xs, ws);
+  qmm_stage(acc, ys, sg);
+  for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
+    const uint r = i / QMM_BN, c = i % QMM_BN;
+    if (r < blk.z && n0 + c < QMM_N) {
+      y[ulong(blk.y + r) * QMM_N + n0 + c] = w[blk.y + r] * ys[i];
+    }
+  }
+}

@@ -244,7 +244,7 @@ func checkMoEChunkRouting(e *env) (float64, error) {
 	b := newPB()
 	tk := kernels.MoETopKBuffers[int]{Logits: b.in("logits", logits), Shared: b.in("shared", shared), IDs: b.out("ids", 4*n*s.K), Weights: b.out("weights", 4*n*(s.K+1))}
 	b.add(kernels.MoETopKChunkCall(s, n, tk), false)
-	so := kernels.MoESortBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Offs: b.out("offs", 4*(s.E+1)), Tok: b.out("tok", 4*n*s.K), W: b.out("w", 4*n*s.K), Blocks: b.out("blocks", 16*s.MoEBlocks(n))}
+	so := kernels.MoESortBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Offs: b.out("offs", 4*(s.E+1)), Tok: b.out("tok", 4*n*s.K), W: b.out("w", 4*n*s.K), Blocks: b.out("blocks", 16*s.MoEBlocks(n)), Pos: b.out("pos", 4*n*s.K)}
 	b.add(kernels.MoESortCall(s, n, so), true)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
@@ -257,7 +257,7 @@ func checkMoEChunkRouting(e *env) (float64, error) {
 		return 1, fmt.Errorf("moe_topk chose %v, the reference %v (first tokens)", gotIDs[:s.K], ids[:s.K])
 	}
 	want := kernels.MoESort(s, gotIDs, f32s(x.Bytes(tk.Weights)), n)
-	if !slices.Equal(u32s(x.Bytes(so.Tok)), want.Tok) || !slices.Equal(u32s(x.Bytes(so.Offs)), want.Offs) {
+	if !slices.Equal(u32s(x.Bytes(so.Tok)), want.Tok) || !slices.Equal(u32s(x.Bytes(so.Offs)), want.Offs) || !slices.Equal(u32s(x.Bytes(so.Pos)), want.Pos) {
 		return 1, fmt.Errorf("moe_sort's grouping differs from the reference's")
 	}
 	return 0, nil
