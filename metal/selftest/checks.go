@@ -116,6 +116,7 @@ func checks() []check {
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
 		{"moe_chunk_routing", "moe_topk + moe_sort, 70 tokens, E 256, top-8", idTol, checkMoEChunkRouting},
 		{"moe_gate_up_mm", "grouped gate/up + SwiGLU, 40 tokens, E 8, top-2, I 512, H 2048", qmmTol, checkMoEGateUpMM},
+		{"moe_down_combine_mm", "grouped down + combine with the shared expert, 20 tokens, E 8, top-2, I 512, H 2048", qmmTol, checkMoEDownCombineMM},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
@@ -289,6 +290,39 @@ func checkMoEGateUpMM(e *env) (float64, error) {
 		return math.NaN(), err
 	}
 	return relErr(f32s(x.Bytes(bs.Act)), kernels.MoEGateUpSorted(gate, up, s.I, sorted, xs)), nil
+}
+
+func checkMoEDownCombineMM(e *env) (float64, error) {
+	s := kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}
+	const n = 20
+	ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
+	for t := range n {
+		ids[t*s.K], ids[t*s.K+1] = uint32(t%s.E), uint32((t+3)%s.E)
+		weights[t*(s.K+1)], weights[t*(s.K+1)+1], weights[t*(s.K+1)+2] = 0.6, 0.4, 0.3
+	}
+	sorted := kernels.MoESort(s, ids, weights, n)
+	var blocks []uint32
+	for _, b := range sorted.Blocks {
+		blocks = append(blocks, b[:]...)
+	}
+	down := randQ(e.r, s.E*s.H, s.I, 4)
+	act, sh, res := randFloats(e.r, n*s.K*s.I, 1), randFloats(e.r, n*s.H, 1), randFloats(e.r, n*s.H, 1)
+	b := newPB()
+	db := kernels.MoEDownMMBuffers[int]{Down: b.qm("down", down), Act: b.in("act", act), W: b.in("w", sorted.W), Blocks: b.in("blocks", blocks), Y: b.out("y", 4*n*s.K*s.H)}
+	b.add(kernels.MoEDownMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), db), false)
+	cb := kernels.MoECombineBuffers[int]{IDs: b.in("ids", ids), Weights: b.in("weights", weights), Pos: b.in("pos", sorted.Pos), Y: db.Y, Shared: b.in("sh", sh), Res: b.inout("res", res)}
+	b.add(kernels.MoECombineCall(s, n, cb), true)
+	x, err := b.run(e, 1, nil, nil)
+	if err != nil {
+		return math.NaN(), err
+	}
+	y := kernels.MoEDownSorted(down, s.H, sorted, act)
+	if re := relErr(f32s(x.Bytes(db.Y)), y); !(re <= qmmTol) {
+		return re, fmt.Errorf("moe_down_mm: relative error %.2g", re)
+	}
+	want := slices.Clone(res)
+	kernels.MoECombine(s, ids, weights, sorted, y, sh, want, n)
+	return relErr(f32s(x.Bytes(cb.Res)), want), nil
 }
 
 func checkLayout(e *env) (float64, error) {
