@@ -41,3 +41,18 @@ func EmbedCall[B any](hidden, vocab int, b EmbedBuffers[B]) Call[B] {
 		Threadgroups: grid(groupsFor(EmbedThreadsGrid(hidden), EmbedThreads)), Group: grid(EmbedThreads),
 	}
 }
+
+// EmbedChunkBuffers are embed_chunk's buffers, by role.
+type EmbedChunkBuffers[B any] struct {
+	Embed  QMatrixBuffers[B] // 0-2: the 4-bit embedding [vocab][hidden]
+	Tokens B                 // 3: [tokens] uint32
+	Out    B                 // 4: [tokens][hidden] float32
+}
+
+// EmbedChunkCall is embed_chunk: a row of threadgroups (EmbedCall's) per token.
+func EmbedChunkCall[B any](hidden, vocab, tokens int, b EmbedChunkBuffers[B]) Call[B] {
+	c := EmbedCall(hidden, vocab, EmbedBuffers[B]{Embed: b.Embed, Step: b.Tokens, Out: b.Out})
+	c.Kernel = "embed_chunk"
+	c.Threadgroups[1] = tokens
+	return c
+}

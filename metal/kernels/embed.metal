@@ -20,17 +20,11 @@ using namespace metal;
 constant uint EMBED_H [[function_constant(0)]];      // hidden size (2048), a multiple of 64
 constant uint EMBED_VOCAB [[function_constant(1)]];  // rows of E (248320)
 
-kernel void embed_q4(device const uint* words [[buffer(0)]],     // [VOCAB][H/8]
-                     device const bfloat* scales [[buffer(1)]],  // [VOCAB][H/64]
-                     device const bfloat* biases [[buffer(2)]],  // [VOCAB][H/64]
-                     device const uint* step [[buffer(3)]],      // {pos, token}
-                     device float* out [[buffer(4)]],            // [H]
-                     uint w [[thread_position_in_grid]]) {
+// embed_row dequantises word w (8 values) of the embedding row of token into out.
+inline void embed_row(device const uint* words, device const bfloat* scales, device const bfloat* biases,
+                      uint token_id, device float* out, uint w) {
   const uint words_per_row = EMBED_H / 8;
-  if (w >= words_per_row) {
-    return;
-  }
-  const uint token = min(step[1], EMBED_VOCAB - 1);
+  const uint token = min(token_id, EMBED_VOCAB - 1);
   const ulong row = ulong(token);
   const uint word = words[row * words_per_row + w];
   const ulong g = row * (EMBED_H / 64) + w / 8;  // 8 words per group of 64
@@ -43,4 +37,28 @@ kernel void embed_q4(device const uint* words [[buffer(0)]],     // [VOCAB][H/8]
   device float4* o = (device float4*)(out + 8 * w);
   o[0] = float4(v[0], v[1], v[2], v[3]);
   o[1] = float4(v[4], v[5], v[6], v[7]);
+}
+
+kernel void embed_q4(device const uint* words [[buffer(0)]],     // [VOCAB][H/8]
+                     device const bfloat* scales [[buffer(1)]],  // [VOCAB][H/64]
+                     device const bfloat* biases [[buffer(2)]],  // [VOCAB][H/64]
+                     device const uint* step [[buffer(3)]],      // {pos, token}
+                     device float* out [[buffer(4)]],            // [H]
+                     uint w [[thread_position_in_grid]]) {
+  if (w < EMBED_H / 8) {
+    embed_row(words, scales, biases, step[1], out, w);
+  }
+}
+
+// embed_chunk is embed_q4 for a prefill chunk: row t of out ([T][H]) is the embedding of
+// tokens[t]; grid (H/8 threads, T), threadgroups of EmbedThreads along the words.
+kernel void embed_chunk(device const uint* words [[buffer(0)]],
+                        device const bfloat* scales [[buffer(1)]],
+                        device const bfloat* biases [[buffer(2)]],
+                        device const uint* tokens [[buffer(3)]],  // [T]
+                        device float* out [[buffer(4)]],          // [T][H]
+                        uint2 g [[thread_position_in_grid]]) {    // (word, token)
+  if (g.x < EMBED_H / 8) {
+    embed_row(words, scales, biases, tokens[g.y], out + ulong(g.y) * EMBED_H, g.x);
+  }
 }
