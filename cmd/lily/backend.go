@@ -30,10 +30,32 @@ func defaultBackend() string {
 // the GPU backends' KV cache format (kvBits 16 or 8; 0: 16), and the prefix cache's budget
 // (cacheBytes), which the GPU's KV pool holds pages for where its memory allows.
 type backendOptions struct {
-	ctx        int
-	emuMemory  int64
-	kvBits     int
-	cacheBytes int64
+	ctx          int
+	emuMemory    int64
+	kvBits       int
+	cacheBytes   int64
+	prefillChunk int // prompt tokens per batched prefill step; -1: the backend's default
+}
+
+const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 64 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop)"
+
+// chunkFor is the prefill chunk a backend runs with for the flag's value n (-1: its default).
+func chunkFor(backend string, n int) int {
+	if n >= 0 {
+		return n
+	}
+	if backend == "metal" {
+		return 64
+	}
+	return 0
+}
+
+// checkPrefillChunk reports a --prefill-chunk value that is not -1 (default) or >= 0.
+func checkPrefillChunk(n int) error {
+	if n < -1 {
+		return fmt.Errorf("--prefill-chunk %d: expected 0 or more", n)
+	}
+	return nil
 }
 
 const kvBitsHelp = "KV cache format on the GPU backends: 16 (bfloat16) or 8 (int8 with a scale per 32 values: about half the KV memory, so about twice the context, and less traffic per token at long contexts)"
@@ -79,9 +101,9 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes})
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk)})
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk)})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

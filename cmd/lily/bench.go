@@ -20,7 +20,7 @@ import (
 type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
-	kvBits                        int
+	kvBits, prefillChunk          int
 	cacheMB                       int
 	warmup, plan, demo            bool
 }
@@ -64,6 +64,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.traceTokens, "max-tokens", 16, "with --agent-trace: tokens generated per turn (greedy)")
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
+	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	return cmd
 }
 
@@ -92,6 +93,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if err := checkKVBits(o.kvBits, o.backend); err != nil {
 		return err
 	}
+	if err := checkPrefillChunk(o.prefillChunk); err != nil {
+		return err
+	}
 	if o.demo {
 		if o.model != "" {
 			return errors.New("--demo and --model are exclusive")
@@ -105,7 +109,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk})
 	if err != nil {
 		return err
 	}

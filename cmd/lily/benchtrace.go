@@ -33,7 +33,7 @@ func runBenchTrace(cmd *cobra.Command, o benchOptions) error {
 	if err != nil {
 		return err
 	}
-	results, err := replayServed(cmd.Context(), serveOptions{model: o.model, backend: o.backend, cacheMB: o.cacheMB, kvBits: o.kvBits}, tr, agenttrace.ReplayOptions{MaxTokens: o.traceTokens, Temperature: new(float64)})
+	results, err := replayServed(cmd.Context(), serveOptions{model: o.model, backend: o.backend, cacheMB: o.cacheMB, kvBits: o.kvBits, prefillChunk: o.prefillChunk}, tr, agenttrace.ReplayOptions{MaxTokens: o.traceTokens, Temperature: new(float64)})
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ import (
 type runOptions struct {
 	model, backend, promptIDs, prompt, output, logitsOut string
 	chat                                                 bool
-	maxTokens, topK, kvBits                              int
+	maxTokens, topK, kvBits, prefillChunk                int
 	temperature, topP, minP                              float32
 	seed                                                 int64
 	ignoreEOS                                            bool
@@ -68,6 +68,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
+	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	return cmd
 }
 
@@ -89,6 +90,9 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 	if err := checkKVBits(o.kvBits, o.backend); err != nil {
 		return err
 	}
+	if err := checkPrefillChunk(o.prefillChunk); err != nil {
+		return err
+	}
 	if (o.prompt == "") == (o.promptIDs == "") {
 		return fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
 	}
@@ -103,7 +107,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 			return err
 		}
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk})
 	if err != nil {
 		return err
 	}

@@ -34,18 +34,21 @@ type selftestCheck struct {
 	Error      string   `json:"error,omitempty"`
 }
 
+// selftestChunk is the end-to-end check's prefill chunk: its 21-token batched prompt runs one.
+const selftestChunk = 16
+
 // selftestGPU is the GPU decode backend the end-to-end check compares with engine/cpu: Metal on
 // macOS, the emulator elsewhere (gpu.NewEmu fails off Linux).
 func selftestGPU(w *model.Weights) (backend.Backend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
-		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx})
+		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunk: selftestChunk})
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunk: selftestChunk})
 	if err != nil {
 		return nil, err
 	}

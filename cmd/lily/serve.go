@@ -38,6 +38,7 @@ import (
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
+	prefillChunk                                              int
 	diskCacheGB                                               float64
 	demo, insecure                                            bool
 	timeout, stallTimeout                                     time.Duration
@@ -71,6 +72,7 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback bind without an API key")
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
+	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
@@ -115,6 +117,8 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--ctx %d: expected a positive number of tokens (0: the model's)", o.ctx)
 	case checkKVBits(o.kvBits, o.backend) != nil:
 		return checkKVBits(o.kvBits, o.backend)
+	case checkPrefillChunk(o.prefillChunk) != nil:
+		return checkPrefillChunk(o.prefillChunk)
 	case o.timeout <= 0:
 		return fmt.Errorf("--request-timeout %v: expected a positive duration", o.timeout)
 	case o.stallTimeout <= 0:
@@ -290,7 +294,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20})
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk})
 	if err != nil {
 		return nil, nil, err
 	}

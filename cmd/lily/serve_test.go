@@ -93,6 +93,7 @@ func TestServeOptionsChecked(t *testing.T) {
 		"--port 70000":       func(o *serveOptions) { o.port = 70000 },
 		"--kv-bits 4":        func(o *serveOptions) { o.kvBits = 4 },
 		"--kv-bits 8 (cpu)":  func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
+		"--prefill-chunk -2": func(o *serveOptions) { o.prefillChunk = -2 },
 	} {
 		o := ok
 		mutate(&o)

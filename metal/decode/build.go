@@ -32,6 +32,11 @@ type Options struct {
 	// KVBits is the KV cache's format: 16 (bfloat16, also 0) or 8 (int8 blocks of 32 with a
 	// binary16 scale: about half the memory and the attention traffic; kernels.KV8).
 	KVBits int
+	// Chunk, when positive, adds a prefill mode (ModeChunk) to the plan: Chunk prompt tokens at
+	// once (Step.ChunkTokens holds their ids, the step buffer the first one's position) through
+	// the batched kernels, writing the KV pool, conv windows and DeltaNet states the decode
+	// dispatches read; no logits (the prompt's last token runs the decode step).
+	Chunk int
 	// PageSize is the positions per page of the KV pool (0: DefaultPageSize, or MaxCtx rounded
 	// up to 16 when smaller); Pages the pool's pages (0: a session's worth, MaxCtx's pages, and
 	// one more so a shared last page can be copied before it is written).
@@ -54,6 +59,9 @@ type Step struct {
 	Attn  kernels.AttnShape
 	Table int
 	KV    []int
+	// Chunk and ChunkTokens: ModeChunk's token count (0: no chunk mode) and its [Chunk] uint32
+	// token ids.
+	Chunk, ChunkTokens int
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
@@ -374,10 +382,21 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	s.Logits = b.floats("logits", V, plan.Activations)
 	partial := b.buffer("argmax.partial", 8*kernels.ArgmaxDefaultGroups, plan.Activations)
 
+	// The decode step's dispatches run in every mode but the chunk's.
+	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
+	var ch *chunkBufs
+	if o.Chunk > 0 {
+		ch = b.chunkBuffers(o.Chunk, gs, as, ms)
+	}
+
 	// embed_q4: the token's row into the residual stream.
 	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
 	b.call(kernels.EmbedCall(H, V, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
 		append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
+	if ch != nil {
+		ch.call(kernels.EmbedChunkCall(H, V, ch.n, kernels.EmbedChunkBuffers[int]{Embed: emb.bufs(), Tokens: s.ChunkTokens, Out: ch.res}),
+			[]int{s.ChunkTokens}, emb.all(), ch.res)
+	}
 
 	for li, kind := range c.Layers {
 		p := fmt.Sprintf("layers.%d.", li)
@@ -410,6 +429,19 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
 				[]plan.Range{b.whole(state), b.whole(y)})
 			b.qmv(wo, y, res, true)
+			if ch != nil {
+				ch.norm(ch.zero, inNorm, eps)
+				for i, m := range []qmat{wqkv, wz, wb, wa} {
+					ch.qmm(m, ch.xn, []int{ch.qkv, ch.z, ch.gb, ch.ga}[i])
+				}
+				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
+					[]int{ch.qkv, taps, win}, nil, win, ch.u)
+				ch.call(kernels.GDNChunkCall(gs, eps, kernels.GDNSimdgroups, ch.n, kernels.GDNStepBuffers[int]{
+					QKV: ch.u, Z: ch.z, A: ch.ga, Beta: ch.gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: ch.y}),
+					[]int{ch.u, ch.z, ch.ga, ch.gb, aLog, dtBias, normW, state}, nil, state, ch.y)
+				ch.qmm(wo, ch.y, ch.o)
+				ch.norm(ch.o, postNorm, eps)
+			}
 		} else {
 			at := func(w *model.Weights) *model.Attention { return layer(w).Attn }
 			a := p + "self_attn."
@@ -453,6 +485,21 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
 				[]plan.Range{b.whole(attnOut)})
 			b.qmv(wo, attnOut, res, true)
+			if ch != nil {
+				ch.norm(ch.zero, inNorm, eps)
+				ch.qmm(wq, ch.xn, ch.qg)
+				ch.qmm(wk, ch.xn, ch.k)
+				ch.qmm(wv, ch.xn, ch.v)
+				ch.call(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, ch.n, kernels.AttnQKRopeKVBuffers[int]{
+					QG: ch.qg, K: ch.k, V: ch.v, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: ch.qrot,
+					KCache: kc, VCache: vc, Table: s.Table}),
+					[]int{ch.qg, ch.k, ch.v, qNorm, kNorm, invFreq, s.StepBuf, s.Table}, nil, ch.qrot, kc, vc)
+				ch.call(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
+					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
+					[]int{ch.qrot, kc, vc, s.StepBuf, s.Table, ch.qg}, nil, ch.ao)
+				ch.qmm(wo, ch.ao, ch.o)
+				ch.norm(ch.o, postNorm, eps)
+			}
 		}
 
 		// The MoE block: router and gate/up normalise the residual themselves (post norm), down
@@ -491,6 +538,9 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
 			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
 			[]plan.Range{b.whole(res)})
+		if ch != nil {
+			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown)
+		}
 	}
 
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
@@ -591,6 +641,8 @@ const (
 	// (logprob_partial, logprob_final) written into the Logprobs record.
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
+	// ModeChunk runs Options.Chunk prompt tokens through the batched prefill kernels.
+	ModeChunk = "chunk"
 )
 
 // SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).

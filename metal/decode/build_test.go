@@ -141,8 +141,15 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 // the skipped ones carried to the next that runs (as exec encodes them), never overlap two that
 // conflict.
 func TestModesStayOrdered(t *testing.T) {
-	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t)} {
-		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill} {
+	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := chunked.Plan.Stats(ModeChunk); st.Dispatches == 0 || chunked.Plan.Stats(ModeGreedy) != productionStep(t, 4096).Plan.Stats(ModeGreedy) {
+		t.Fatalf("chunk mode: %+v; the decode step must be unchanged by it", st)
+	}
+	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t), chunked} {
+		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill, ModeChunk} {
 			groupR, groupW := map[int]bool{}, map[int]bool{}
 			barrier := false
 			for i, d := range s.Plan.Dispatches {

@@ -17,6 +17,7 @@ type EmuOptions struct {
 	PageSize   int
 	Pages      int
 	CacheBytes int64
+	Chunk      int
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

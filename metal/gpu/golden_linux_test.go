@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -164,5 +165,51 @@ func TestGoldenHFKV8(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			runGolden(t, dir, EmuOptions{MaxCtx: 256, KVBits: 8}, 0, 0, tolerance8)
 		})
+	}
+}
+
+// TestChunkPrefillHF: a prompt prefilled through the batched kernels (chunk mode) a chunk at a
+// time, of 16 and of 32 tokens (tiny-a's 80-token prompt: chunk boundaries at different places,
+// the last token always through the decode step), gives HF's logits after the prompt and HF's
+// greedy ids and logits for the decode steps that follow, within the decode tolerance.
+func TestChunkPrefillHF(t *testing.T) {
+	for _, dir := range goldenDirs(t) {
+		g, prefill, decode := readGolden(t, dir)
+		w, err := model.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		V, P := g.VocabSize, len(g.PromptIDs)
+		for _, chunk := range []int{16, 32} {
+			t.Run(fmt.Sprintf("%s/chunk%d", filepath.Base(dir), chunk), func(t *testing.T) {
+				e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunk: chunk})
+				defer e.Close()
+				s := e.NewSession().(*EmuSession)
+				defer s.Close()
+				rows, err := s.Forward(g.PromptIDs, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst := maxAbsDiff(rows[0], prefill[(P-1)*V:P*V])
+				if got := argmax(rows[0]); got != g.GreedyIDs[0] {
+					t.Fatalf("greedy after the prompt %d, HF %d", got, g.GreedyIDs[0])
+				}
+				for step := range 8 {
+					out, err := s.Forward([]int{g.GreedyIDs[step]}, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					worst = max(worst, maxAbsDiff(out[0], decode[step*V:(step+1)*V]))
+					if got := argmax(out[0]); got != g.GreedyIDs[step+1] {
+						t.Fatalf("decode step %d: greedy %d, HF %d", step, got, g.GreedyIDs[step+1])
+					}
+				}
+				if worst > tolerance {
+					t.Fatalf("max |logit − HF| %.3g after a chunked prefill", worst)
+				}
+				t.Logf("max |logit − HF| %.3g over the prompt's last row and 8 decode steps", worst)
+			})
+		}
+		w.Close()
 	}
 }

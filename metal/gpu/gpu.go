@@ -23,7 +23,7 @@ import (
 )
 
 // KernelFiles are the kernel sources the decode step uses.
-var KernelFiles = []string{"embed.metal", "qmv.metal", "conv.metal", "gdn.metal",
+var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "rmsnorm.metal", "attn_prefill.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
@@ -65,6 +65,9 @@ type GPUOptions struct {
 	// CacheBytes is the prefix cache's budget: the pool gets as many more pages as that holds
 	// and the working set leaves room for, so cached prefixes keep their pages.
 	CacheBytes int64
+	// Chunk is the prompt tokens a batched prefill step takes (decode.Options.Chunk; 0: prompts
+	// run through the decode step token by token).
+	Chunk int
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -80,7 +83,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o)})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk})
 	if err != nil {
 		return nil, err
 	}
@@ -266,8 +269,16 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	// The greedy mode leaves its token in the step buffer (NextToken); tokens whose logits are
-	// not returned skip the LM head and the selection.
+	// not returned skip the LM head and the selection, and go through the batched prefill kernels
+	// a chunk at a time (the last token always through the decode step, for its logits).
 	defer func() { s.x.Mode = decode.ModeGreedy }()
+	if !all {
+		n, err := s.chunks(tokens[:len(tokens)-1])
+		if err != nil {
+			return nil, err
+		}
+		tokens = tokens[n:]
+	}
 	var out [][]float32
 	for i, id := range tokens {
 		st := s.x.Bytes(s.e.step.StepBuf)
@@ -289,6 +300,32 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// chunks runs whole chunks of tokens through the chunk mode (none when the plan has none) and
+// returns how many tokens it consumed. The caller holds the step lock.
+func (s *Session) chunks(tokens []int) (int, error) {
+	n, done := s.e.step.Chunk, 0
+	for n > 0 && len(tokens)-done >= n {
+		for p := s.pos; p < s.pos+n; p++ {
+			if err := s.ensure(p); err != nil {
+				return done, fmt.Errorf("forward: position %d: %w", p, err)
+			}
+		}
+		ids := make([]uint32, n)
+		for i, id := range tokens[done : done+n] {
+			ids[i] = uint32(id)
+		}
+		copy(s.x.Bytes(s.e.step.ChunkTokens), decode.BytesOf(ids))
+		copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
+		s.x.Mode = decode.ModeChunk
+		if err := s.x.Step(); err != nil {
+			return done, fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+		}
+		s.pos += n
+		done += n
+	}
+	return done, nil
 }
 
 // NextToken is the greedy token the last step chose on the GPU (argmax_final's output).

@@ -96,6 +96,9 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 	if err != nil {
 		return worst, err
 	}
+	if err := batchedPrefill(g, w, o.Tol, &worst); err != nil {
+		return worst, err
+	}
 	for step := range o.Steps {
 		if err := ctx.Err(); err != nil {
 			return worst, err
@@ -114,4 +117,32 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 		return worst, fmt.Errorf("NaN logits")
 	}
 	return worst, nil
+}
+
+// batchedPrefill feeds a 21-token prompt without its rows' logits — on a backend with a 16-token
+// chunk mode, one chunk through the batched prefill kernels, then the decode step for the rest —
+// and compares the last row and its greedy token with the CPU backend's.
+func batchedPrefill(g backend.Backend, w *model.Weights, tol float64, worst *float64) error {
+	V := w.Config.VocabSize
+	var prompt []int
+	for i := range 21 {
+		prompt = append(prompt, (11+i*97)%V)
+	}
+	gs, cs := g.NewSession(), backend.Backend(cpu.New(w)).NewSession()
+	defer gs.Close()
+	defer cs.Close()
+	got, err := gs.Forward(prompt, false)
+	if err != nil {
+		return fmt.Errorf("GPU prompt, batched: %w", err)
+	}
+	want, err := cs.Forward(prompt, false)
+	if err != nil {
+		return fmt.Errorf("CPU prompt: %w", err)
+	}
+	*worst = nanMax(*worst, absErr(got[0][:V], want[0][:V]))
+	cpuID, gpuID := kernels.Argmax(want[0], V), kernels.Argmax(got[0], V)
+	if gpuID != cpuID && math.Abs(float64(want[0][cpuID]-want[0][gpuID])) > tol {
+		return fmt.Errorf("prompt, batched prefill: GPU chose token %d, CPU %d", gpuID, cpuID)
+	}
+	return nil
 }

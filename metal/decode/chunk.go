@@ -1,0 +1,120 @@
+package decode
+
+import (
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// chunkBufs are the chunk mode's activations, a row per token of the chunk (Options.Chunk), and
+// the builder that adds its dispatches (ModeChunk). Its traffic ranges are whole buffers: the
+// prefill traffic model is a later step.
+type chunkBufs struct {
+	b *builder
+	n int // tokens
+
+	res, xn, zero, o               int // [n][H] residual, normed input, zeros, a mixer's output
+	qkv, u, z, ga, gb, y           int // GDN: [n][channels], conv output, [n][HV·DV], [n][HV] ×2, [n][HV·DV]
+	qg, k, v, qrot, ao             int // attention: [n][2·qd], [n][kvd] ×2, [rows][qd], [n][qd]
+	logits, seg, ids, weights      int // MoE routing: [n][E], [n], [n][K], [n][K+1]
+	offs, tok, w, blocks, pos      int // moe_sort's
+	act, ey, shAct, sh             int // [n·K][I], [n·K][H], [n][SI], [n][H]
+	idTok, idBlocks, ones, nBlocks int // the shared expert's identity map; moe_sort's block count
+}
+
+// chunkBuffers declares the chunk mode's buffers for n tokens (and the token ids' buffer).
+func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape, ms kernels.MoEShape) *chunkBufs {
+	s, H := b.s, ms.H
+	s.Chunk = n
+	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
+	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
+	c := &chunkBufs{b: b, n: n}
+	c.res, c.xn, c.o = act("res", n*H), act("xn", n*H), act("o", n*H)
+	c.zero = b.floats("chunk.zero", n*H, plan.Control)
+	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 4*n*H)})
+	if gs.HV > 0 {
+		c.qkv, c.u = act("gdn.qkv", n*gs.Channels()), act("gdn.u", n*gs.Channels())
+		c.z, c.y = act("gdn.z", n*gs.HV*gs.DV), act("gdn.y", n*gs.HV*gs.DV)
+		c.ga, c.gb = act("gdn.a", n*gs.HV), act("gdn.b", n*gs.HV)
+	}
+	qd, kvd := as.Heads*as.HeadDim, as.KVHeads*as.HeadDim
+	c.qg, c.k, c.v = act("attn.qg", n*2*qd), act("attn.k", n*kvd), act("attn.v", n*kvd)
+	c.qrot, c.ao = act("attn.q_rot", kernels.AttnPrefillRows(n)*qd), act("attn.out", n*qd)
+	c.logits, c.seg = act("moe.logits", n*ms.E), act("moe.seg", n)
+	c.ids, c.weights = b.buffer("chunk.moe.ids", 4*int64(n*ms.K), plan.Activations), act("moe.weights", n*(ms.K+1))
+	c.nBlocks = ms.MoEBlocks(n)
+	c.offs = b.buffer("chunk.moe.offs", 4*int64(ms.E+1), plan.Activations)
+	c.tok = b.buffer("chunk.moe.tok", 4*int64(n*ms.K), plan.Activations)
+	c.w = act("moe.w", n*ms.K)
+	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(c.nBlocks), plan.Activations)
+	c.pos = b.buffer("chunk.moe.pos", 4*int64(n*ms.K), plan.Activations)
+	c.act, c.ey = act("moe.act", n*ms.K*ms.I), act("moe.y", n*ms.K*H)
+	c.shAct, c.sh = act("moe.shared_act", n*ms.SI), act("moe.shared", n*H)
+	// The shared expert: one expert over every token, weight 1 (moe_combine applies its gate).
+	var tok []uint32
+	var blocks []uint32
+	ones := make([]float32, n)
+	for t := range n {
+		tok, ones[t] = append(tok, uint32(t)), 1
+	}
+	for t0 := 0; t0 < n; t0 += kernels.MoEBlockRows {
+		blocks = append(blocks, 0, uint32(t0), uint32(min(kernels.MoEBlockRows, n-t0)), 0)
+	}
+	c.idTok = b.buffer("chunk.moe.id_tok", 4*int64(n), plan.Control)
+	c.idBlocks = b.buffer("chunk.moe.id_blocks", 4*int64(len(blocks)), plan.Control)
+	c.ones = b.floats("chunk.moe.ones", n, plan.Control)
+	s.consts = append(s.consts, constSrc{c.idTok, BytesOf(tok)}, constSrc{c.idBlocks, BytesOf(blocks)}, constSrc{c.ones, BytesOf(ones)})
+	return c
+}
+
+// call adds a chunk-mode dispatch reading the reads buffers whole (and the weights' ranges) and
+// writing the writes buffers whole.
+func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range, writes ...int) {
+	b := c.b
+	var r, w []plan.Range
+	for _, buf := range reads {
+		r = append(r, b.whole(buf))
+	}
+	for _, buf := range writes {
+		w = append(w, b.whole(buf))
+	}
+	b.call(k, append(r, weights...), w, ModeChunk)
+}
+
+// qmm is y = x·Wᵀ over the chunk's rows.
+func (c *chunkBufs) qmm(m qmat, x, y int) {
+	c.call(kernels.QMMCall(m.bits, c.n, m.rows, m.cols, kernels.QMMBuffers[int]{W: m.bufs(), X: x, Y: y}), []int{x}, m.all(), y)
+}
+
+// norm adds d into the chunk's residual and normalises it into xn with gain.
+func (c *chunkBufs) norm(d, gain int, eps float32) {
+	H := int(c.b.p.Buffers[c.res].Size) / 4 / c.n
+	c.call(kernels.AddRMSNormCall(H, c.n, eps, kernels.RMSNormThreads, kernels.AddRMSNormBuffers[int]{X: c.res, D: d, W: gain, Res: c.res, Out: c.xn}),
+		[]int{c.res, d, gain}, nil, c.res, c.xn)
+}
+
+// moe is the chunk's MoE block on xn, added into the residual: the router and shared gate
+// logits, routing, grouping by expert, the grouped GEMMs, the shared expert, the combine.
+func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate, shUp, shDown qmat) {
+	n, pairs := c.n, c.n*ms.K
+	c.qmm(router, c.xn, c.logits)
+	c.qmm(seg, c.xn, c.seg)
+	c.call(kernels.MoETopKChunkCall(ms, n, kernels.MoETopKBuffers[int]{Logits: c.logits, Shared: c.seg, IDs: c.ids, Weights: c.weights}),
+		[]int{c.logits, c.seg}, nil, c.ids, c.weights)
+	c.call(kernels.MoESortCall(ms, n, kernels.MoESortBuffers[int]{IDs: c.ids, Weights: c.weights, Offs: c.offs, Tok: c.tok, W: c.w, Blocks: c.blocks, Pos: c.pos}),
+		[]int{c.ids, c.weights}, nil, c.offs, c.tok, c.w, c.blocks, c.pos)
+	c.call(kernels.MoEGateUpMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEGateUpMMBuffers[int]{
+		Gate: gate.bufs(), Up: up.bufs(), X: c.xn, Tok: c.tok, Blocks: c.blocks, Act: c.act}),
+		[]int{c.xn, c.tok, c.blocks}, append(gate.all(), up.all()...), c.act)
+	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEDownMMBuffers[int]{
+		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
+		[]int{c.act, c.w, c.blocks}, down.all(), c.ey)
+	idBlocks := int(c.b.p.Buffers[c.idBlocks].Size) / 16
+	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEGateUpMMBuffers[int]{
+		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
+		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)
+	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEDownMMBuffers[int]{
+		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
+		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
+	c.call(kernels.MoECombineCall(ms, n, kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}),
+		[]int{c.ids, c.weights, c.pos, c.ey, c.sh, c.res}, nil, c.res)
+}
