@@ -34,7 +34,8 @@ type backendOptions struct {
 	emuMemory    int64
 	kvBits       int
 	cacheBytes   int64
-	prefillChunk int // prompt tokens per batched prefill step; -1: the backend's default
+	prefillChunk int  // prompt tokens per batched prefill step; -1: the backend's default
+	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
 }
 
 const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 64 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop)"
@@ -101,9 +102,9 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk)})
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkLogits: o.chunkLogits})
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk)})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkLogits: o.chunkLogits})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

@@ -4,9 +4,13 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lilyformac/lily/internal/goldens"
 )
 
 // TestRunEmuMatchesCPU: `lily run --backend emu` keeps the cpu contract and chooses the same ids.
@@ -40,5 +44,33 @@ func TestUnknownBackendListsEmu(t *testing.T) {
 func TestDefaultBackendOffMacOS(t *testing.T) {
 	if got := defaultBackend(); got != "cpu" {
 		t.Fatalf("default backend on linux is %q, want cpu", got)
+	}
+}
+
+// TestRunPromptLogitsOut: `lily run --prompt-logits-out` writes a row of vocab_size float32 logits
+// per prompt position; on the emulator with 32-token prefill chunks they are HF's within the
+// golden tolerance, and the CPU backend writes the same rows to within it too.
+func TestRunPromptLogitsOut(t *testing.T) {
+	dir := "../../testdata/golden/tiny-a"
+	g := goldens.MustLoad(t, dir)
+	var ids []string
+	for _, id := range g.PromptIDs {
+		ids = append(ids, strconv.Itoa(id))
+	}
+	V := g.VocabSize
+	for _, backend := range []string{"emu", "cpu"} {
+		path := filepath.Join(t.TempDir(), "prompt.f32")
+		out, err := execute(t, "run", "--backend", backend, "--prefill-chunk", "32", "--model", dir, "--prompt-ids", strings.Join(ids, ","),
+			"--max-tokens", "1", "--prompt-logits-out", path)
+		if err != nil {
+			t.Fatal(backend, err, out)
+		}
+		rows := goldens.MustReadF32(t, path)
+		if len(rows) != len(g.PromptIDs)*V {
+			t.Fatalf("%s: %d floats, want %d rows of %d", backend, len(rows), len(g.PromptIDs), V)
+		}
+		if d := goldens.MaxAbsDiff(rows, g.Prefill); d > 3e-2 {
+			t.Fatalf("%s: prompt logits differ from HF's by %.3g", backend, d)
+		}
 	}
 }

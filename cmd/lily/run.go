@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/lilyformac/lily/engine/backend"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 type runOptions struct {
 	model, backend, promptIDs, prompt, output, logitsOut string
+	promptLogitsOut                                      string
 	chat                                                 bool
 	maxTokens, topK, kvBits, prefillChunk                int
 	temperature, topP, minP                              float32
@@ -66,6 +68,7 @@ func newRunCmd() *cobra.Command {
 	f.Int64Var(&o.seed, "seed", 0, "sampling seed (default: random); the same seed gives the same tokens on every backend")
 	f.StringVar(&o.output, "output", "json", "json or text")
 	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
+	f.StringVar(&o.promptLogitsOut, "prompt-logits-out", "", "write the logits of every prompt position (a row of vocab_size little-endian float32 each), computed through the batched prefill on the GPU backends")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
@@ -107,7 +110,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 			return err
 		}
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, chunkLogits: o.promptLogitsOut != ""})
 	if err != nil {
 		return err
 	}
@@ -126,10 +129,15 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 	if !o.ignoreEOS {
 		stop = cfg.EOSTokenIDs
 	}
+	if o.promptLogitsOut != "" {
+		if err := writePromptLogits(b, prompt, o.promptLogitsOut); err != nil {
+			return err
+		}
+	}
 	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
 	var logits *logitsWriter
 	if o.logitsOut != "" {
-		if logits, err = newLogitsWriter(o.logitsOut); err != nil {
+		if logits, err = newLogitsWriter(o.logitsOut, "--logits-out"); err != nil {
 			return err
 		}
 		defer logits.abort()
@@ -212,20 +220,43 @@ func parseIDs(s string) ([]int, error) {
 	return ids, nil
 }
 
-// logitsWriter streams rows to a temp file and renames it into place only when generation succeeded.
-type logitsWriter struct {
-	path string
-	f    *os.File
-	w    *bufio.Writer
-	buf  []byte
+// writePromptLogits writes the logits of every position of prompt, through a session of its own
+// (on a GPU backend built with chunk logits: the batched prefill, the last chunk's worth of
+// tokens through the decode step).
+func writePromptLogits(b backend.Backend, prompt []int, path string) error {
+	w, err := newLogitsWriter(path, "--prompt-logits-out")
+	if err != nil {
+		return err
+	}
+	defer w.abort()
+	s := b.NewSession()
+	defer s.Close()
+	rows, err := s.Forward(prompt, true)
+	if err != nil {
+		return fmt.Errorf("--prompt-logits-out: %w", err)
+	}
+	for _, row := range rows {
+		if err := w.write(row); err != nil {
+			return fmt.Errorf("--prompt-logits-out: %w", err)
+		}
+	}
+	return w.commit()
 }
 
-func newLogitsWriter(path string) (*logitsWriter, error) {
+// logitsWriter streams rows to a temp file and renames it into place only when generation succeeded.
+type logitsWriter struct {
+	path, flag string
+	f          *os.File
+	w          *bufio.Writer
+	buf        []byte
+}
+
+func newLogitsWriter(path, flag string) (*logitsWriter, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return nil, fmt.Errorf("--logits-out: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	return &logitsWriter{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+	return &logitsWriter{path: path, flag: flag, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
 func (l *logitsWriter) write(row []float32) error {
@@ -250,7 +281,7 @@ func (l *logitsWriter) commit() error {
 	}
 	if err != nil {
 		os.Remove(l.f.Name())
-		return fmt.Errorf("--logits-out: %w", err)
+		return fmt.Errorf("%s: %w", l.flag, err)
 	}
 	l.f = nil
 	return nil

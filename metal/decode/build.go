@@ -37,6 +37,10 @@ type Options struct {
 	// the batched kernels, writing the KV pool, conv windows and DeltaNet states the decode
 	// dispatches read; no logits (the prompt's last token runs the decode step).
 	Chunk int
+	// ChunkLogits adds ModeChunkLogits: the chunk mode followed by the final norm and the LM head
+	// for every row of the chunk (Step.ChunkLogits, [Chunk][vocab] float32), for a caller that
+	// wants the prompt's logits (lily run --prompt-logits-out).
+	ChunkLogits bool
 	// PageSize is the positions per page of the KV pool (0: DefaultPageSize, or MaxCtx rounded
 	// up to 16 when smaller); Pages the pool's pages (0: a session's worth, MaxCtx's pages, and
 	// one more so a shared last page can be copied before it is written).
@@ -60,8 +64,8 @@ type Step struct {
 	Table int
 	KV    []int
 	// Chunk and ChunkTokens: ModeChunk's token count (0: no chunk mode) and its [Chunk] uint32
-	// token ids.
-	Chunk, ChunkTokens int
+	// token ids; ChunkLogits ModeChunkLogits' [Chunk][vocab] rows (0: no such mode).
+	Chunk, ChunkTokens, ChunkLogits int
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
@@ -386,7 +390,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
 	var ch *chunkBufs
 	if o.Chunk > 0 {
-		ch = b.chunkBuffers(o.Chunk, gs, as, ms)
+		ch = b.chunkBuffers(o.Chunk, gs, as, ms, o.ChunkLogits)
 	}
 
 	// embed_q4: the token's row into the residual stream.
@@ -545,6 +549,9 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
 	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
+	if ch != nil && o.ChunkLogits {
+		ch.logitsRows(head, finalNorm, eps)
+	}
 	// LM head with the final norm folded in, then the next token's selection in one of two modes
 	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
 	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
@@ -641,8 +648,10 @@ const (
 	// (logprob_partial, logprob_final) written into the Logprobs record.
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
-	// ModeChunk runs Options.Chunk prompt tokens through the batched prefill kernels.
-	ModeChunk = "chunk"
+	// ModeChunk runs Options.Chunk prompt tokens through the batched prefill kernels;
+	// ModeChunkLogits also computes every row's logits (Options.ChunkLogits).
+	ModeChunk       = "chunk"
+	ModeChunkLogits = "chunk+logits"
 )
 
 // SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).

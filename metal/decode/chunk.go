@@ -9,8 +9,9 @@ import (
 // the builder that adds its dispatches (ModeChunk). Its traffic ranges are whole buffers: the
 // prefill traffic model is a later step.
 type chunkBufs struct {
-	b *builder
-	n int // tokens
+	b     *builder
+	n     int      // tokens
+	modes []string // ModeChunk, and ModeChunkLogits when the plan has it
 
 	res, xn, zero, o               int // [n][H] residual, normed input, zeros, a mixer's output
 	qkv, u, z, ga, gb, y           int // GDN: [n][channels], conv output, [n][HV·DV], [n][HV] ×2, [n][HV·DV]
@@ -22,12 +23,16 @@ type chunkBufs struct {
 }
 
 // chunkBuffers declares the chunk mode's buffers for n tokens (and the token ids' buffer).
-func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape, ms kernels.MoEShape) *chunkBufs {
+func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape, ms kernels.MoEShape, logits bool) *chunkBufs {
 	s, H := b.s, ms.H
 	s.Chunk = n
 	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
 	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
-	c := &chunkBufs{b: b, n: n}
+	c := &chunkBufs{b: b, n: n, modes: []string{ModeChunk}}
+	if logits {
+		c.modes = append(c.modes, ModeChunkLogits)
+		s.ChunkLogits = act("logits", n*s.Config.VocabSize)
+	}
 	c.res, c.xn, c.o = act("res", n*H), act("xn", n*H), act("o", n*H)
 	c.zero = b.floats("chunk.zero", n*H, plan.Control)
 	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 4*n*H)})
@@ -77,7 +82,16 @@ func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range,
 	for _, buf := range writes {
 		w = append(w, b.whole(buf))
 	}
-	b.call(k, append(r, weights...), w, ModeChunk)
+	b.call(k, append(r, weights...), w, c.modes...)
+}
+
+// logitsRows adds ModeChunkLogits' tail: the final norm and the LM head over every row.
+func (c *chunkBufs) logitsRows(head qmat, finalNorm int, eps float32) {
+	modes := c.modes
+	c.modes = []string{ModeChunkLogits}
+	c.norm(c.zero, finalNorm, eps)
+	c.qmm(head, c.xn, c.b.s.ChunkLogits)
+	c.modes = modes
 }
 
 // qmm is y = x·Wᵀ over the chunk's rows.

@@ -11,17 +11,18 @@ import (
 
 // EmuOptions configure the emulated backend.
 type EmuOptions struct {
-	MaxCtx     int       // KV cache positions (a session's limit); 0: as many as WorkingSet holds, up to the model's context
-	WorkingSet int64     // device memory to size the KV cache in, as Metal's working set (0: no limit)
-	KVBits     int       // KV cache format: 16 (0) or 8
-	PageSize   int       // KV pool page (0: decode's default)
-	Pages      int       // KV pool pages (0: GPUOptions' default)
-	CacheBytes int64     // the prefix cache's budget (GPUOptions.CacheBytes)
-	Chunk      int       // prompt tokens per batched prefill step (GPUOptions.Chunk)
-	Threads    emu.Order // thread order inside threadgroups
-	GroupOrder emu.Order // order of the dispatches between two barriers
-	Seed       uint64
-	Emu        emu.Options
+	MaxCtx      int       // KV cache positions (a session's limit); 0: as many as WorkingSet holds, up to the model's context
+	WorkingSet  int64     // device memory to size the KV cache in, as Metal's working set (0: no limit)
+	KVBits      int       // KV cache format: 16 (0) or 8
+	PageSize    int       // KV pool page (0: decode's default)
+	Pages       int       // KV pool pages (0: GPUOptions' default)
+	CacheBytes  int64     // the prefix cache's budget (GPUOptions.CacheBytes)
+	Chunk       int       // prompt tokens per batched prefill step (GPUOptions.Chunk)
+	ChunkLogits bool      // GPUOptions.ChunkLogits
+	Threads     emu.Order // thread order inside threadgroups
+	GroupOrder  emu.Order // order of the dispatches between two barriers
+	Seed        uint64
+	Emu         emu.Options
 }
 
 // Emu is the GPU backend on the MSL emulator; EmuSession its session.
@@ -40,5 +41,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunk: o.Chunk})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunk: o.Chunk, ChunkLogits: o.ChunkLogits})
 }

@@ -11,13 +11,14 @@ import (
 
 // EmuOptions configure the emulated backend (Linux only).
 type EmuOptions struct {
-	MaxCtx     int
-	WorkingSet int64
-	KVBits     int
-	PageSize   int
-	Pages      int
-	CacheBytes int64
-	Chunk      int
+	MaxCtx      int
+	WorkingSet  int64
+	KVBits      int
+	PageSize    int
+	Pages       int
+	CacheBytes  int64
+	Chunk       int
+	ChunkLogits bool
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

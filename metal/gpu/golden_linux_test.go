@@ -213,3 +213,43 @@ func TestChunkPrefillHF(t *testing.T) {
 		w.Close()
 	}
 }
+
+// TestChunkPromptLogitsHF: with the chunk mode's logits (ChunkLogits), every prompt position's
+// logits through the batched prefill equal HF's within the tolerance, and the greedy token
+// after the prompt is HF's.
+func TestChunkPromptLogitsHF(t *testing.T) {
+	for _, dir := range goldenDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			g, prefill, _ := readGolden(t, dir)
+			w, err := model.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunk: 32, ChunkLogits: true})
+			defer e.Close()
+			s := e.NewSession().(*EmuSession)
+			defer s.Close()
+			rows, err := s.Forward(g.PromptIDs, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			V := g.VocabSize
+			if len(rows) != len(g.PromptIDs) {
+				t.Fatalf("%d rows for %d prompt tokens", len(rows), len(g.PromptIDs))
+			}
+			var worst float64
+			for p, row := range rows {
+				if d := maxAbsDiff(row, prefill[p*V:(p+1)*V]); d > tolerance {
+					t.Errorf("prompt position %d: max |logit − HF| = %.3g", p, d)
+				} else {
+					worst = max(worst, d)
+				}
+			}
+			if s.NextToken() != g.GreedyIDs[0] {
+				t.Fatalf("greedy after the prompt %d, HF %d", s.NextToken(), g.GreedyIDs[0])
+			}
+			t.Logf("max |logit − HF| %.3g over all %d prompt positions (chunks of 32)", worst, len(rows))
+		})
+	}
+}

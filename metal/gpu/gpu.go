@@ -66,8 +66,10 @@ type GPUOptions struct {
 	// and the working set leaves room for, so cached prefixes keep their pages.
 	CacheBytes int64
 	// Chunk is the prompt tokens a batched prefill step takes (decode.Options.Chunk; 0: prompts
-	// run through the decode step token by token).
-	Chunk int
+	// run through the decode step token by token); ChunkLogits makes it compute every row's
+	// logits too, so Forward with all set takes it as well.
+	Chunk       int
+	ChunkLogits bool
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -83,7 +85,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk, ChunkLogits: o.ChunkLogits})
 	if err != nil {
 		return nil, err
 	}
@@ -272,14 +274,14 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	// not returned skip the LM head and the selection, and go through the batched prefill kernels
 	// a chunk at a time (the last token always through the decode step, for its logits).
 	defer func() { s.x.Mode = decode.ModeGreedy }()
-	if !all {
-		n, err := s.chunks(tokens[:len(tokens)-1])
+	var out [][]float32
+	if !all || s.e.step.ChunkLogits > 0 {
+		rows, n, err := s.chunks(tokens[:len(tokens)-1], all)
 		if err != nil {
 			return nil, err
 		}
-		tokens = tokens[n:]
+		out, tokens = rows, tokens[n:]
 	}
-	var out [][]float32
 	for i, id := range tokens {
 		st := s.x.Bytes(s.e.step.StepBuf)
 		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
@@ -303,13 +305,15 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 }
 
 // chunks runs whole chunks of tokens through the chunk mode (none when the plan has none) and
-// returns how many tokens it consumed. The caller holds the step lock.
-func (s *Session) chunks(tokens []int) (int, error) {
+// returns how many tokens it consumed, with every row's logits when rows is set (the plan then
+// has ModeChunkLogits). The caller holds the step lock.
+func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
 	n, done := s.e.step.Chunk, 0
+	var out [][]float32
 	for n > 0 && len(tokens)-done >= n {
 		for p := s.pos; p < s.pos+n; p++ {
 			if err := s.ensure(p); err != nil {
-				return done, fmt.Errorf("forward: position %d: %w", p, err)
+				return nil, done, fmt.Errorf("forward: position %d: %w", p, err)
 			}
 		}
 		ids := make([]uint32, n)
@@ -319,13 +323,23 @@ func (s *Session) chunks(tokens []int) (int, error) {
 		copy(s.x.Bytes(s.e.step.ChunkTokens), decode.BytesOf(ids))
 		copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
 		s.x.Mode = decode.ModeChunk
+		if rows {
+			s.x.Mode = decode.ModeChunkLogits
+		}
 		if err := s.x.Step(); err != nil {
-			return done, fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+			return nil, done, fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+		}
+		if rows {
+			all := decode.FloatsOf(s.x.Bytes(s.e.step.ChunkLogits))
+			V := s.e.w.Config.VocabSize
+			for i := range n {
+				out = append(out, all[i*V:(i+1)*V])
+			}
 		}
 		s.pos += n
 		done += n
 	}
-	return done, nil
+	return out, done, nil
 }
 
 // NextToken is the greedy token the last step chose on the GPU (argmax_final's output).
