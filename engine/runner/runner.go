@@ -93,6 +93,12 @@ func New(b backend.Backend, o Options) *Runner {
 	if o.PrefillChunk <= 0 {
 		o.PrefillChunk = 256
 	}
+	// A backend that prefills in batches of n tokens gets whole batches: the rest of a call would
+	// go through its one-token step.
+	if c, ok := b.(interface{ PrefillChunk() int }); ok && c.PrefillChunk() > 0 {
+		n := c.PrefillChunk()
+		o.PrefillChunk = (o.PrefillChunk + n - 1) / n * n
+	}
 	if o.Context <= 0 {
 		o.Context = b.Config().MaxPositions
 	}

@@ -559,6 +559,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
+	if ch != nil {
+		// ModeChunkLast: the LM head on the chunk's last row, then the greedy selection (NextToken)
+		ch.lastRowLogits(head, finalNorm, eps)
+		b.modes = append(b.modes, ModeChunkLast)
+	}
 	pl := b.floats("sample.logits", V, plan.Activations)
 	chunk := kernels.SampleDefaultChunk
 	sb := s.Sampler
@@ -568,11 +573,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		[]plan.Range{b.whole(pl)})
 	groups := kernels.ArgmaxDefaultGroups
 	b.call(kernels.ArgmaxPartialCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
-		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, ModeGreedy, ModeGreedyLogprobs)
+		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, ModeGreedy, ModeGreedyLogprobs, ModeChunkLast)
 	b.call(kernels.ArgmaxFinalCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxFinalBuffers[int]{
 		Partial: partial, Step: s.StepBuf, Params: params, State: sampState}),
 		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
-		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, ModeGreedy, ModeGreedyLogprobs)
+		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, ModeGreedy, ModeGreedyLogprobs, ModeChunkLast)
 	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, chunk)), plan.Activations)
 	b.call(kernels.SampleSelectCall(V, chunk, kernels.SampleThreads, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
 		[]plan.Range{b.whole(pl), b.whole(params)}, []plan.Range{b.whole(cand)}, ModeSample, ModeSampleLogprobs)
@@ -649,8 +654,10 @@ const (
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
 	// ModeChunk runs Options.Chunk prompt tokens through the batched prefill kernels;
-	// ModeChunkLogits also computes every row's logits (Options.ChunkLogits).
+	// ModeChunkLast also computes the last row's logits and greedy token (a prompt ending with a
+	// whole chunk); ModeChunkLogits every row's logits (Options.ChunkLogits).
 	ModeChunk       = "chunk"
+	ModeChunkLast   = "chunk+last"
 	ModeChunkLogits = "chunk+logits"
 )
 

@@ -141,7 +141,7 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 // the skipped ones carried to the next that runs (as exec encodes them), never overlap two that
 // conflict.
 func TestModesStayOrdered(t *testing.T) {
-	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64})
+	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64, ChunkLogits: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestModesStayOrdered(t *testing.T) {
 		t.Fatalf("chunk mode: %+v; the decode step must be unchanged by it", st)
 	}
 	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t), chunked} {
-		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill, ModeChunk} {
+		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill, ModeChunk, ModeChunkLast, ModeChunkLogits} {
 			groupR, groupW := map[int]bool{}, map[int]bool{}
 			barrier := false
 			for i, d := range s.Plan.Dispatches {

@@ -11,7 +11,7 @@ import (
 type chunkBufs struct {
 	b     *builder
 	n     int      // tokens
-	modes []string // ModeChunk, and ModeChunkLogits when the plan has it
+	modes []string // the chunk modes: ModeChunk, ModeChunkLast, and ModeChunkLogits when the plan has it
 
 	res, xn, zero, o               int // [n][H] residual, normed input, zeros, a mixer's output
 	qkv, u, z, ga, gb, y           int // GDN: [n][channels], conv output, [n][HV·DV], [n][HV] ×2, [n][HV·DV]
@@ -28,7 +28,7 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	s.Chunk = n
 	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
 	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
-	c := &chunkBufs{b: b, n: n, modes: []string{ModeChunk}}
+	c := &chunkBufs{b: b, n: n, modes: []string{ModeChunk, ModeChunkLast}}
 	if logits {
 		c.modes = append(c.modes, ModeChunkLogits)
 		s.ChunkLogits = act("logits", n*s.Config.VocabSize)
@@ -83,6 +83,22 @@ func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range,
 		w = append(w, b.whole(buf))
 	}
 	b.call(k, append(r, weights...), w, c.modes...)
+}
+
+// lastRowLogits adds ModeChunkLast's LM head: the final norm folded in, over the chunk's last row
+// of the residual (the binding's offset), into the decode step's logits.
+func (c *chunkBufs) lastRowLogits(head qmat, finalNorm int, eps float32) {
+	b := c.b
+	V, H := head.rows, head.cols
+	d := Dispatch(kernels.QMVCall(4, V, H, kernels.QMVVariant{Norm: true, Eps: eps}, kernels.QMVBuffers[int]{W: head.bufs(), X: c.res, Y: b.s.Logits, Gain: finalNorm}),
+		append(head.all(), b.whole(c.res), b.whole(finalNorm)), []plan.Range{b.whole(b.s.Logits)})
+	for i, bind := range d.Buffers {
+		if bind.Buffer == c.res {
+			d.Buffers[i] = plan.Binding{Buffer: c.res, Offset: int64((c.n - 1) * H * 4)}
+		}
+	}
+	d.Modes = []string{ModeChunkLast}
+	b.add(d)
 }
 
 // logitsRows adds ModeChunkLogits' tail: the final norm and the LM head over every row.

@@ -169,9 +169,10 @@ func TestGoldenHFKV8(t *testing.T) {
 }
 
 // TestChunkPrefillHF: a prompt prefilled through the batched kernels (chunk mode) a chunk at a
-// time, of 16 and of 32 tokens (tiny-a's 80-token prompt: chunk boundaries at different places,
-// the last token always through the decode step), gives HF's logits after the prompt and HF's
-// greedy ids and logits for the decode steps that follow, within the decode tolerance.
+// time, of 16 and of 32 tokens (tiny-a's 80 tokens in 16s end with a whole chunk, whose last row
+// gives the logits: ModeChunkLast; the other cases end with tokens through the decode step),
+// gives HF's logits after the prompt and HF's greedy ids and logits for the decode steps that
+// follow, within the decode tolerance.
 func TestChunkPrefillHF(t *testing.T) {
 	for _, dir := range goldenDirs(t) {
 		g, prefill, decode := readGolden(t, dir)
@@ -191,8 +192,8 @@ func TestChunkPrefillHF(t *testing.T) {
 					t.Fatal(err)
 				}
 				worst := maxAbsDiff(rows[0], prefill[(P-1)*V:P*V])
-				if got := argmax(rows[0]); got != g.GreedyIDs[0] {
-					t.Fatalf("greedy after the prompt %d, HF %d", got, g.GreedyIDs[0])
+				if got, next := argmax(rows[0]), s.NextToken(); got != g.GreedyIDs[0] || next != g.GreedyIDs[0] {
+					t.Fatalf("greedy after the prompt %d (on the GPU %d), HF %d", got, next, g.GreedyIDs[0])
 				}
 				for step := range 8 {
 					out, err := s.Forward([]int{g.GreedyIDs[step]}, false)

@@ -151,6 +151,10 @@ func (e *GPU) Config() *config.Config { return e.w.Config }
 // Context is the positions a session holds, and why it is less than the model's (or "").
 func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
 
+// PrefillChunk is the prompt tokens a batched prefill step takes (0: none); the runner feeds
+// prompts in multiples of it.
+func (e *GPU) PrefillChunk() int { return e.step.Chunk }
+
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.
 func (e *GPU) Live() (buffers int, bytes int64) { return e.dev.live() }
@@ -275,6 +279,17 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	// a chunk at a time (the last token always through the decode step, for its logits).
 	defer func() { s.x.Mode = decode.ModeGreedy }()
 	var out [][]float32
+	if C := s.e.step.Chunk; !all && C > 0 && len(tokens)%C == 0 {
+		// Whole chunks only (the runner feeds a prompt in multiples of the chunk): the last one
+		// computes its last row's logits and greedy token (ModeChunkLast).
+		if _, _, err := s.chunks(tokens[:len(tokens)-C], false); err != nil {
+			return nil, err
+		}
+		if err := s.chunk(tokens[len(tokens)-C:], decode.ModeChunkLast); err != nil {
+			return nil, err
+		}
+		return [][]float32{decode.FloatsOf(s.x.Bytes(s.e.step.Logits))}, nil
+	}
 	if !all || s.e.step.ChunkLogits > 0 {
 		rows, n, err := s.chunks(tokens[:len(tokens)-1], all)
 		if err != nil {
@@ -309,25 +324,14 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 // has ModeChunkLogits). The caller holds the step lock.
 func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
 	n, done := s.e.step.Chunk, 0
+	mode := decode.ModeChunk
+	if rows {
+		mode = decode.ModeChunkLogits
+	}
 	var out [][]float32
 	for n > 0 && len(tokens)-done >= n {
-		for p := s.pos; p < s.pos+n; p++ {
-			if err := s.ensure(p); err != nil {
-				return nil, done, fmt.Errorf("forward: position %d: %w", p, err)
-			}
-		}
-		ids := make([]uint32, n)
-		for i, id := range tokens[done : done+n] {
-			ids[i] = uint32(id)
-		}
-		copy(s.x.Bytes(s.e.step.ChunkTokens), decode.BytesOf(ids))
-		copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
-		s.x.Mode = decode.ModeChunk
-		if rows {
-			s.x.Mode = decode.ModeChunkLogits
-		}
-		if err := s.x.Step(); err != nil {
-			return nil, done, fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+		if err := s.chunk(tokens[done:done+n], mode); err != nil {
+			return nil, done, err
 		}
 		if rows {
 			all := decode.FloatsOf(s.x.Bytes(s.e.step.ChunkLogits))
@@ -336,10 +340,30 @@ func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
 				out = append(out, all[i*V:(i+1)*V])
 			}
 		}
-		s.pos += n
 		done += n
 	}
 	return out, done, nil
+}
+
+// chunk runs one chunk of tokens at the session's position in mode (one of the chunk modes).
+func (s *Session) chunk(tokens []int, mode string) error {
+	for p := s.pos; p < s.pos+len(tokens); p++ {
+		if err := s.ensure(p); err != nil {
+			return fmt.Errorf("forward: position %d: %w", p, err)
+		}
+	}
+	ids := make([]uint32, len(tokens))
+	for i, id := range tokens {
+		ids[i] = uint32(id)
+	}
+	copy(s.x.Bytes(s.e.step.ChunkTokens), decode.BytesOf(ids))
+	copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
+	s.x.Mode = mode
+	if err := s.x.Step(); err != nil {
+		return fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+	}
+	s.pos += len(tokens)
+	return nil
 }
 
 // NextToken is the greedy token the last step chose on the GPU (argmax_final's output).
