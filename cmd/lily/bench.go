@@ -21,6 +21,7 @@ type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
 	kvBits, prefillChunk          int
+	prefill                       int
 	cacheMB                       int
 	warmup, plan, demo            bool
 }
@@ -65,6 +66,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
+	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+")")
 	return cmd
 }
 
@@ -78,7 +80,7 @@ func benchPrompt(n, vocab int) []int {
 }
 
 func runBench(cmd *cobra.Command, o benchOptions) error {
-	if o.ctx < 1 || o.steps < 1 {
+	if o.ctx < 1 && !(o.plan && o.prefill > 0 && o.ctx == 0) || o.steps < 1 { // a prefill chunk may follow nothing
 		return fmt.Errorf("--ctx and --decode-steps must be at least 1 (got %d, %d)", o.ctx, o.steps)
 	}
 	if o.output != "json" && o.output != "text" {
@@ -184,6 +186,12 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	if o.model != "" {
 		return fmt.Errorf("--plan models the production config from shapes only: drop --model")
 	}
+	if o.prefill < 0 {
+		return fmt.Errorf("--prefill %d: expected a positive number of tokens", o.prefill)
+	}
+	if o.prefill > 0 {
+		return runBenchPrefillPlan(cmd, o)
+	}
 	c := config.Production()
 	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx, KVBits: o.kvBits})
 	if err != nil {
@@ -220,6 +228,70 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.ContextByMacGB[strconv.Itoa(gb)])
+	}
+	_, err = fmt.Fprintln(w)
+	return err
+}
+
+// The chips modelled for prefill: peak memory bandwidth and peak simdgroup-matrix throughput
+// (float; Apple GPUs since M1 run half and float simdgroup products at the same rate). M5's
+// neural accelerators are reachable only through Metal 4 tensor ops, which these kernels do not
+// use, so no M5 figure is given.
+var prefillChips = []struct {
+	name      string
+	bandwidth float64 // bytes/s
+	flops     float64 // FLOP/s
+}{
+	{"M1 Max", 400e9, 10.6e12},
+	{"M2 Max", 400e9, 13.6e12},
+	{"M3 Max", 400e9, 14.3e12},
+	{"M4 Max", 546e9, 17.2e12},
+}
+
+const prefillModelHelp = "modeled tok/s = chunk / max(bytes / bandwidth, FLOPs / peak matrix throughput) per chip, at 100% of each peak: M1 Max 400 GB/s 10.6 TFLOP/s, M2 Max 400 GB/s 13.6, M3 Max 400 GB/s 14.3, M4 Max 546 GB/s 17.2; no M5 figure (its accelerators need Metal 4 tensor ops)"
+
+// prefillPlanOutput is `lily bench --plan --prefill M --output json`.
+type prefillPlanOutput struct {
+	Prefill struct {
+		Chunk       int                `json:"chunk"`
+		Context     int                `json:"context"`
+		Dispatches  int                `json:"dispatches"`
+		Barriers    int                `json:"barriers"`
+		FLOPs       float64            `json:"flops"`
+		IdealFLOPs  float64            `json:"ideal_flops"`
+		Bytes       int64              `json:"bytes"`
+		IdealBytes  int64              `json:"ideal_bytes"`
+		ModeledTokS map[string]float64 `json:"modeled_tok_s"`
+		BytesRatio  float64            `json:"bytes_ratio_to_ideal"`
+		FLOPsRatio  float64            `json:"flops_ratio_to_ideal"`
+	} `json:"prefill"`
+}
+
+// runBenchPrefillPlan prints decode.PrefillModel for a chunk of --prefill tokens after --ctx.
+func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
+	p, err := decode.PrefillModel(config.Production(), o.prefill, o.ctx, o.kvBits)
+	if err != nil {
+		return err
+	}
+	var out prefillPlanOutput
+	q := &out.Prefill
+	q.Chunk, q.Context, q.Dispatches, q.Barriers = p.Chunk, p.Context, p.Dispatches, p.Barriers
+	q.FLOPs, q.IdealFLOPs, q.Bytes, q.IdealBytes = p.FLOPs, p.IdealFLOPs, p.Bytes, p.IdealBytes
+	q.BytesRatio = math.Round(float64(p.Bytes)/float64(p.IdealBytes)*1e4) / 1e4
+	q.FLOPsRatio = math.Round(p.FLOPs/p.IdealFLOPs*1e4) / 1e4
+	q.ModeledTokS = map[string]float64{}
+	for _, c := range prefillChips {
+		t := max(float64(p.Bytes)/c.bandwidth, p.FLOPs/c.flops)
+		q.ModeledTokS[c.name] = math.Round(float64(p.Chunk)/t*10) / 10
+	}
+	if o.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "prefill chunk of %d tokens after %d cached (Qwen3.6-35B-A3B, %d-bit KV)\ndispatches %d  barriers %d\nFLOPs %.4g  ideal %.4g  ratio %.4f\nbytes %d  ideal %d  ratio %.4f\nmodeled tok/s:",
+		q.Chunk, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.FLOPs, q.IdealFLOPs, q.FLOPsRatio, q.Bytes, q.IdealBytes, q.BytesRatio)
+	for _, c := range prefillChips {
+		fmt.Fprintf(w, " %s %.0f", c.name, q.ModeledTokS[c.name])
 	}
 	_, err = fmt.Fprintln(w)
 	return err

@@ -79,3 +79,38 @@ func TestBenchPlanMemory(t *testing.T) {
 		t.Fatalf("context by Mac: %v", c)
 	}
 }
+
+// TestBenchPlanPrefill: `bench --plan --prefill M` models a chunk: executed FLOPs and bytes at
+// least the ideal ones, ideal FLOPs growing with the chunk (linearly, plus attention's quadratic
+// part) and with the cached context, a modeled tok/s per chip.
+func TestBenchPlanPrefill(t *testing.T) {
+	run := func(m, ctx string) map[string]any {
+		t.Helper()
+		out, err := execute(t, "bench", "--plan", "--prefill", m, "--ctx", ctx, "--output", "json")
+		if err != nil {
+			t.Fatal(err, out)
+		}
+		var p struct {
+			Prefill map[string]any `json:"prefill"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil || p.Prefill == nil {
+			t.Fatal(err, out)
+		}
+		return p.Prefill
+	}
+	a, b, c := run("512", "0"), run("4096", "0"), run("4096", "28672")
+	for _, p := range []map[string]any{a, b, c} {
+		if p["flops"].(float64) < p["ideal_flops"].(float64) || p["bytes"].(float64) < p["ideal_bytes"].(float64) || p["dispatches"].(float64) <= 0 {
+			t.Fatalf("executed below ideal: %v", p)
+		}
+		if tps := p["modeled_tok_s"].(map[string]any); tps["M4 Max"].(float64) <= 0 {
+			t.Fatalf("modeled tok/s %v", tps)
+		}
+	}
+	if r := b["ideal_flops"].(float64) / a["ideal_flops"].(float64); r < 8 || r > 9 {
+		t.Fatalf("ideal FLOPs 4096 vs 512 tokens: %.2f×, want a little over 8×", r)
+	}
+	if c["ideal_flops"].(float64) <= b["ideal_flops"].(float64) {
+		t.Fatalf("28k cached positions add no attention FLOPs: %v vs %v", c, b)
+	}
+}

@@ -494,13 +494,23 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.qmm(wq, ch.xn, ch.qg)
 				ch.qmm(wk, ch.xn, ch.k)
 				ch.qmm(wv, ch.xn, ch.v)
-				ch.call(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, ch.n, kernels.AttnQKRopeKVBuffers[int]{
+				// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
+				var chunkWrites, chunkReads []plan.Range
+				for _, cache := range []int{kc, vc} {
+					as.SeqSpans(id, tctx, min(ch.n, o.MaxCtx-tctx), func(off, n int64) {
+						chunkWrites = append(chunkWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
+					})
+					as.SeqSpans(id, 0, min(tctx+ch.n, o.MaxCtx), func(off, n int64) {
+						chunkReads = append(chunkReads, plan.Range{Buffer: cache, Offset: off, Len: n})
+					})
+				}
+				ch.callRanges(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, ch.n, kernels.AttnQKRopeKVBuffers[int]{
 					QG: ch.qg, K: ch.k, V: ch.v, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: ch.qrot,
 					KCache: kc, VCache: vc, Table: s.Table}),
-					[]int{ch.qg, ch.k, ch.v, qNorm, kNorm, invFreq, s.StepBuf, s.Table}, nil, ch.qrot, kc, vc)
-				ch.call(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
+					[]int{ch.qg, ch.k, ch.v, qNorm, kNorm, invFreq, s.StepBuf, s.Table}, nil, []int{ch.qrot}, chunkWrites)
+				ch.callRanges(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
 					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
-					[]int{ch.qrot, kc, vc, s.StepBuf, s.Table, ch.qg}, nil, ch.ao)
+					[]int{ch.qrot, s.StepBuf, s.Table, ch.qg}, chunkReads, []int{ch.ao}, nil)
 				ch.qmm(wo, ch.ao, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}

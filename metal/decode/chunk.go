@@ -74,6 +74,11 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 // call adds a chunk-mode dispatch reading the reads buffers whole (and the weights' ranges) and
 // writing the writes buffers whole.
 func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range, writes ...int) {
+	c.callRanges(k, reads, weights, writes, nil)
+}
+
+// callRanges is call with ranges read and written besides the whole buffers.
+func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []plan.Range, writes []int, extraWrites []plan.Range) {
 	b := c.b
 	var r, w []plan.Range
 	for _, buf := range reads {
@@ -82,7 +87,7 @@ func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range,
 	for _, buf := range writes {
 		w = append(w, b.whole(buf))
 	}
-	b.call(k, append(r, weights...), w, c.modes...)
+	b.call(k, append(r, extraReads...), append(w, extraWrites...), c.modes...)
 }
 
 // lastRowLogits adds ModeChunkLast's LM head: the final norm folded in, over the chunk's last row

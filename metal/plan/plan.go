@@ -83,7 +83,7 @@ func (p *Plan) Stats(mode string) Stats {
 			s.Barriers++
 		}
 		barrier = false
-		s.Bytes += distinct(d.Reads) + distinct(d.Writes)
+		s.Bytes += Distinct(d.Reads) + Distinct(d.Writes)
 	}
 	return s
 }
@@ -121,8 +121,8 @@ func (p *Plan) Validate() error {
 	return nil
 }
 
-// distinct is the number of bytes covered by ranges, overlaps counted once.
-func distinct(ranges []Range) int64 {
+// Distinct is the number of bytes covered by ranges, overlaps counted once.
+func Distinct(ranges []Range) int64 {
 	rs := slices.Clone(ranges)
 	slices.SortFunc(rs, func(a, b Range) int {
 		if a.Buffer != b.Buffer {
