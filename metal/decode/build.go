@@ -1,7 +1,8 @@
 // Package decode builds the static single-token decode step of the model as a plan.Plan over the
 // metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
-// one since the last barrier), describes what holds a sequence's state in it, uploads a
-// checkpoint's weights into it, and models its memory; metal/gpu runs it.
+// one since the last barrier), with an optional batched prefill chunk mode over the same state
+// (chunk.go), describes what holds a sequence's state in it, uploads a checkpoint's weights into
+// it, and models its memory and a prefill chunk's cost; metal/gpu runs it.
 //
 // One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
 // in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added
