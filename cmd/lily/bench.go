@@ -206,7 +206,7 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
-	if out.Memory.Memory, err = decode.MemoryOf(c, o.kvBits); err != nil {
+	if out.Memory.Memory, err = decode.MemoryOfChunked(c, o.kvBits, chunkFor("metal", o.prefillChunk)); err != nil {
 		return err
 	}
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)

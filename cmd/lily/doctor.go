@@ -75,7 +75,7 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 // working set of so many bytes.
 func productionContext(workingSet int64) (int, string, error) {
 	c := config.Production()
-	m, err := decode.MemoryOf(c, 16)
+	m, err := decode.MemoryOfChunked(c, 16, metalPrefillChunk)
 	if err != nil {
 		return 0, "", err
 	}

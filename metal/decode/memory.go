@@ -27,9 +27,13 @@ const reserve = 512 << 20
 
 // MemoryOf sizes c's decode step with a kvBits KV cache (16 or 8; 0: 16) at its full context
 // (the attention scratch grows a little with the context).
-func MemoryOf(c *config.Config, kvBits int) (Memory, error) {
+func MemoryOf(c *config.Config, kvBits int) (Memory, error) { return MemoryOfChunked(c, kvBits, 0) }
+
+// MemoryOfChunked is MemoryOf for a plan with a prefill chunk mode of chunk tokens, whose
+// activations count as scratch (156 MB at production for 512 tokens).
+func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 	full := max(c.MaxPositions, 1)
-	s, err := Build(c, Options{MaxCtx: full, KVBits: kvBits})
+	s, err := Build(c, Options{MaxCtx: full, KVBits: kvBits, Chunk: chunk})
 	if err != nil {
 		return Memory{}, err
 	}

@@ -77,7 +77,7 @@ type GPUOptions struct {
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	mem, err := decode.MemoryOf(w.Config, o.KVBits)
+	mem, err := decode.MemoryOfChunked(w.Config, o.KVBits, o.Chunk)
 	if err != nil {
 		return nil, err
 	}
