@@ -41,8 +41,8 @@ type backendOptions struct {
 const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 512 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop); a prompt's remainder below a chunk runs token by token"
 
 // metalPrefillChunk is the metal backend's default prefill chunk: large enough that the routed
-// experts' 32-row blocks are half full under even routing (bench --plan --prefill: FLOPs 1.40× the useful ones at
-// 512 tokens, 7.05× at 64), its activations 156 MB.
+// experts' 32-row blocks are half full under even routing (bench --plan --prefill: FLOPs 1.40×
+// the useful ones at 512 tokens, 7.05× at 64), its activations 157 MB.
 const metalPrefillChunk = 512
 
 // chunkFor is the prefill chunk a backend runs with for the flag's value n (-1: its default).
