@@ -38,7 +38,7 @@ type backendOptions struct {
 	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
 }
 
-const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 512 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop); a prompt's remainder below a chunk runs token by token"
+const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 512 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop); then chunks of 64 for what is left, and a remainder below that token by token"
 
 // metalPrefillChunk is the metal backend's default prefill chunk: large enough that the routed
 // experts' 32-row blocks are half full under even routing (bench --plan --prefill: FLOPs 1.40×
@@ -52,6 +52,15 @@ func chunkFor(backend string, n int) int {
 	}
 	if backend == "metal" {
 		return metalPrefillChunk
+	}
+	return 0
+}
+
+// smallChunk is the second chunk size beside a chunk of n: 64, for what is left of a prompt after
+// the whole chunks (a follow-up turn of a few hundred tokens), when n is larger.
+func smallChunk(n int) int {
+	if n > 64 {
+		return 64
 	}
 	return 0
 }
@@ -107,9 +116,9 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkLogits: o.chunkLogits})
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkSmall: smallChunk(chunkFor(name, o.prefillChunk)), ChunkLogits: o.chunkLogits})
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkLogits: o.chunkLogits})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkSmall: smallChunk(chunkFor(name, o.prefillChunk)), ChunkLogits: o.chunkLogits})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

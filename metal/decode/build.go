@@ -38,9 +38,12 @@ type Options struct {
 	// the batched kernels, writing the KV pool, conv windows and DeltaNet states the decode
 	// dispatches read; no logits (the prompt's last token runs the decode step).
 	Chunk int
-	// ChunkLogits adds ModeChunkLogits: the chunk mode followed by the final norm and the LM head
-	// for every row of the chunk (Step.ChunkLogits, [Chunk][vocab] float32), for a caller that
-	// wants the prompt's logits (lily run --prompt-logits-out).
+	// ChunkSmall, when positive and below Chunk, adds a second, smaller chunk size over the same
+	// buffers, for what is left of a prompt after the whole chunks.
+	ChunkSmall int
+	// ChunkLogits adds the +logits chunk modes: a chunk followed by the final norm and the LM head
+	// for every row (Step.ChunkLogits, [Chunk][vocab] float32), for a caller that wants the
+	// prompt's logits (lily run --prompt-logits-out).
 	ChunkLogits bool
 	// PageSize is the positions per page of the KV pool (0: DefaultPageSize, or MaxCtx rounded
 	// up to 16 when smaller); Pages the pool's pages (0: a session's worth, MaxCtx's pages, and
@@ -64,9 +67,9 @@ type Step struct {
 	Attn  kernels.AttnShape
 	Table int
 	KV    []int
-	// Chunk and ChunkTokens: ModeChunk's token count (0: no chunk mode) and its [Chunk] uint32
-	// token ids; ChunkLogits ModeChunkLogits' [Chunk][vocab] rows (0: no such mode).
-	Chunk, ChunkTokens, ChunkLogits int
+	// Chunk and ChunkSmall: the chunk sizes (0: none; ChunkModes names their modes); ChunkTokens
+	// their [Chunk] uint32 token ids; ChunkLogits the +logits modes' [Chunk][vocab] rows (0: none).
+	Chunk, ChunkSmall, ChunkTokens, ChunkLogits int
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
@@ -389,16 +392,21 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// The decode step's dispatches run in every mode but the chunk's.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
-	var ch *chunkBufs
+	var chs []*chunkBufs // the chunk sizes, largest first, over one set of buffers
 	if o.Chunk > 0 {
-		ch = b.chunkBuffers(o.Chunk, gs, as, ms, o.ChunkLogits)
+		big := b.chunkBuffers(o.Chunk, gs, as, ms, o.ChunkLogits)
+		chs = append(chs, big)
+		if o.ChunkSmall > 0 && o.ChunkSmall < o.Chunk {
+			s.ChunkSmall = o.ChunkSmall
+			chs = append(chs, big.bucket(o.ChunkSmall, ms))
+		}
 	}
 
 	// embed_q4: the token's row into the residual stream.
 	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
 	b.call(kernels.EmbedCall(H, V, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
 		append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
-	if ch != nil {
+	for _, ch := range chs {
 		ch.call(kernels.EmbedChunkCall(H, V, ch.n, kernels.EmbedChunkBuffers[int]{Embed: emb.bufs(), Tokens: s.ChunkTokens, Out: ch.res}),
 			[]int{s.ChunkTokens}, emb.all(), ch.res)
 	}
@@ -434,7 +442,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
 				[]plan.Range{b.whole(state), b.whole(y)})
 			b.qmv(wo, y, res, true)
-			if ch != nil {
+			for _, ch := range chs {
 				ch.norm(ch.zero, inNorm, eps)
 				for i, m := range []qmat{wqkv, wz, wb, wa} {
 					ch.qmm(m, ch.xn, []int{ch.qkv, ch.z, ch.gb, ch.ga}[i])
@@ -490,7 +498,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
 				[]plan.Range{b.whole(attnOut)})
 			b.qmv(wo, attnOut, res, true)
-			if ch != nil {
+			for _, ch := range chs {
 				ch.norm(ch.zero, inNorm, eps)
 				ch.qmm(wq, ch.xn, ch.qg)
 				ch.qmm(wk, ch.xn, ch.k)
@@ -553,15 +561,17 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
 			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
 			[]plan.Range{b.whole(res)})
-		if ch != nil {
+		for _, ch := range chs {
 			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown)
 		}
 	}
 
 	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
 	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
-	if ch != nil && o.ChunkLogits {
-		ch.logitsRows(head, finalNorm, eps)
+	for _, ch := range chs {
+		if o.ChunkLogits {
+			ch.logitsRows(head, finalNorm, eps)
+		}
 	}
 	// LM head with the final norm folded in, then the next token's selection in one of two modes
 	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
@@ -570,10 +580,12 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
-	if ch != nil {
-		// ModeChunkLast: the LM head on the chunk's last row, then the greedy selection (NextToken)
+	lastModes := []string{ModeGreedy, ModeGreedyLogprobs}
+	for _, ch := range chs {
+		// a chunk's +last mode: the LM head on its last row, then the greedy selection (NextToken)
 		ch.lastRowLogits(head, finalNorm, eps)
-		b.modes = append(b.modes, ModeChunkLast)
+		b.modes = append(b.modes, ChunkModes(ch.n).Last)
+		lastModes = append(lastModes, ChunkModes(ch.n).Last)
 	}
 	pl := b.floats("sample.logits", V, plan.Activations)
 	chunk := kernels.SampleDefaultChunk
@@ -584,11 +596,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		[]plan.Range{b.whole(pl)})
 	groups := kernels.ArgmaxDefaultGroups
 	b.call(kernels.ArgmaxPartialCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
-		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, ModeGreedy, ModeGreedyLogprobs, ModeChunkLast)
+		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, lastModes...)
 	b.call(kernels.ArgmaxFinalCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxFinalBuffers[int]{
 		Partial: partial, Step: s.StepBuf, Params: params, State: sampState}),
 		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
-		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, ModeGreedy, ModeGreedyLogprobs, ModeChunkLast)
+		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, lastModes...)
 	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, chunk)), plan.Activations)
 	b.call(kernels.SampleSelectCall(V, chunk, kernels.SampleThreads, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
 		[]plan.Range{b.whole(pl), b.whole(params)}, []plan.Range{b.whole(cand)}, ModeSample, ModeSampleLogprobs)
@@ -664,13 +676,15 @@ const (
 	// (logprob_partial, logprob_final) written into the Logprobs record.
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
-	// ModeChunk runs Options.Chunk prompt tokens through the batched prefill kernels;
-	// ModeChunkLast also computes the last row's logits and greedy token (a prompt ending with a
-	// whole chunk); ModeChunkLogits every row's logits (Options.ChunkLogits).
-	ModeChunk       = "chunk"
-	ModeChunkLast   = "chunk+last"
-	ModeChunkLogits = "chunk+logits"
 )
+
+// ChunkModes names the modes of the chunk size n: Run takes n prompt tokens through the batched
+// prefill kernels; Last also computes the last row's logits and greedy token (a piece of prompt
+// ending with a whole chunk); Logits every row's logits (Options.ChunkLogits).
+func ChunkModes(n int) struct{ Run, Last, Logits string } {
+	r := fmt.Sprintf("chunk%d", n)
+	return struct{ Run, Last, Logits string }{r, r + "+last", r + "+logits"}
+}
 
 // SamplerBuffers are the buffers a request's selection settings go in (kernels.SampleSetup).
 type SamplerBuffers struct {

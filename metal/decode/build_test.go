@@ -141,15 +141,21 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 // the skipped ones carried to the next that runs (as exec encodes them), never overlap two that
 // conflict.
 func TestModesStayOrdered(t *testing.T) {
-	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64, ChunkLogits: true})
+	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64, ChunkSmall: 16, ChunkLogits: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := chunked.Plan.Stats(ModeChunk); st.Dispatches == 0 || chunked.Plan.Stats(ModeGreedy) != productionStep(t, 4096).Plan.Stats(ModeGreedy) {
-		t.Fatalf("chunk mode: %+v; the decode step must be unchanged by it", st)
+	big, small := chunked.Plan.Stats(ChunkModes(64).Run), chunked.Plan.Stats(ChunkModes(16).Run)
+	if big.Dispatches == 0 || small.Dispatches != big.Dispatches || chunked.Plan.Stats(ModeGreedy) != productionStep(t, 4096).Plan.Stats(ModeGreedy) {
+		t.Fatalf("chunk modes: %+v and %+v; the decode step must be unchanged by them", big, small)
 	}
 	for _, s := range []*Step{productionStep(t, 4096), tinyStep(t), chunked} {
-		for _, mode := range []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill, ModeChunk, ModeChunkLast, ModeChunkLogits} {
+		modes := []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
+		for _, n := range []int{64, 16} {
+			m := ChunkModes(n)
+			modes = append(modes, m.Run, m.Last, m.Logits)
+		}
+		for _, mode := range modes {
 			groupR, groupW := map[int]bool{}, map[int]bool{}
 			barrier := false
 			for i, d := range s.Plan.Dispatches {

@@ -6,12 +6,13 @@ import (
 )
 
 // chunkBufs are the chunk mode's activations, a row per token of the chunk (Options.Chunk), and
-// the builder that adds its dispatches (ModeChunk). Its traffic ranges are whole buffers: the
+// the builder that adds its dispatches (ChunkModes). Its traffic ranges are whole buffers: the
 // prefill traffic model is a later step.
 type chunkBufs struct {
 	b     *builder
-	n     int      // tokens
-	modes []string // the chunk modes: ModeChunk, ModeChunkLast, and ModeChunkLogits when the plan has it
+	n, h  int      // tokens, hidden size
+	modes []string // this size's modes (ChunkModes: Run, Last, and Logits when the plan has it)
+	logit bool     // the plan has the +logits modes
 
 	res, xn, zero, o               int // [n][H] residual, normed input, zeros, a mixer's output
 	qkv, u, z, ga, gb, y           int // GDN: [n][channels], conv output, [n][HV·DV], [n][HV] ×2, [n][HV·DV]
@@ -28,9 +29,9 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	s.Chunk = n
 	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
 	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
-	c := &chunkBufs{b: b, n: n, modes: []string{ModeChunk, ModeChunkLast}}
+	c := &chunkBufs{b: b, n: n, h: H, logit: logits}
+	c.modes = c.modesOf(n)
 	if logits {
-		c.modes = append(c.modes, ModeChunkLogits)
 		s.ChunkLogits = act("logits", n*s.Config.VocabSize)
 	}
 	c.res, c.xn, c.o = act("res", n*H), act("xn", n*H), act("o", n*H)
@@ -71,6 +72,24 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	return c
 }
 
+// modesOf is the modes the dispatches of a chunk of n tokens run in.
+func (c *chunkBufs) modesOf(n int) []string {
+	m := ChunkModes(n)
+	if c.logit {
+		return []string{m.Run, m.Last, m.Logits}
+	}
+	return []string{m.Run, m.Last}
+}
+
+// bucket is a smaller chunk size n over the same buffers (every buffer holds at least n rows; the
+// identity map's first blocks, tokens and ones are n's).
+func (c *chunkBufs) bucket(n int, ms kernels.MoEShape) *chunkBufs {
+	d := *c
+	d.n, d.nBlocks = n, ms.MoEBlocks(n)
+	d.modes = d.modesOf(n)
+	return &d
+}
+
 // call adds a chunk-mode dispatch reading the reads buffers whole (and the weights' ranges) and
 // writing the writes buffers whole.
 func (c *chunkBufs) call(k kernels.Call[int], reads []int, weights []plan.Range, writes ...int) {
@@ -90,7 +109,7 @@ func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []pl
 	b.call(k, append(r, extraReads...), append(w, extraWrites...), c.modes...)
 }
 
-// lastRowLogits adds ModeChunkLast's LM head: the final norm folded in, over the chunk's last row
+// lastRowLogits adds the +last mode's LM head: the final norm folded in, over the chunk's last row
 // of the residual (the binding's offset), into the decode step's logits.
 func (c *chunkBufs) lastRowLogits(head qmat, finalNorm int, eps float32) {
 	b := c.b
@@ -102,14 +121,14 @@ func (c *chunkBufs) lastRowLogits(head qmat, finalNorm int, eps float32) {
 			d.Buffers[i] = plan.Binding{Buffer: c.res, Offset: int64((c.n - 1) * H * 4)}
 		}
 	}
-	d.Modes = []string{ModeChunkLast}
+	d.Modes = []string{ChunkModes(c.n).Last}
 	b.add(d)
 }
 
-// logitsRows adds ModeChunkLogits' tail: the final norm and the LM head over every row.
+// logitsRows adds the +logits mode's tail: the final norm and the LM head over every row.
 func (c *chunkBufs) logitsRows(head qmat, finalNorm int, eps float32) {
 	modes := c.modes
-	c.modes = []string{ModeChunkLogits}
+	c.modes = []string{ChunkModes(c.n).Logits}
 	c.norm(c.zero, finalNorm, eps)
 	c.qmm(head, c.xn, c.b.s.ChunkLogits)
 	c.modes = modes
@@ -122,7 +141,7 @@ func (c *chunkBufs) qmm(m qmat, x, y int) {
 
 // norm adds d into the chunk's residual and normalises it into xn with gain.
 func (c *chunkBufs) norm(d, gain int, eps float32) {
-	H := int(c.b.p.Buffers[c.res].Size) / 4 / c.n
+	H := c.h
 	c.call(kernels.AddRMSNormCall(H, c.n, eps, kernels.RMSNormThreads, kernels.AddRMSNormBuffers[int]{X: c.res, D: d, W: gain, Res: c.res, Out: c.xn}),
 		[]int{c.res, d, gain}, nil, c.res, c.xn)
 }
@@ -143,7 +162,7 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEDownMMBuffers[int]{
 		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
 		[]int{c.act, c.w, c.blocks}, down.all(), c.ey)
-	idBlocks := int(c.b.p.Buffers[c.idBlocks].Size) / 16
+	idBlocks := (n + kernels.MoEBlockRows - 1) / kernels.MoEBlockRows
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
 		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)

@@ -28,21 +28,21 @@ func PrefillModel(c *config.Config, m, n, kvBits int) (PrefillCost, error) {
 	if err != nil {
 		return PrefillCost{}, err
 	}
-	st := s.Plan.Stats(ModeChunk)
+	st := s.Plan.Stats(ChunkModes(m).Run)
 	out := PrefillCost{Chunk: m, Context: n, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes}
 	out.FLOPs, out.IdealFLOPs = prefillFLOPs(c, m, n)
-	out.IdealBytes = s.idealChunkBytes()
+	out.IdealBytes = s.idealChunkBytes(ChunkModes(m).Run)
 	return out, nil
 }
 
 // idealChunkBytes is the chunk mode's weights read once (the union of the weight ranges its
 // dispatches read), its KV ranges (the attention dispatches' reads and writes, once) and its
 // recurrent state read and written once.
-func (s *Step) idealChunkBytes() int64 {
+func (s *Step) idealChunkBytes(mode string) int64 {
 	weights := map[int][]plan.Range{}
 	var kv, state int64
 	for _, d := range s.Plan.Dispatches {
-		if !d.RunsIn(ModeChunk) || len(d.Modes) == 0 {
+		if !d.RunsIn(mode) || len(d.Modes) == 0 {
 			continue
 		}
 		for _, r := range d.Reads {

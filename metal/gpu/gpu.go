@@ -66,10 +66,11 @@ type GPUOptions struct {
 	// and the working set leaves room for, so cached prefixes keep their pages.
 	CacheBytes int64
 	// Chunk is the prompt tokens a batched prefill step takes (decode.Options.Chunk; 0: prompts
-	// run through the decode step token by token); ChunkLogits makes it compute every row's
-	// logits too, so Forward with all set takes it as well.
-	Chunk       int
-	ChunkLogits bool
+	// run through the decode step token by token), ChunkSmall a second, smaller size for what is
+	// left after the whole chunks; ChunkLogits makes them compute every row's logits too, so
+	// Forward with all set takes them as well.
+	Chunk, ChunkSmall int
+	ChunkLogits       bool
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -85,7 +86,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk, ChunkLogits: o.ChunkLogits})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk, ChunkSmall: o.ChunkSmall, ChunkLogits: o.ChunkLogits})
 	if err != nil {
 		return nil, err
 	}
@@ -279,14 +280,18 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	// a chunk at a time (the last token always through the decode step, for its logits).
 	defer func() { s.x.Mode = decode.ModeGreedy }()
 	var out [][]float32
-	if C := s.e.step.Chunk; !all && C > 0 && len(tokens)%C == 0 {
-		// Whole chunks only (the runner feeds a prompt in multiples of the chunk): the last one
-		// computes its last row's logits and greedy token (ModeChunkLast).
-		if _, _, err := s.chunks(tokens[:len(tokens)-C], false); err != nil {
-			return nil, err
-		}
-		if err := s.chunk(tokens[len(tokens)-C:], decode.ModeChunkLast); err != nil {
-			return nil, err
+	if sizes, rest := s.chunkSizes(len(tokens)); !all && len(sizes) > 0 && rest == 0 {
+		// Whole chunks only: the last one computes its last row's logits and greedy token.
+		done := 0
+		for i, n := range sizes {
+			mode := decode.ChunkModes(n).Run
+			if i == len(sizes)-1 {
+				mode = decode.ChunkModes(n).Last
+			}
+			if err := s.chunk(tokens[done:done+n], mode); err != nil {
+				return nil, err
+			}
+			done += n
 		}
 		return [][]float32{decode.FloatsOf(s.x.Bytes(s.e.step.Logits))}, nil
 	}
@@ -319,17 +324,30 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	return out, nil
 }
 
-// chunks runs whole chunks of tokens through the chunk mode (none when the plan has none) and
-// returns how many tokens it consumed, with every row's logits when rows is set (the plan then
-// has ModeChunkLogits). The caller holds the step lock.
-func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
-	n, done := s.e.step.Chunk, 0
-	mode := decode.ModeChunk
-	if rows {
-		mode = decode.ModeChunkLogits
+// chunkSizes splits n prompt tokens into the plan's chunk sizes, largest first, and returns them
+// with the tokens left over.
+func (s *Session) chunkSizes(n int) (sizes []int, rest int) {
+	for _, c := range []int{s.e.step.Chunk, s.e.step.ChunkSmall} {
+		for c > 0 && n >= c {
+			sizes = append(sizes, c)
+			n -= c
+		}
 	}
+	return sizes, n
+}
+
+// chunks runs tokens through the chunk modes, whole chunks only, and returns how many it
+// consumed, with every row's logits when rows is set (the plan then has the +logits modes). The
+// caller holds the step lock.
+func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
+	sizes, _ := s.chunkSizes(len(tokens))
 	var out [][]float32
-	for n > 0 && len(tokens)-done >= n {
+	done := 0
+	for _, n := range sizes {
+		mode := decode.ChunkModes(n).Run
+		if rows {
+			mode = decode.ChunkModes(n).Logits
+		}
 		if err := s.chunk(tokens[done:done+n], mode); err != nil {
 			return nil, done, err
 		}
