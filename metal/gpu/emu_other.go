@@ -18,6 +18,7 @@ type EmuOptions struct {
 	Pages       int
 	CacheBytes  int64
 	Chunk       int
+	ChunkSmall  int
 	ChunkLogits bool
 }
 
