@@ -115,16 +115,15 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--emu-gpu-memory-mb %d: expected 0 or more, and only with --backend emu", o.emuMemoryMB)
 	case o.ctx < 0:
 		return fmt.Errorf("--ctx %d: expected a positive number of tokens (0: the model's)", o.ctx)
-	case checkKVBits(o.kvBits, o.backend) != nil:
-		return checkKVBits(o.kvBits, o.backend)
-	case checkPrefillChunk(o.prefillChunk) != nil:
-		return checkPrefillChunk(o.prefillChunk)
 	case o.timeout <= 0:
 		return fmt.Errorf("--request-timeout %v: expected a positive duration", o.timeout)
 	case o.stallTimeout <= 0:
 		return fmt.Errorf("--stall-timeout %v: expected a positive duration", o.stallTimeout)
 	}
-	return nil
+	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+		return err
+	}
+	return checkPrefillChunk(o.prefillChunk)
 }
 
 // splitList reads a comma-separated flag value.

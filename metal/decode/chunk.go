@@ -56,15 +56,7 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	c.act, c.ey = act("moe.act", n*ms.K*ms.I), act("moe.y", n*ms.K*H)
 	c.shAct, c.sh = act("moe.shared_act", n*ms.SI), act("moe.shared", n*H)
 	// The shared expert: one expert over every token, weight 1 (moe_combine applies its gate).
-	var tok []uint32
-	var blocks []uint32
-	ones := make([]float32, n)
-	for t := range n {
-		tok, ones[t] = append(tok, uint32(t)), 1
-	}
-	for t0 := 0; t0 < n; t0 += kernels.MoEBlockRows {
-		blocks = append(blocks, 0, uint32(t0), uint32(min(kernels.MoEBlockRows, n-t0)), 0)
-	}
+	tok, ones, blocks := kernels.MoEIdentity(n)
 	c.idTok = b.buffer("chunk.moe.id_tok", 4*int64(n), plan.Control)
 	c.idBlocks = b.buffer("chunk.moe.id_blocks", 4*int64(len(blocks)), plan.Control)
 	c.ones = b.floats("chunk.moe.ones", n, plan.Control)

@@ -140,12 +140,7 @@ func TestGenerate(t *testing.T) {
 // and the tokens that fit.
 func TestGenerateLimits(t *testing.T) {
 	dir := "../../testdata/golden/tiny-a"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	e := newEmu(t, w, EmuOptions{MaxCtx: 8})
 	s := e.NewSession().(*Session)
 	if _, err := s.Generate(context.Background(), 4, nil, nil); err == nil {

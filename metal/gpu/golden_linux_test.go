@@ -19,6 +19,18 @@ func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32
 	return g, g.Prefill, g.Decode
 }
 
+// goldenWeights loads a golden checkpoint's goldens and its weights, closed when the test ends.
+func goldenWeights(t *testing.T, dir string) (*goldens.Golden, *model.Weights) {
+	t.Helper()
+	g, _, _ := readGolden(t, dir)
+	w, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return g, w
+}
+
 var (
 	readF32    = goldens.MustReadF32
 	maxAbsDiff = goldens.MaxAbsDiff

@@ -10,7 +10,6 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/cpu"
-	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 )
@@ -56,12 +55,7 @@ type plainSession struct{ backend.Session }
 // tokens at T 0.9; for the top-k-off case here seeds 7, 8 and 9 agree, 6 does not).
 func TestDeviceSamplerMatchesCPU(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	n := 0
 	gpu := counted{newEmu(t, w, EmuOptions{MaxCtx: 160}), &n}
 	host := cpu.New(w)

@@ -21,12 +21,7 @@ import (
 // executors back to one idle one.
 func TestSnapshotContinuesExactly(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	e := newEmu(t, w, EmuOptions{MaxCtx: 64})
 	idleBufs, idleBytes := e.Live()
 	old := e.NewSession()
@@ -138,12 +133,7 @@ func TestMissingBarrierShows(t *testing.T) {
 // in use, not the cache's layout); data of the wrong length is refused.
 func TestSnapshotEncoding(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	encoded := map[int][]byte{}
 	for _, bits := range []int{16, 8} {
 		e, other := newEmu(t, w, EmuOptions{MaxCtx: 32, KVBits: bits}), newEmu(t, w, EmuOptions{MaxCtx: 48, KVBits: bits})
@@ -201,12 +191,7 @@ func TestSnapshotEncoding(t *testing.T) {
 // last row equals, bit for bit, the one of a prefill that computed every row.
 func TestPrefillSkipsTheHead(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	e := newEmu(t, w, EmuOptions{MaxCtx: 32})
 	p := e.Step().Plan
 	for _, d := range p.Dispatches {
@@ -249,12 +234,7 @@ func TestPrefillSkipsTheHead(t *testing.T) {
 // Closing everything returns every page.
 func TestPagesSharedAndCopiedOnWrite(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	e := newEmu(t, w, EmuOptions{MaxCtx: 64, PageSize: 16, Pages: 6})
 	ids := g.PromptIDs
 	use := func(want int, when string) {

@@ -61,12 +61,7 @@ func recordLog(lines *[]string) func(string, ...any) {
 // same logits, bit for bit, as copying them into their own buffers.
 func TestWrappedWeightsMatchCopied(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
-	g, _, _ := readGolden(t, dir)
-	w, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	g, w := goldenWeights(t, dir)
 	lib := decodeLibrary(t)
 	var logged []string
 	o := GPUOptions{MaxCtx: 16, Logf: recordLog(&logged)}

@@ -47,13 +47,7 @@ func runGDNConv(t *testing.T, lib *emu.Library, r *rand.Rand, g gdnConvRun) (yEr
 		t.Fatal(err)
 	}
 	C := s.Channels()
-	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
-	for i := range p.ALog {
-		p.ALog[i] = float32(math.Log(1 + 15*r.Float64()))
-	}
-	for i := range p.NormW {
-		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
-	}
+	p := randGDNParams(r, s)
 	state := randFloats(r, s.StateLen(), 0.1)
 	taps := randFloats(r, C*ConvKernel, 0.5)
 	window := randFloats(r, (ConvKernel-1)*C, 1)

@@ -17,6 +17,19 @@ type gdnCase struct {
 	steps int
 }
 
+// randGDNParams draws a layer's recurrence parameters: A in [1, 16), as Qwen initialises it, and
+// norm gains near 1.
+func randGDNParams(r *rand.Rand, s GDNShape) GDNParams {
+	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
+	for i := range p.ALog {
+		p.ALog[i] = float32(math.Log(1 + 15*r.Float64()))
+	}
+	for i := range p.NormW {
+		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
+	}
+	return p
+}
+
 // runGDN runs steps decode tokens through gdn_step and GDNStep from the same random state and
 // returns the largest relative errors of y (over all steps) and of the final state.
 func runGDN(t *testing.T, lib *emu.Library, r *rand.Rand, c gdnCase, order emu.Order) (yErr, stateErr float64) {
@@ -25,13 +38,7 @@ func runGDN(t *testing.T, lib *emu.Library, r *rand.Rand, c gdnCase, order emu.O
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
-	for i := range p.ALog {
-		p.ALog[i] = float32(math.Log(1 + 15*r.Float64())) // A in [1, 16), as Qwen initialises it
-	}
-	for i := range p.NormW {
-		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
-	}
+	p := randGDNParams(r, s)
 	state := randFloats(r, s.StateLen(), 0.1)
 	bState, bY := emu.BufferOf(state), emu.NewBuffer(4*s.HV*s.DV)
 	bALog, bDt, bW := emu.BufferOf(p.ALog), emu.BufferOf(p.DtBias), emu.BufferOf(p.NormW)
@@ -102,13 +109,7 @@ func TestGDNStepASan(t *testing.T) {
 // same random state; it returns the relative errors of y (every token's row) and of the state.
 func runGDNChunk(t *testing.T, lib *emu.Library, r *rand.Rand, s GDNShape, nsg, tokens int, order emu.Order) (yErr, stateErr float64) {
 	t.Helper()
-	p := GDNParams{ALog: make([]float32, s.HV), DtBias: randFloats(r, s.HV, 0.5), NormW: make([]float32, s.DV), Eps: 1e-6}
-	for i := range p.ALog {
-		p.ALog[i] = float32(math.Log(1 + 15*r.Float64()))
-	}
-	for i := range p.NormW {
-		p.NormW[i] = 1 + 0.1*float32(r.NormFloat64())
-	}
+	p := randGDNParams(r, s)
 	state := randFloats(r, s.StateLen(), 0.1)
 	qkv, z := randFloats(r, tokens*s.Channels(), 1), randFloats(r, tokens*s.HV*s.DV, 1)
 	a, b := randFloats(r, tokens*s.HV, 1), randFloats(r, tokens*s.HV, 1)

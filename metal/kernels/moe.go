@@ -174,6 +174,16 @@ func MoEGateUp(mo *model.MoE, s MoEShape, ids []uint32, x []float32) []float32 {
 	return act
 }
 
+// ascendingSlots is a token's slots in ascending expert id (engine/cpu's order of the experts).
+func ascendingSlots(ids []uint32) []int {
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ids[order[a]] < ids[order[b]] })
+	return order
+}
+
 // MoEDownCombine is the Go reference of moe_down_combine: res += Σ weights[slot]·down_slot·act_slot.
 // Like engine/cpu (and HF), the routed experts are accumulated in ascending expert id from zero,
 // the shared expert (weight weights[K], already the sigmoid) is added last, and the sum is then
@@ -185,7 +195,7 @@ func MoEDownCombine(mo *model.MoE, s MoEShape, ids []uint32, weights, act, res [
 		order[i] = i
 	}
 	if !inSlotOrder {
-		sort.SliceStable(order, func(a, b int) bool { return ids[order[a]] < ids[order[b]] })
+		order = ascendingSlots(ids[:s.K])
 	}
 	y := make([]float32, s.H)
 	down := make([]float32, s.H)
@@ -361,6 +371,28 @@ func MoESort(s MoEShape, ids []uint32, weights []float32, tokens int) MoESorted 
 	return out
 }
 
+// BlockWords is the block map as moe_gate_up_mm and moe_down_mm read it: 4 uint32 a block.
+func (m MoESorted) BlockWords() []uint32 {
+	words := make([]uint32, 0, 4*len(m.Blocks))
+	for _, b := range m.Blocks {
+		words = append(words, b[:]...)
+	}
+	return words
+}
+
+// MoEIdentity is the map that runs the shared expert through the grouped GEMMs for tokens tokens:
+// one expert (0) whose pairs are the tokens in order, weight 1 (moe_combine applies its gate).
+// It returns the pairs' tokens, their weights and the block map (BlockWords' layout).
+func MoEIdentity(tokens int) (tok []uint32, ones []float32, blocks []uint32) {
+	for t := range tokens {
+		tok, ones = append(tok, uint32(t)), append(ones, 1)
+	}
+	for t0 := 0; t0 < tokens; t0 += MoEBlockRows {
+		blocks = append(blocks, 0, uint32(t0), uint32(min(MoEBlockRows, tokens-t0)), 0)
+	}
+	return tok, ones, blocks
+}
+
 // MoESortBuffers are moe_sort's buffers, by role.
 type MoESortBuffers[B any] struct {
 	IDs     B // 0: [tokens][K]
@@ -391,11 +423,7 @@ func MoESortCall[B any](s MoEShape, tokens int, b MoESortBuffers[B]) Call[B] {
 func MoECombine(s MoEShape, ids []uint32, weights []float32, sorted MoESorted, y, sh, res []float32, tokens int) {
 	h := s.H
 	for t := range tokens {
-		slots := make([]int, s.K)
-		for k := range slots {
-			slots[k] = k
-		}
-		sort.Slice(slots, func(a, b int) bool { return ids[t*s.K+slots[a]] < ids[t*s.K+slots[b]] })
+		slots := ascendingSlots(ids[t*s.K : (t+1)*s.K])
 		for d := range h {
 			var acc float32
 			for _, k := range slots {

@@ -126,10 +126,7 @@ func TestMoEGateUpMM(t *testing.T) {
 				up := quantize(r, s.E*s.I, s.H)
 				x := randFloats(r, n*s.H, 1)
 				want := MoEGateUpSorted(gate, up, s.I, sorted, x)
-				var blocks []uint32
-				for _, b := range sorted.Blocks {
-					blocks = append(blocks, b[:]...)
-				}
+				blocks := sorted.BlockWords()
 				pairs := n * s.K
 				act := emu.NewBuffer(4 * pairs * s.I)
 				act.Fill(0xFF)
@@ -155,10 +152,7 @@ func TestMoEGateUpMMASan(t *testing.T) {
 	}
 	sorted := MoESort(s, ids, make([]float32, n*(s.K+1)), n)
 	gate, up, x := quantize(r, s.E*s.I, s.H), quantize(r, s.E*s.I, s.H), randFloats(r, n*s.H, 1)
-	var blocks []uint32
-	for _, b := range sorted.Blocks {
-		blocks = append(blocks, b[:]...)
-	}
+	blocks := sorted.BlockWords()
 	act := emu.NewBuffer(4 * n * s.K * s.I)
 	mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), MoEGateUpMMBuffers[*emu.Buffer]{
 		Gate: qbufsOf(gate), Up: qbufsOf(up), X: emu.BufferOf(x), Tok: emu.BufferOf(sorted.Tok), Blocks: emu.BufferOf(blocks), Act: act,
@@ -215,14 +209,7 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.I, pairs, nb, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.Gate), Up: qbufsOf(mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act}), order, 3)
 		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.I, pairs, nb, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y}), order, 4)
 		// the shared expert: one expert over the identity map, weight 1 (its gate comes in moe_combine)
-		var idBlocks []uint32
-		tokens, ones := make([]uint32, n), make([]float32, n)
-		for tk := range n {
-			tokens[tk], ones[tk] = uint32(tk), 1
-		}
-		for t0 := 0; t0 < n; t0 += MoEBlockRows {
-			idBlocks = append(idBlocks, 0, uint32(t0), uint32(min(MoEBlockRows, n-t0)), 0)
-		}
+		tokens, ones, idBlocks := MoEIdentity(n)
 		shAct, sh := emu.NewBuffer(4*n*s.SI), emu.NewBuffer(4*n*s.H)
 		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.SharedGate), Up: qbufsOf(mo.SharedUp), X: bx, Tok: emu.BufferOf(tokens), Blocks: emu.BufferOf(idBlocks), Act: shAct}), order, 5)
 		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.SharedDown), Act: shAct, W: emu.BufferOf(ones), Blocks: emu.BufferOf(idBlocks), Y: sh}), order, 6)

@@ -275,10 +275,7 @@ func checkMoEGateUpMM(e *env) (float64, error) {
 		}
 	}
 	sorted := kernels.MoESort(s, ids, make([]float32, n*(s.K+1)), n)
-	var blocks []uint32
-	for _, b := range sorted.Blocks {
-		blocks = append(blocks, b[:]...)
-	}
+	blocks := sorted.BlockWords()
 	gate, up := randQ(e.r, s.E*s.I, s.H, 4), randQ(e.r, s.E*s.I, s.H, 4)
 	xs := randFloats(e.r, n*s.H, 1)
 	b := newPB()
@@ -301,10 +298,7 @@ func checkMoEDownCombineMM(e *env) (float64, error) {
 		weights[t*(s.K+1)], weights[t*(s.K+1)+1], weights[t*(s.K+1)+2] = 0.6, 0.4, 0.3
 	}
 	sorted := kernels.MoESort(s, ids, weights, n)
-	var blocks []uint32
-	for _, b := range sorted.Blocks {
-		blocks = append(blocks, b[:]...)
-	}
+	blocks := sorted.BlockWords()
 	down := randQ(e.r, s.E*s.H, s.I, 4)
 	act, sh, res := randFloats(e.r, n*s.K*s.I, 1), randFloats(e.r, n*s.H, 1), randFloats(e.r, n*s.H, 1)
 	b := newPB()
