@@ -77,22 +77,26 @@ func TestEmbedASan(t *testing.T) {
 	checkEmbed(t, lib, e, 0, emu.Reverse)
 }
 
-// TestEmbedChunk: each row of a chunk is its token's row, bit-exact.
+// TestEmbedChunk: each row of a chunk is its token's row, bit-exact, in every thread order and
+// under ASan.
 func TestEmbedChunk(t *testing.T) {
-	lib := library(t, emu.Options{}, "embed.metal")
 	r := rand.New(rand.NewPCG(25, 26))
 	e := quant.Quantize(randFloats(r, 37*192, 0.02), 37, 192, 4)
 	tokens := []uint32{3, 0, 36, 3, 17}
-	out := emu.NewBuffer(4 * len(tokens) * 192)
-	out.Fill(0xFF)
-	mustDispatch(t, lib, EmbedChunkCall(192, 37, len(tokens), EmbedChunkBuffers[*emu.Buffer]{
-		Embed: qbufs{Words: emu.BufferOf(e.Words), Scales: emu.BufferOf(e.Scales), Biases: emu.BufferOf(e.Biases)}, Tokens: emu.BufferOf(tokens), Out: out,
-	}), emu.Shuffle, 1)
-	for i, tok := range tokens {
-		want := Embed(e, int(tok))
-		for d, v := range want {
-			if got := out.Float32s()[i*192+d]; got != v {
-				t.Fatalf("row %d (token %d) dim %d: %g, want %g", i, tok, d, got, v)
+	for _, asan := range []bool{false, true} {
+		lib := library(t, emu.Options{ASan: asan}, "embed.metal")
+		for _, order := range emu.Orders {
+			out := emu.NewBuffer(4 * len(tokens) * 192)
+			out.Fill(0xFF)
+			mustDispatch(t, lib, EmbedChunkCall(192, 37, len(tokens), EmbedChunkBuffers[*emu.Buffer]{
+				Embed: qbufs{Words: emu.BufferOf(e.Words), Scales: emu.BufferOf(e.Scales), Biases: emu.BufferOf(e.Biases)}, Tokens: emu.BufferOf(tokens), Out: out,
+			}), order, 1)
+			for i, tok := range tokens {
+				for d, v := range Embed(e, int(tok)) {
+					if got := out.Float32s()[i*192+d]; got != v {
+						t.Fatalf("ASan %v %v: row %d (token %d) dim %d: %g, want %g", asan, order, i, tok, d, got, v)
+					}
+				}
 			}
 		}
 	}

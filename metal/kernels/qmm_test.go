@@ -81,27 +81,31 @@ func TestQMMASan(t *testing.T) {
 }
 
 // TestLayoutProbe: the probe reports SimdgroupLayout on the emulator (the selftest runs it on a
-// Mac to confirm the hardware agrees).
+// Mac to confirm the hardware agrees), in every thread order and under ASan.
 func TestLayoutProbe(t *testing.T) {
-	lib := library(t, emu.Options{}, "qmm.metal")
 	labels := make([]float32, 64)
 	for i := range labels {
 		labels[i] = float32(i)
 	}
-	out := emu.NewBuffer(4 * 64)
-	mustDispatch(t, lib, LayoutProbeCall(LayoutProbeBuffers[*emu.Buffer]{Labels: emu.BufferOf(labels), Out: out}), emu.Shuffle, 1)
-	seen := map[float32]bool{}
-	for l := range 32 {
-		r, c := SimdgroupLayout(l)
-		for i := range 2 {
-			got := out.Float32s()[2*l+i]
-			if want := float32(r*8 + c + i); got != want {
-				t.Fatalf("lane %d element %d: %g, want %g", l, i, got, want)
+	for _, asan := range []bool{false, true} {
+		lib := library(t, emu.Options{ASan: asan}, "qmm.metal")
+		for _, order := range emu.Orders {
+			out := emu.NewBuffer(4 * 64)
+			mustDispatch(t, lib, LayoutProbeCall(LayoutProbeBuffers[*emu.Buffer]{Labels: emu.BufferOf(labels), Out: out}), order, 1)
+			seen := map[float32]bool{}
+			for l := range 32 {
+				r, c := SimdgroupLayout(l)
+				for i := range 2 {
+					got := out.Float32s()[2*l+i]
+					if want := float32(r*8 + c + i); got != want {
+						t.Fatalf("ASan %v %v: lane %d element %d: %g, want %g", asan, order, l, i, got, want)
+					}
+					seen[got] = true
+				}
 			}
-			seen[got] = true
+			if len(seen) != 64 {
+				t.Fatalf("the lanes cover %d of 64 elements", len(seen))
+			}
 		}
-	}
-	if len(seen) != 64 {
-		t.Fatalf("the lanes cover %d of 64 elements", len(seen))
 	}
 }
