@@ -38,31 +38,15 @@ type backendOptions struct {
 	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
 }
 
-const prefillChunkHelp = "prompt tokens per batched prefill step on the GPU backends (0: token by token; default 512 on metal, 0 on emu, where the emulated matrix kernels are slower than the token loop); then chunks of 64 for what is left, and a remainder below that token by token"
+const prefillChunkHelp = "the largest number of prompt tokens a batched prefill step takes on the GPU backends, then chunks of 512 and of 64 for what is left, and a remainder below that token by token (0: token by token; default on metal 4096 where its 1.2 GB of activations cost no context, else 512; 0 on emu, where the emulated matrix kernels are slower than the token loop)"
 
-// metalPrefillChunk is the metal backend's default prefill chunk: large enough that the routed
-// experts' 32-row blocks are half full under even routing (bench --plan --prefill: FLOPs 1.40×
-// the useful ones at 512 tokens, 7.05× at 64), its activations 157 MB.
-const metalPrefillChunk = 512
-
-// chunkFor is the prefill chunk a backend runs with for the flag's value n (-1: its default).
-func chunkFor(backend string, n int) int {
-	if n >= 0 {
-		return n
+// chunkOptions are a backend's prefill chunk sizes for the flag's value n: -1 is the backend's
+// default, on metal picked by memory (gpu.DefaultChunks), on emu none.
+func chunkOptions(backend string, n int) (chunks []int, auto bool) {
+	if n < 0 {
+		return nil, backend == "metal"
 	}
-	if backend == "metal" {
-		return metalPrefillChunk
-	}
-	return 0
-}
-
-// smallChunk is the second chunk size beside a chunk of n: 64, for what is left of a prompt after
-// the whole chunks (a follow-up turn of a few hundred tokens), when n is larger.
-func smallChunk(n int) int {
-	if n > 64 {
-		return 64
-	}
-	return 0
+	return gpu.Buckets(n), false
 }
 
 // checkPrefillChunk reports a --prefill-chunk value that is not -1 (default) or >= 0.
@@ -116,9 +100,11 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkSmall: smallChunk(chunkFor(name, o.prefillChunk)), ChunkLogits: o.chunkLogits})
+		chunks, auto := chunkOptions(name, o.prefillChunk)
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits})
 	case "emu": // the decode plan run on the emulator
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunk: chunkFor(name, o.prefillChunk), ChunkSmall: smallChunk(chunkFor(name, o.prefillChunk)), ChunkLogits: o.chunkLogits})
+		chunks, _ := chunkOptions(name, o.prefillChunk)
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

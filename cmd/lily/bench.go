@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -174,6 +176,9 @@ type planOutput struct {
 	// ContextByMacGB is the context lily serve would hold on a Mac of each memory size, from the
 	// estimated working set (decode.MacWorkingSet); 0: the weights do not fit.
 	ContextByMacGB map[string]int `json:"context_by_mac_gb"`
+	// PrefillChunkByMacGB is the largest prefill chunk lily serve would run with there (what
+	// --prefill-chunk gives, else gpu.DefaultChunks).
+	PrefillChunkByMacGB map[string]int `json:"prefill_chunk_by_mac_gb"`
 }
 
 // macSizes are the memory sizes of Apple silicon Macs that context_by_mac_gb reports.
@@ -202,20 +207,28 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
-		ContextByMacGB:    map[string]int{},
+		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{},
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
-	if out.Memory.Memory, err = decode.MemoryOfChunked(c, o.kvBits, chunkFor("metal", o.prefillChunk)); err != nil {
+	chunks, auto := chunkOptions("metal", o.prefillChunk)
+	served := gpu.GPUOptions{KVBits: o.kvBits, Chunks: chunks, AutoChunks: auto}
+	if out.Memory.Memory, _, err = gpu.MemoryFor(c, served); err != nil {
 		return err
 	}
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
 	for _, gb := range macSizes {
-		n, _, err := out.Memory.Memory.Context(c, 0, decode.MacWorkingSet(gb))
+		served.WorkingSet = decode.MacWorkingSet(gb)
+		mem, chunks, err := gpu.MemoryFor(c, served)
+		if err != nil {
+			return err
+		}
+		n, _, err := mem.Context(c, 0, served.WorkingSet)
 		if err != nil {
 			n = 0
 		}
 		out.ContextByMacGB[strconv.Itoa(gb)] = n
+		out.PrefillChunkByMacGB[strconv.Itoa(gb)] = slices.Max(append([]int{0}, chunks...))
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -228,6 +241,10 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.ContextByMacGB[strconv.Itoa(gb)])
+	}
+	fmt.Fprint(w, "\nlargest prefill chunk by Mac memory:")
+	for _, gb := range macSizes {
+		fmt.Fprintf(w, " %d GB: %d", gb, out.PrefillChunkByMacGB[strconv.Itoa(gb)])
 	}
 	_, err = fmt.Fprintln(w)
 	return err

@@ -10,7 +10,7 @@ import (
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
-	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/gpu"
 )
 
 // doctorOutput is the stable JSON contract of `lily doctor --output json`.
@@ -75,7 +75,7 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 // working set of so many bytes.
 func productionContext(workingSet int64) (int, string, error) {
 	c := config.Production()
-	m, err := decode.MemoryOfChunked(c, 16, metalPrefillChunk)
+	m, _, err := gpu.MemoryFor(c, gpu.GPUOptions{WorkingSet: workingSet, AutoChunks: true})
 	if err != nil {
 		return 0, "", err
 	}

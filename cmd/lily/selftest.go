@@ -42,13 +42,13 @@ const selftestChunk = 16
 func selftestGPU(w *model.Weights) (backend.Backend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
-		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunk: selftestChunk})
+		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunks: []int{selftestChunk}})
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunk: selftestChunk})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunks: []int{selftestChunk}})
 	if err != nil {
 		return nil, err
 	}

@@ -33,17 +33,15 @@ type Options struct {
 	// KVBits is the KV cache's format: 16 (bfloat16, also 0) or 8 (int8 blocks of 32 with a
 	// binary16 scale: about half the memory and the attention traffic; kernels.KV8).
 	KVBits int
-	// Chunk, when positive, adds a prefill mode (ModeChunk) to the plan: Chunk prompt tokens at
-	// once (Step.ChunkTokens holds their ids, the step buffer the first one's position) through
-	// the batched kernels, writing the KV pool, conv windows and DeltaNet states the decode
-	// dispatches read; no logits (the prompt's last token runs the decode step).
-	Chunk int
-	// ChunkSmall, when positive and below Chunk, adds a second, smaller chunk size over the same
-	// buffers, for what is left of a prompt after the whole chunks.
-	ChunkSmall int
+	// Chunks are the prefill chunk sizes (none: prompts run token by token through the decode
+	// step). Each size adds its modes (ChunkModes): that many prompt tokens at once
+	// (Step.ChunkTokens holds their ids, the step buffer the first one's position) through the
+	// batched kernels, writing the KV pool, conv windows and DeltaNet states the decode
+	// dispatches read. All sizes share one set of buffers, sized for the largest.
+	Chunks []int
 	// ChunkLogits adds the +logits chunk modes: a chunk followed by the final norm and the LM head
-	// for every row (Step.ChunkLogits, [Chunk][vocab] float32), for a caller that wants the
-	// prompt's logits (lily run --prompt-logits-out).
+	// for every row (Step.ChunkLogits, [largest chunk][vocab] float32), for a caller that wants
+	// the prompt's logits (lily run --prompt-logits-out).
 	ChunkLogits bool
 	// PageSize is the positions per page of the KV pool (0: DefaultPageSize, or MaxCtx rounded
 	// up to 16 when smaller); Pages the pool's pages (0: a session's worth, MaxCtx's pages, and
@@ -67,9 +65,11 @@ type Step struct {
 	Attn  kernels.AttnShape
 	Table int
 	KV    []int
-	// Chunk and ChunkSmall: the chunk sizes (0: none; ChunkModes names their modes); ChunkTokens
-	// their [Chunk] uint32 token ids; ChunkLogits the +logits modes' [Chunk][vocab] rows (0: none).
-	Chunk, ChunkSmall, ChunkTokens, ChunkLogits int
+	// Chunks are the chunk sizes, largest first (none: no chunk modes; ChunkModes names their
+	// modes); ChunkTokens their uint32 token ids; ChunkLogits the +logits modes' [Chunks[0]][vocab]
+	// rows (0: none).
+	Chunks                   []int
+	ChunkTokens, ChunkLogits int
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
@@ -393,12 +393,12 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	// The decode step's dispatches run in every mode but the chunk's.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
 	var chs []*chunkBufs // the chunk sizes, largest first, over one set of buffers
-	if o.Chunk > 0 {
-		big := b.chunkBuffers(o.Chunk, gs, as, ms, o.ChunkLogits)
+	if sizes := ChunkSizes(o.Chunks); len(sizes) > 0 {
+		s.Chunks = sizes
+		big := b.chunkBuffers(sizes[0], gs, as, ms, o.ChunkLogits)
 		chs = append(chs, big)
-		if o.ChunkSmall > 0 && o.ChunkSmall < o.Chunk {
-			s.ChunkSmall = o.ChunkSmall
-			chs = append(chs, big.bucket(o.ChunkSmall, ms))
+		for _, n := range sizes[1:] {
+			chs = append(chs, big.bucket(n, ms))
 		}
 	}
 
@@ -677,6 +677,26 @@ const (
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
 )
+
+// ChunkSizes is sizes without the ones below 1 and repeats, largest first.
+func ChunkSizes(sizes []int) []int {
+	var out []int
+	for _, n := range sizes {
+		if n > 0 && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b int) int { return b - a })
+	return out
+}
+
+// LargestChunk is the largest chunk size (0: none).
+func (s *Step) LargestChunk() int {
+	if len(s.Chunks) == 0 {
+		return 0
+	}
+	return s.Chunks[0]
+}
 
 // ChunkModes names the modes of the chunk size n: Run takes n prompt tokens through the batched
 // prefill kernels; Last also computes the last row's logits and greedy token (a piece of prompt

@@ -141,7 +141,7 @@ func TestBarriersExactlyWhereNeeded(t *testing.T) {
 // the skipped ones carried to the next that runs (as exec encodes them), never overlap two that
 // conflict.
 func TestModesStayOrdered(t *testing.T) {
-	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunk: 64, ChunkSmall: 16, ChunkLogits: true})
+	chunked, err := Build(config.Production(), Options{MaxCtx: 4097, Chunks: []int{64, 16}, ChunkLogits: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,6 @@ type chunkBufs struct {
 // chunkBuffers declares the chunk mode's buffers for n tokens (and the token ids' buffer).
 func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape, ms kernels.MoEShape, logits bool) *chunkBufs {
 	s, H := b.s, ms.H
-	s.Chunk = n
 	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
 	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
 	c := &chunkBufs{b: b, n: n, h: H, logit: logits}

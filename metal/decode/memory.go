@@ -33,7 +33,7 @@ func MemoryOf(c *config.Config, kvBits int) (Memory, error) { return MemoryOfChu
 // activations count as scratch (156 MB at production for 512 tokens).
 func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 	full := max(c.MaxPositions, 1)
-	s, err := Build(c, Options{MaxCtx: full, KVBits: kvBits, Chunk: chunk})
+	s, err := Build(c, Options{MaxCtx: full, KVBits: kvBits, Chunks: []int{chunk}})
 	if err != nil {
 		return Memory{}, err
 	}

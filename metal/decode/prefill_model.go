@@ -24,7 +24,7 @@ type PrefillCost struct {
 // PrefillModel models a chunk of m tokens after n cached positions for configuration c with a
 // kvBits KV cache.
 func PrefillModel(c *config.Config, m, n, kvBits int) (PrefillCost, error) {
-	s, err := Build(c, Options{MaxCtx: n + m + 1, TrafficCtx: n, Chunk: m, KVBits: kvBits})
+	s, err := Build(c, Options{MaxCtx: n + m + 1, TrafficCtx: n, Chunks: []int{m}, KVBits: kvBits})
 	if err != nil {
 		return PrefillCost{}, err
 	}

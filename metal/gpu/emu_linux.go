@@ -17,8 +17,7 @@ type EmuOptions struct {
 	PageSize    int       // KV pool page (0: decode's default)
 	Pages       int       // KV pool pages (0: GPUOptions' default)
 	CacheBytes  int64     // the prefix cache's budget (GPUOptions.CacheBytes)
-	Chunk       int       // prompt tokens per batched prefill step (GPUOptions.Chunk)
-	ChunkSmall  int       // GPUOptions.ChunkSmall
+	Chunks      []int     // prompt tokens per batched prefill step, one per size (GPUOptions.Chunks)
 	ChunkLogits bool      // GPUOptions.ChunkLogits
 	Threads     emu.Order // thread order inside threadgroups
 	GroupOrder  emu.Order // order of the dispatches between two barriers
@@ -42,5 +41,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunk: o.Chunk, ChunkSmall: o.ChunkSmall, ChunkLogits: o.ChunkLogits})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits})
 }

@@ -17,8 +17,7 @@ type EmuOptions struct {
 	PageSize    int
 	Pages       int
 	CacheBytes  int64
-	Chunk       int
-	ChunkSmall  int
+	Chunks      []int
 	ChunkLogits bool
 }
 

@@ -181,9 +181,9 @@ func TestGoldenHFKV8(t *testing.T) {
 }
 
 // TestChunkPrefillHF: a prompt prefilled through the batched kernels a chunk at a time, of 16, of
-// 32, and of 32 then 16 tokens (tiny-a's 80 tokens in 16s or in 32+32+16 end with a whole chunk,
-// whose last row gives the logits: the +last mode; the other cases end with tokens through the
-// decode step),
+// 32, and in three sizes, 24 then 16 then 8 (tiny-a's 80 tokens in 16s or in 24+24+24+8 end
+// with a whole chunk, whose last row gives the logits: the +last mode; the other
+// cases end with tokens through the decode step),
 // gives HF's logits after the prompt and HF's greedy ids and logits for the decode steps that
 // follow, within the decode tolerance.
 func TestChunkPrefillHF(t *testing.T) {
@@ -194,9 +194,9 @@ func TestChunkPrefillHF(t *testing.T) {
 			t.Fatal(err)
 		}
 		V, P := g.VocabSize, len(g.PromptIDs)
-		for _, sizes := range [][2]int{{16, 0}, {32, 0}, {32, 16}} {
-			t.Run(fmt.Sprintf("%s/chunk%d_%d", filepath.Base(dir), sizes[0], sizes[1]), func(t *testing.T) {
-				e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunk: sizes[0], ChunkSmall: sizes[1]})
+		for _, sizes := range [][]int{{16}, {32}, {24, 16, 8}} {
+			t.Run(fmt.Sprintf("%s/chunks%v", filepath.Base(dir), sizes), func(t *testing.T) {
+				e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunks: sizes})
 				defer e.Close()
 				s := e.NewSession().(*EmuSession)
 				defer s.Close()
@@ -240,7 +240,7 @@ func TestChunkPromptLogitsHF(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunk: 32, ChunkLogits: true})
+			e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunks: []int{32}, ChunkLogits: true})
 			defer e.Close()
 			s := e.NewSession().(*EmuSession)
 			defer s.Close()

@@ -65,12 +65,14 @@ type GPUOptions struct {
 	// CacheBytes is the prefix cache's budget: the pool gets as many more pages as that holds
 	// and the working set leaves room for, so cached prefixes keep their pages.
 	CacheBytes int64
-	// Chunk is the prompt tokens a batched prefill step takes (decode.Options.Chunk; 0: prompts
-	// run through the decode step token by token), ChunkSmall a second, smaller size for what is
-	// left after the whole chunks; ChunkLogits makes them compute every row's logits too, so
+	// Chunks are the prompt tokens a batched prefill step takes, one size per plan mode
+	// (decode.Options.Chunks; none: prompts run through the decode step token by token); Forward
+	// takes the largest that fits what is left of a prompt. AutoChunks, with no Chunks, picks
+	// them by memory (DefaultChunks). ChunkLogits makes them compute every row's logits too, so
 	// Forward with all set takes them as well.
-	Chunk, ChunkSmall int
-	ChunkLogits       bool
+	Chunks      []int
+	AutoChunks  bool
+	ChunkLogits bool
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
@@ -78,15 +80,16 @@ type GPUOptions struct {
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	mem, err := decode.MemoryOfChunked(w.Config, o.KVBits, o.Chunk)
+	mem, chunks, err := MemoryFor(w.Config, o)
 	if err != nil {
 		return nil, err
 	}
+	o.Chunks = chunks
 	maxCtx, why, err := mem.Context(w.Config, o.MaxCtx, o.WorkingSet)
 	if err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunk: o.Chunk, ChunkSmall: o.ChunkSmall, ChunkLogits: o.ChunkLogits})
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunks: o.Chunks, ChunkLogits: o.ChunkLogits})
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +157,7 @@ func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
 
 // PrefillChunk is the prompt tokens a batched prefill step takes (0: none); the runner feeds
 // prompts in multiples of it.
-func (e *GPU) PrefillChunk() int { return e.step.Chunk }
+func (e *GPU) PrefillChunk() int { return e.step.LargestChunk() }
 
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.
@@ -327,7 +330,7 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 // chunkSizes splits n prompt tokens into the plan's chunk sizes, largest first, and returns them
 // with the tokens left over.
 func (s *Session) chunkSizes(n int) (sizes []int, rest int) {
-	for _, c := range []int{s.e.step.Chunk, s.e.step.ChunkSmall} {
+	for _, c := range s.e.step.Chunks {
 		for c > 0 && n >= c {
 			sizes = append(sizes, c)
 			n -= c

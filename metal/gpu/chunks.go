@@ -1,0 +1,87 @@
+package gpu
+
+import (
+	"slices"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/metal/decode"
+)
+
+// Prefill chunk sizes. The largest, 4,096 tokens, fills the routed experts' 32-row blocks
+// (bench --plan --prefill: executed FLOPs 1.001× the useful ones, against 1.40× at 512 and
+// 7.05× at 64, because 4,096 tokens × 8 experts give each of the 256 experts about 128 rows);
+// its activations take about 1.2 GB. The smaller sizes take what is left of a prompt after the
+// whole chunks (a follow-up turn of a few hundred tokens), and a remainder below the smallest
+// runs token by token.
+const (
+	ChunkLarge  = 4096
+	ChunkMedium = 512
+	ChunkSmall  = 64
+)
+
+// Buckets is the chunk sizes beside a largest chunk of n tokens: n, then each of the standard
+// sizes below it.
+func Buckets(n int) []int {
+	if n <= 0 {
+		return nil
+	}
+	out := []int{n}
+	for _, s := range []int{ChunkMedium, ChunkSmall} {
+		if s < n {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// DefaultChunks is the metal backend's chunk sizes: Buckets(ChunkLarge) where its activations
+// leave the context o asks for (or the model's whole context) as it is with ChunkMedium, and
+// Buckets(ChunkMedium) otherwise, or when every row's logits are kept (4,096 rows of logits
+// take 4 GB).
+func DefaultChunks(c *config.Config, o GPUOptions) ([]int, error) {
+	if o.ChunkLogits {
+		return Buckets(ChunkMedium), nil
+	}
+	// ctxWith is the context a plan with a largest chunk of n holds (0: none fits, which the
+	// caller's own sizing reports).
+	ctxWith := func(n int) (int, error) {
+		mem, err := decode.MemoryOfChunked(c, o.KVBits, n)
+		if err != nil {
+			return 0, err
+		}
+		got, _, err := mem.Context(c, 0, o.WorkingSet)
+		if err != nil {
+			return 0, nil
+		}
+		return got, nil
+	}
+	medium, err := ctxWith(ChunkMedium)
+	if err != nil {
+		return nil, err
+	}
+	if o.MaxCtx > 0 {
+		medium = min(medium, o.MaxCtx)
+	}
+	large, err := ctxWith(ChunkLarge)
+	if err != nil {
+		return nil, err
+	}
+	if medium == 0 || large < medium {
+		return Buckets(ChunkMedium), nil
+	}
+	return Buckets(ChunkLarge), nil
+}
+
+// MemoryFor is the device memory of c's plan with o's chunk sizes (DefaultChunks when
+// AutoChunks asks for them), and those sizes.
+func MemoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
+	chunks := o.Chunks
+	if o.AutoChunks && len(chunks) == 0 {
+		var err error
+		if chunks, err = DefaultChunks(c, o); err != nil {
+			return decode.Memory{}, nil, err
+		}
+	}
+	mem, err := decode.MemoryOfChunked(c, o.KVBits, slices.Max(append([]int{0}, chunks...)))
+	return mem, chunks, err
+}
