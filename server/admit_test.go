@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"runtime"
 	rtmetrics "runtime/metrics"
@@ -20,7 +19,7 @@ type countingTemplate struct {
 	now, peak, called int
 }
 
-func (c *countingTemplate) Render(messages, tools json.RawMessage, addGen bool, kwargs map[string]json.RawMessage) (string, error) {
+func (c *countingTemplate) Render(req RenderRequest) (string, error) {
 	c.mu.Lock()
 	c.now++
 	c.called++
@@ -28,7 +27,7 @@ func (c *countingTemplate) Render(messages, tools json.RawMessage, addGen bool, 
 	c.mu.Unlock()
 	time.Sleep(c.hold)
 	defer func() { c.mu.Lock(); c.now--; c.mu.Unlock() }()
-	return c.Template.Render(messages, tools, addGen, kwargs)
+	return c.Template.Render(req)
 }
 
 func countRenders(s *Server, hold time.Duration) *countingTemplate {

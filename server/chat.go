@@ -2,18 +2,16 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/lilyformac/lily/engine/parse"
 	"github.com/lilyformac/lily/engine/sample"
 )
 
@@ -34,6 +32,9 @@ type chatRequest struct {
 	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
 	ReasoningEffort     *string                    `json:"reasoning_effort"`
 	ResponseFormat      *responseFormat            `json:"response_format"`
+	// AddGenerationPrompt and ContinueFinalMessage are vLLM's fields (chat.ResolveEnding).
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool `json:"continue_final_message"`
 }
 
 type responseFormat struct {
@@ -196,86 +197,6 @@ func checkMessages(raw json.RawMessage) error {
 	return nil
 }
 
-// toolPlan is what tool_choice means for rendering, forcing and parsing.
-type toolPlan struct {
-	tools  json.RawMessage // passed to the template (nil: none)
-	parsed []parse.Tool
-	force  string // text appended to the prompt to force a call ("" = model decides)
-}
-
-func planTools(req *chatRequest) (toolPlan, error) {
-	var plan toolPlan
-	hasTools := len(bytes.TrimSpace(req.Tools)) > 0 && string(bytes.TrimSpace(req.Tools)) != "null"
-	if hasTools {
-		tools, err := parse.ToolsFromOpenAI(req.Tools)
-		if err != nil {
-			return plan, badRequest("tools: "+err.Error(), "tools")
-		}
-		plan.tools, plan.parsed = req.Tools, tools
-	}
-	choice := bytes.TrimSpace(req.ToolChoice)
-	if len(choice) == 0 || string(choice) == "null" {
-		return plan, nil
-	}
-	var mode string
-	if json.Unmarshal(choice, &mode) == nil {
-		switch mode {
-		case "auto":
-		case "none":
-			plan.tools, plan.parsed = nil, nil
-		case "required":
-			if !hasTools {
-				return plan, badRequest(`tool_choice "required" needs tools`, "tool_choice")
-			}
-			plan.force = "<tool_call>\n<function="
-		default:
-			return plan, badRequest(fmt.Sprintf("tool_choice %q: expected auto, none, required or a named function", mode), "tool_choice")
-		}
-		return plan, nil
-	}
-	var named struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(choice, &named); err != nil || named.Function.Name == "" {
-		return plan, badRequest(`tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`, "tool_choice")
-	}
-	found := false
-	for _, t := range plan.parsed {
-		found = found || t.Name == named.Function.Name
-	}
-	if !found {
-		return plan, badRequest(fmt.Sprintf("tool_choice names %q, which is not in tools", named.Function.Name), "tool_choice")
-	}
-	plan.force = "<tool_call>\n<function=" + named.Function.Name + ">\n"
-	return plan, nil
-}
-
-// thinkingEnabled decides whether the model thinks: chat_template_kwargs.enable_thinking wins,
-// then reasoning_effort ("none" turns thinking off), then the template default (on).
-func thinkingEnabled(req *chatRequest) (bool, error) {
-	if raw, ok := req.ChatTemplateKwargs["enable_thinking"]; ok {
-		var on bool
-		if err := json.Unmarshal(raw, &on); err != nil {
-			return false, badRequest("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs")
-		}
-		return on, nil
-	}
-	if req.ReasoningEffort != nil {
-		switch *req.ReasoningEffort {
-		case "none":
-			return false, nil
-		case "minimal", "low", "medium", "high", "xhigh":
-			return true, nil
-		default:
-			return false, badRequest(fmt.Sprintf("reasoning_effort %q: expected none, minimal, low, medium or high", *req.ReasoningEffort), "reasoning_effort")
-		}
-	}
-	return true, nil
-}
-
 func newID(prefix string) string {
 	var b [12]byte
 	rand.Read(b[:])
@@ -283,117 +204,60 @@ func newID(prefix string) string {
 }
 
 func (s *Server) chatCompletions(c *gin.Context) {
-	m := s.ready(c)
-	if m == nil {
-		return
-	}
-	a, ok := s.startAdmission(c)
-	if !ok {
-		return
-	}
-	defer a.end()
 	var req chatRequest
-	if err := decodeBody(c, &req); err != nil {
-		abortWith(c, err)
-		return
-	}
-	p, err := s.planChat(m, &req)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	if !a.enqueue() {
-		return
-	}
-	text, err := renderChat(m, &req, p)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	req.Messages = nil // the rendered text replaces it; let a long conversation be collected
-	if p.g.prompt, err = encodePrompt(m, text); err != nil {
-		abortWith(c, err)
-		return
-	}
-	if p.g.maxTokens, err = s.budget(m, len(p.g.prompt), req.MaxCompletionTokens, req.MaxTokens); err != nil {
-		abortWith(c, err)
-		return
-	}
-	p.g.checkpoints = turnCheckpoints(m, p.g.prompt)
-	ctx, ticket := a.admitted()
-	p.g.ticket = ticket
-	parser := parse.NewStream(parse.Options{PromptEndsInThink: p.thinking && strings.HasSuffix(text, "<think>\n"), Tools: p.tools.parsed})
-	cc := &chatCall{s: s, m: m, id: newID("chatcmpl-"), created: time.Now().Unix(), parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, logprobs: p.g.logprobs}
-	if p.tools.force != "" {
-		cc.pending = parser.Feed(p.tools.force) // the forced opening is part of the answer
-	}
-	if req.Stream {
-		cc.stream(c, ctx, p.g, parser, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-	} else {
-		cc.once(c, ctx, p.g, parser)
-	}
-}
-
-// chatPlan is what a chat request asks for, checked before any rendering.
-type chatPlan struct {
-	tools    toolPlan
-	thinking bool
-	g        genRequest // sampling, stops and logprobs; prompt and limits come later
-}
-
-// planChat validates everything a chat request says that costs nothing to check.
-func (s *Server) planChat(m *Model, req *chatRequest) (chatPlan, error) {
-	var p chatPlan
-	if err := checkMessages(req.Messages); err != nil {
-		return p, err
-	}
-	if err := checkResponseFormat(req.ResponseFormat); err != nil {
-		return p, err
-	}
-	var err error
-	if p.tools, err = planTools(req); err != nil {
-		return p, err
-	}
-	if p.thinking, err = thinkingEnabled(req); err != nil {
-		return p, err
-	}
-	if p.tools.force != "" {
-		p.thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
-	}
-	g := &p.g
-	if g.params, g.stops, err = req.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
-		return p, err
-	}
-	g.logprobs = req.Logprobs != nil && *req.Logprobs
-	if req.TopLogprobs != nil {
-		if !g.logprobs {
-			return p, badRequest("top_logprobs requires logprobs: true", "top_logprobs")
+	s.serveTurn(c, func() (*turn, error) {
+		if err := decodeBody(c, &req); err != nil {
+			return nil, err
 		}
-		g.topLogprobs = *req.TopLogprobs
-	}
-	g.params.Logprobs, g.params.TopLogprobs = g.logprobs, g.topLogprobs
-	if err := g.params.Validate(); err != nil {
-		return p, badRequest(err.Error(), "top_logprobs")
-	}
-	return p, nil
+		return req.turn()
+	}, func(ctx context.Context, m *Model, p *turnPlan) {
+		cc := &chatCall{s: s, m: m, id: newID("chatcmpl-"), created: time.Now().Unix(), parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, logprobs: p.g.logprobs}
+		if req.Stream {
+			cc.stream(c, ctx, p, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		} else {
+			cc.once(c, ctx, p)
+		}
+	})
 }
 
-// renderChat renders the conversation through the model's chat template.
-func renderChat(m *Model, req *chatRequest, p chatPlan) (string, error) {
-	kwargs := map[string]json.RawMessage{}
-	for k, v := range req.ChatTemplateKwargs {
-		kwargs[k] = v
-	}
-	kwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(p.thinking))
-	text, err := m.Template.Render(req.Messages, p.tools.tools, true, kwargs)
+// turn translates a chat completion request into the neutral turn.
+func (req *chatRequest) turn() (*turn, error) {
+	choice, err := openAIToolChoice(req.ToolChoice)
 	if err != nil {
-		var te *TemplateError
-		if errors.As(err, &te) {
-			return "", badRequest("chat template: "+te.Msg, "messages")
-		}
-		return "", fmt.Errorf("chat template: %w", err)
+		return nil, err
 	}
-	return text + p.tools.force, nil
+	return &turn{
+		messages: req.Messages, tools: req.Tools, choice: choice, effort: req.ReasoningEffort,
+		kwargs: req.ChatTemplateKwargs, addGen: req.AddGenerationPrompt, cont: req.ContinueFinalMessage,
+		sampling: req.samplingFields, maxTokens: []*int{req.MaxCompletionTokens, req.MaxTokens},
+		logprobs: req.Logprobs != nil && *req.Logprobs, topLogprobs: req.TopLogprobs, format: req.ResponseFormat,
+	}, nil
+}
+
+// openAIToolChoice reads tool_choice: "auto", "none", "required" or a named function.
+func openAIToolChoice(raw json.RawMessage) (toolChoice, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return toolChoice{}, nil
+	}
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		switch mode {
+		case "auto", "none", "required":
+			return toolChoice{mode: mode}, nil
+		}
+		return toolChoice{}, badRequest(fmt.Sprintf("tool_choice %q: expected auto, none, required or a named function", mode), "tool_choice")
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil || named.Function.Name == "" {
+		return toolChoice{}, badRequest(`tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`, "tool_choice")
+	}
+	return toolChoice{mode: "named", name: named.Function.Name}, nil
 }
 
 // turnCheckpoints are where a later request is likely to leave this prompt, so the prefix cache

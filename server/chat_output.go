@@ -18,7 +18,6 @@ type chatCall struct {
 	created  int64
 	parallel bool // parallel_tool_calls: false keeps only the first call
 	logprobs bool
-	pending  []parse.Delta  // deltas produced before generation (a forced tool-call opening)
 	lp       []logprobEntry // logprobs not yet attached to a chunk
 	sawCall  bool
 }
@@ -146,26 +145,18 @@ func (cc *chatCall) sendDeltas(w *sseWriter, deltas []parse.Delta) error {
 	return nil
 }
 
-func (cc *chatCall) stream(c *gin.Context, ctx context.Context, g genRequest, parser *parse.Stream, includeUsage bool) {
+func (cc *chatCall) stream(c *gin.Context, ctx context.Context, p *turnPlan, includeUsage bool) {
 	w := startSSE(c, cc.s.cfg.KeepAlive)
 	if err := w.data(cc.chunk(map[string]any{"role": "assistant", "content": ""}, nil)); err != nil {
 		w.close()
 		return
 	}
-	if err := cc.sendDeltas(w, cc.pending); err != nil {
-		w.close()
-		return
-	}
-	outcome, err := cc.s.generate(ctx, cc.m, g, func(p textPiece) error {
-		cc.lp = append(cc.lp, cc.logprobEntries(p.Tokens)...)
-		return cc.sendDeltas(w, parser.Feed(p.Text))
+	outcome, _, err := cc.s.runTurn(ctx, cc.m, p, func(d []parse.Delta, piece textPiece) error {
+		cc.lp = append(cc.lp, cc.logprobEntries(piece.Tokens)...)
+		return cc.sendDeltas(w, d)
 	})
 	if err != nil {
 		w.fail(generationError(ctx, err))
-		return
-	}
-	if err := cc.sendDeltas(w, parser.Finish()); err != nil {
-		w.close()
 		return
 	}
 	finish := cc.finishReason(outcome)
@@ -176,17 +167,15 @@ func (cc *chatCall) stream(c *gin.Context, ctx context.Context, g genRequest, pa
 	w.close()
 }
 
-func (cc *chatCall) once(c *gin.Context, ctx context.Context, g genRequest, parser *parse.Stream) {
-	outcome, err := cc.s.generate(ctx, cc.m, g, func(p textPiece) error {
-		cc.lp = append(cc.lp, cc.logprobEntries(p.Tokens)...)
-		parser.Feed(p.Text)
+func (cc *chatCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
+	outcome, parser, err := cc.s.runTurn(ctx, cc.m, p, func(_ []parse.Delta, piece textPiece) error {
+		cc.lp = append(cc.lp, cc.logprobEntries(piece.Tokens)...)
 		return nil
 	})
 	if err != nil {
 		failPlain(c, ctx, err)
 		return
 	}
-	parser.Finish()
 	r := parser.Result()
 	msg := map[string]any{"role": "assistant", "content": nil}
 	if r.Content != "" {

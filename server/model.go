@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 
 	"github.com/lilyformac/lily/engine/chat"
@@ -20,14 +19,18 @@ func TemplateOf(t *chat.Template) Template { return tmpl{t} }
 
 type tmpl struct{ *chat.Template }
 
-func (t tmpl) Render(messages, tools json.RawMessage, addGen bool, kwargs map[string]json.RawMessage) (string, error) {
-	out, err := t.Template.Render(chat.Request{Messages: messages, Tools: tools, AddGenerationPrompt: addGen, Kwargs: kwargs})
+func (t tmpl) Render(req RenderRequest) (string, error) {
+	out, err := t.Template.Render(req)
 	if err == nil {
 		return out, nil
 	}
 	// The template is the checkpoint's own: when it fails (raise_exception, unreadable input, or
 	// a message shape it cannot handle, like a tool_calls string) the request is what is wrong.
 	var te *chat.TemplateError
+	var ie *chat.InputError
+	if errors.As(err, &ie) {
+		return "", ie
+	}
 	if errors.As(err, &te) {
 		return "", &TemplateError{Msg: te.Msg}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/runner"
 )
 
@@ -41,8 +42,11 @@ type TextStream interface {
 
 // Template renders chat messages (raw OpenAI JSON) into a prompt.
 type Template interface {
-	Render(messages, tools json.RawMessage, addGenerationPrompt bool, kwargs map[string]json.RawMessage) (string, error)
+	Render(RenderRequest) (string, error)
 }
+
+// RenderRequest is one render: messages, tools, how the prompt ends, chat_template_kwargs.
+type RenderRequest = chat.Request
 
 // TemplateError is an error the chat template raised on purpose (bad conversation shape): a 400.
 type TemplateError struct{ Msg string }

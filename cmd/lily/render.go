@@ -17,6 +17,7 @@ type renderRequest struct {
 	Tools               json.RawMessage            `json:"tools"`
 	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
 	AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
+	ContinueFinal       *bool                      `json:"continue_final_message"`
 }
 
 func newRenderCmd() *cobra.Command {
@@ -45,10 +46,21 @@ func newRenderCmd() *cobra.Command {
 			if err := json.Unmarshal(raw, &req); err != nil {
 				return fmt.Errorf("%s: %w", requestPath, err)
 			}
+			// As the server renders: the conversation normalised, a final assistant message
+			// continued unless the request says otherwise.
+			msgs, err := chat.Normalize(req.Messages)
+			if err != nil {
+				return err
+			}
+			end, err := chat.ResolveEnding(req.AddGenerationPrompt, req.ContinueFinal, req.ChatTemplateKwargs, chat.EndsWithAssistant(msgs))
+			if err != nil {
+				return err
+			}
 			out, err := tmpl.Render(chat.Request{
-				Messages:            req.Messages,
+				Messages:            msgs,
 				Tools:               req.Tools,
-				AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+				AddGenerationPrompt: end.AddGenerationPrompt,
+				ContinueFinal:       end.ContinueFinal,
 				Kwargs:              req.ChatTemplateKwargs,
 			})
 			if err != nil {
@@ -59,7 +71,7 @@ func newRenderCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&templatePath, "template", "", "chat template file, or checkpoint directory (default: built-in Qwen3.6)")
-	cmd.Flags().StringVar(&requestPath, "request", "", `request JSON file ("-" for stdin): messages, tools, chat_template_kwargs, add_generation_prompt (default true)`)
+	cmd.Flags().StringVar(&requestPath, "request", "", `request JSON file ("-" for stdin): messages, tools, chat_template_kwargs, add_generation_prompt (default true, unless the conversation ends with an assistant message; chat_template_kwargs' wins), continue_final_message (default: whether the last message is the assistant's); the conversation is normalised as the server does (developer is system, later system messages folded into a user message)`)
 	_ = cmd.MarkFlagRequired("request")
 	return cmd
 }

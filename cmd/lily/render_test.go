@@ -95,3 +95,23 @@ func TestRenderErrors(t *testing.T) {
 		t.Fatal("invalid request JSON must fail")
 	}
 }
+
+// TestRenderNormalises: lily render renders as the server does: chat_template_kwargs'
+// add_generation_prompt false is honoured, developer is system, a trailing system message is
+// folded into the last user message, and a final assistant message is continued.
+func TestRenderNormalises(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ req, want string }{
+		"kwargs add_generation_prompt false": {`{"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"add_generation_prompt": false}}`,
+			"<|im_start|>user\nHi<|im_end|>\n"},
+		"developer and a trailing system": {`{"messages": [{"role": "developer", "content": "D"}, {"role": "user", "content": "Hi"}, {"role": "system", "content": "Late"}], "chat_template_kwargs": {"enable_thinking": false}}`,
+			"<|im_start|>system\nD<|im_end|>\n<|im_start|>user\nHi\n\nLate<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+		"assistant prefill": {`{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure:"}]}`,
+			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nSure:"},
+	} {
+		out, err := execute(t, "render", "--request", writeRenderFile(t, dir, "req.json", tc.req))
+		if err != nil || out != tc.want {
+			t.Errorf("%s: got %q (%v), want %q", name, out, err, tc.want)
+		}
+	}
+}

@@ -35,8 +35,11 @@ type Template struct {
 type Request struct {
 	Messages            json.RawMessage // array of OpenAI-style messages
 	Tools               json.RawMessage // array of tool schemas; empty or null means none
-	AddGenerationPrompt bool
+	AddGenerationPrompt bool                       // chat_template_kwargs' add_generation_prompt, if given, wins (vLLM's rule)
 	Kwargs              map[string]json.RawMessage // chat_template_kwargs: enable_thinking, preserve_thinking, ...
+	// ContinueFinal leaves the final assistant message open, the prompt ending right after its
+	// content, for the model to continue (ResolveEnding; needs AddGenerationPrompt false).
+	ContinueFinal bool
 }
 
 // TemplateError is an error the template raised with raise_exception(msg): the request is
@@ -204,7 +207,9 @@ func (t *Template) Render(req Request) (string, error) {
 		}
 	}
 	vars["messages"], vars["tools"], vars["documents"] = list, tools, nil
-	vars["add_generation_prompt"] = req.AddGenerationPrompt
+	if _, given := req.Kwargs["add_generation_prompt"]; !given {
+		vars["add_generation_prompt"] = req.AddGenerationPrompt
+	}
 	tmpl := t.main
 	if tools != nil && t.toolUse != nil {
 		tmpl = t.toolUse
@@ -216,6 +221,12 @@ func (t *Template) Render(req Request) (string, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
+	}
+	if req.ContinueFinal {
+		if add, _ := vars["add_generation_prompt"].(bool); add {
+			return "", &InputError{errors.New("continue_final_message and add_generation_prompt cannot both be true")}
+		}
+		return continueFinal(out)
 	}
 	return out, nil
 }

@@ -226,9 +226,9 @@ func TestKwargsPassThrough(t *testing.T) {
 	tmpl, _ := Parse("{{ custom.b }}{{ custom.a|tojson }}|{{ add_generation_prompt }}|{{ messages|length }}")
 	got := render(t, tmpl, Request{AddGenerationPrompt: true, Kwargs: map[string]json.RawMessage{
 		"custom":                json.RawMessage(`{"b": 1.0, "a": [1e400, -0]}`),
-		"add_generation_prompt": json.RawMessage(`"ignored: the request field wins"`),
+		"add_generation_prompt": json.RawMessage(`false`), // wins over the request field (vLLM's rule)
 	}})
-	if want := "1.0[Infinity, 0]|True|1"; got != want {
+	if want := "1.0[Infinity, 0]|False|1"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }

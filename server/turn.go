@@ -1,0 +1,285 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/parse"
+)
+
+// turn is one chat turn in dialect-neutral form. Every chat API (OpenAI chat completions,
+// Anthropic Messages, …) translates its request into a turn, and the turn's output — parser
+// deltas while it streams, the parsed result and the outcome at the end — back into its own
+// shapes. Rendering, encoding, budgeting, admission and output parsing live here, once.
+type turn struct {
+	messages json.RawMessage // OpenAI chat-shaped messages: the chat template's input
+	tools    json.RawMessage // OpenAI-shaped tools ([{type: function, function: {…}}]; nil: none)
+	choice   toolChoice
+	// thinking, when set, decides whether the model reasons; else chat_template_kwargs'
+	// enable_thinking, then effort ("none": off), then on (the template's default).
+	thinking *bool
+	effort   *string
+	kwargs   map[string]json.RawMessage // chat_template_kwargs
+	// addGen and cont are add_generation_prompt and continue_final_message (nil: not given;
+	// chat.ResolveEnding).
+	addGen, cont *bool
+	sampling     samplingFields
+	stops        []string // stop sequences given outside sampling (Anthropic's stop_sequences)
+	maxTokens    []*int   // the completion limits the dialect has, the first given wins
+	logprobs     bool
+	topLogprobs  *int
+	format       *responseFormat
+	callID       func() string // a tool call's id (nil: parse's "call_…")
+}
+
+// toolChoice is what the client allows or demands of tool calls.
+type toolChoice struct {
+	mode string // "auto" (also ""), "none", "required" (at least one call) or "named"
+	name string // the function a "named" choice calls
+}
+
+// turnPlan is a turn checked (planTurn) and, once admitted to the queue, rendered and encoded
+// (prepareTurn).
+type turnPlan struct {
+	t        *turn
+	tools    json.RawMessage // what the template gets (none under tool_choice none)
+	parsed   []parse.Tool
+	force    string // appended to the prompt to force a call ("": the model decides)
+	thinking bool
+	text     string // the rendered prompt
+	g        genRequest
+}
+
+// planTurn checks everything a turn says that costs nothing to check, before it queues.
+func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
+	p := &turnPlan{t: t}
+	if err := checkMessages(t.messages); err != nil {
+		return nil, err
+	}
+	if err := checkResponseFormat(t.format); err != nil {
+		return nil, err
+	}
+	if err := p.planTools(); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.thinking, err = thinkingEnabled(t); err != nil {
+		return nil, err
+	}
+	if p.force != "" {
+		p.thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
+	}
+	g := &p.g
+	if g.params, g.stops, err = t.sampling.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
+		return nil, err
+	}
+	g.stops = append(g.stops, t.stops...)
+	g.logprobs = t.logprobs
+	if t.topLogprobs != nil {
+		if !g.logprobs {
+			return nil, badRequest("top_logprobs requires logprobs: true", "top_logprobs")
+		}
+		g.topLogprobs = *t.topLogprobs
+	}
+	g.params.Logprobs, g.params.TopLogprobs = g.logprobs, g.topLogprobs
+	if err := g.params.Validate(); err != nil {
+		return nil, badRequest(err.Error(), "top_logprobs")
+	}
+	return p, nil
+}
+
+// planTools reads the tools and applies the tool choice.
+func (p *turnPlan) planTools() error {
+	t := p.t
+	if raw := bytes.TrimSpace(t.tools); len(raw) > 0 && string(raw) != "null" {
+		tools, err := parse.ToolsFromOpenAI(t.tools)
+		if err != nil {
+			return badRequest("tools: "+err.Error(), "tools")
+		}
+		p.tools, p.parsed = t.tools, tools
+	}
+	switch t.choice.mode {
+	case "", "auto":
+	case "none":
+		p.tools, p.parsed = nil, nil
+	case "required":
+		if len(p.parsed) == 0 {
+			return badRequest("tool_choice requires a tool call, but there are no tools", "tool_choice")
+		}
+		p.force = "<tool_call>\n<function="
+	case "named":
+		found := false
+		for _, tool := range p.parsed {
+			found = found || tool.Name == t.choice.name
+		}
+		if !found {
+			return badRequest(fmt.Sprintf("tool_choice names %q, which is not in tools", t.choice.name), "tool_choice")
+		}
+		p.force = "<tool_call>\n<function=" + t.choice.name + ">\n"
+	default:
+		return badRequest(fmt.Sprintf("tool_choice %q is not known", t.choice.mode), "tool_choice")
+	}
+	return nil
+}
+
+// thinkingEnabled decides whether the model thinks.
+func thinkingEnabled(t *turn) (bool, error) {
+	if t.thinking != nil {
+		return *t.thinking, nil
+	}
+	if raw, ok := t.kwargs["enable_thinking"]; ok {
+		var on bool
+		if err := json.Unmarshal(raw, &on); err != nil {
+			return false, badRequest("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs")
+		}
+		return on, nil
+	}
+	if t.effort != nil {
+		switch *t.effort {
+		case "none":
+			return false, nil
+		case "minimal", "low", "medium", "high", "xhigh", "max":
+			return true, nil
+		default:
+			return false, badRequest(fmt.Sprintf("reasoning_effort %q: expected none, minimal, low, medium, high, xhigh or max", *t.effort), "reasoning_effort")
+		}
+	}
+	return true, nil
+}
+
+// prepareTurn renders the conversation (normalised, chat.Normalize), encodes it and sizes the
+// completion against the context.
+func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
+	var err error
+	if p.text, err = renderTurn(m, p); err != nil {
+		return err
+	}
+	p.t.messages = nil // the rendered text replaces it; let a long conversation be collected
+	if p.g.prompt, err = encodePrompt(m, p.text); err != nil {
+		return err
+	}
+	if p.g.maxTokens, err = s.budget(m, len(p.g.prompt), p.t.maxTokens...); err != nil {
+		return err
+	}
+	p.g.checkpoints = turnCheckpoints(m, p.g.prompt)
+	return nil
+}
+
+// renderTurn renders a planned turn's conversation through the model's chat template.
+func renderTurn(m *Model, p *turnPlan) (string, error) {
+	msgs, err := chat.Normalize(p.t.messages)
+	if err != nil {
+		return "", templateError(err)
+	}
+	end, err := chat.ResolveEnding(p.t.addGen, p.t.cont, p.t.kwargs, chat.EndsWithAssistant(msgs))
+	if err != nil {
+		return "", templateError(err)
+	}
+	if end.ContinueFinal && p.force != "" {
+		return "", badRequest("a forced tool call cannot continue a final assistant message", "tool_choice")
+	}
+	kwargs := map[string]json.RawMessage{}
+	for k, v := range p.t.kwargs {
+		kwargs[k] = v
+	}
+	kwargs["enable_thinking"] = json.RawMessage(fmt.Sprint(p.thinking))
+	text, err := m.Template.Render(RenderRequest{Messages: msgs, Tools: p.tools, AddGenerationPrompt: end.AddGenerationPrompt, ContinueFinal: end.ContinueFinal, Kwargs: kwargs})
+	if err != nil {
+		return "", templateError(err)
+	}
+	return text + p.force, nil
+}
+
+// templateError makes the template's and the normaliser's complaints about a conversation 400s.
+func templateError(err error) error {
+	var te *TemplateError
+	var ie *chat.InputError
+	switch {
+	case errors.As(err, &te):
+		return badRequest("chat template: "+te.Msg, "messages")
+	case errors.As(err, &ie):
+		return badRequest(strings.TrimPrefix(ie.Error(), "chat: "), "messages")
+	}
+	return fmt.Errorf("chat template: %w", err)
+}
+
+// parser starts the output parser of a prepared turn, with the deltas the prompt already holds
+// (a forced call's opening is part of the answer).
+func (p *turnPlan) parser() (*parse.Stream, []parse.Delta) {
+	ps := parse.NewStream(parse.Options{PromptEndsInThink: p.thinking && strings.HasSuffix(p.text, "<think>\n"), Tools: p.parsed, NewID: p.t.callID})
+	var pending []parse.Delta
+	if p.force != "" {
+		pending = ps.Feed(p.force)
+	}
+	return ps, pending
+}
+
+// runTurn generates a prepared turn, passing to out (which may be nil) the deltas the prompt
+// holds (a forced call's opening), then each piece of final text, parsed; the parser holds the
+// whole result at the end.
+func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]parse.Delta, textPiece) error) (genOutcome, *parse.Stream, error) {
+	ps, pending := p.parser()
+	if out != nil && len(pending) > 0 {
+		if err := out(pending, textPiece{}); err != nil {
+			return genOutcome{}, ps, err
+		}
+	}
+	o, err := s.generate(ctx, m, p.g, func(piece textPiece) error {
+		d := ps.Feed(piece.Text)
+		if out == nil {
+			return nil
+		}
+		return out(d, piece)
+	})
+	if err != nil {
+		return o, ps, err
+	}
+	if rest := ps.Finish(); out != nil && len(rest) > 0 {
+		if err := out(rest, textPiece{}); err != nil {
+			return o, ps, err
+		}
+	}
+	return o, ps, nil
+}
+
+// serveTurn is the one path of every chat dialect: preparation budget, the request read into a
+// turn, the cheap checks, a place in the queue, rendering and budgeting, then the dialect's
+// answer under the generation's context.
+func (s *Server) serveTurn(c *gin.Context, read func() (*turn, error), answer func(ctx context.Context, m *Model, p *turnPlan)) {
+	m := s.ready(c)
+	if m == nil {
+		return
+	}
+	a, ok := s.startAdmission(c)
+	if !ok {
+		return
+	}
+	defer a.end()
+	t, err := read()
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	p, err := s.planTurn(m, t)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	if !a.enqueue() {
+		return
+	}
+	if err := s.prepareTurn(m, p); err != nil {
+		abortWith(c, err)
+		return
+	}
+	ctx, ticket := a.admitted()
+	p.g.ticket = ticket
+	answer(ctx, m, p)
+}
