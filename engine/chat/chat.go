@@ -33,8 +33,8 @@ type Template struct {
 // Request is one render. Messages and Tools stay raw JSON so that key order and number
 // lexemes reach the template as Python's json.loads would give them.
 type Request struct {
-	Messages            json.RawMessage // array of OpenAI-style messages
-	Tools               json.RawMessage // array of tool schemas; empty or null means none
+	Messages            json.RawMessage            // array of OpenAI-style messages
+	Tools               json.RawMessage            // array of tool schemas; empty or null means none
 	AddGenerationPrompt bool                       // chat_template_kwargs' add_generation_prompt, if given, wins (vLLM's rule)
 	Kwargs              map[string]json.RawMessage // chat_template_kwargs: enable_thinking, preserve_thinking, ...
 	// ContinueFinal leaves the final assistant message open, the prompt ending right after its
