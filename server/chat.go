@@ -288,7 +288,9 @@ func turnCheckpoints(m *Model, ids []int) []int {
 func encodePrompt(m *Model, text string) ([]int, error) {
 	ids, ok := m.Tokenizer.EncodeLimit(text, m.Context-1)
 	if !ok {
-		return nil, contextExceeded(fmt.Sprintf("the prompt is more than %d tokens; this model's context is %d tokens", m.Context-1, m.Context))
+		// The whole count, for the error only (Claude Code reads it to decide how much to compact).
+		n := len(m.Tokenizer.Encode(text))
+		return nil, contextExceeded(fmt.Sprintf("the prompt is %d tokens, more than %d; this model's context is %d tokens", n, m.Context-1, m.Context), n, m.Context-1)
 	}
 	return ids, nil
 }
@@ -297,7 +299,7 @@ func encodePrompt(m *Model, text string) ([]int, error) {
 func (s *Server) budget(m *Model, promptLen int, limits ...*int) (int, error) {
 	room := m.Context - promptLen
 	if room < 1 {
-		return 0, contextExceeded(fmt.Sprintf("the prompt is %d tokens; this model's context is %d tokens", promptLen, m.Context))
+		return 0, contextExceeded(fmt.Sprintf("the prompt is %d tokens; this model's context is %d tokens", promptLen, m.Context), promptLen, m.Context-1)
 	}
 	for _, l := range limits {
 		if l != nil {

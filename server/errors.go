@@ -2,9 +2,11 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,6 +21,8 @@ type apiError struct {
 	Code    *string `json:"code"`
 	// RetryAfter, when set, is sent as the Retry-After header (whole seconds, at least 1).
 	RetryAfter time.Duration `json:"-"`
+	// tokens and limit are a prompt's length and the most that fits, for context errors.
+	tokens, limit int
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -33,9 +37,11 @@ func badRequest(msg, param string) *apiError {
 	return e
 }
 
-func contextExceeded(msg string) *apiError {
+// contextExceeded is a prompt of tokens that does not fit: at most limit do.
+func contextExceeded(msg string, tokens, limit int) *apiError {
 	e := badRequest(msg, "messages")
 	e.Code = strp("context_length_exceeded")
+	e.tokens, e.limit = tokens, limit
 	return e
 }
 
@@ -49,14 +55,39 @@ var (
 	errShuttingDown = &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down", Type: "server_error", Code: strp("shutting_down")}
 )
 
-// abortWith writes err as an OpenAI error response.
+// abortWith writes err as an error response in the dialect of the request's endpoint: OpenAI's
+// shape, or Anthropic's under /v1/messages.
 func abortWith(c *gin.Context, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 	}
 	setRetryAfter(c, ae)
+	if strings.HasPrefix(c.Request.URL.Path, "/v1/messages") {
+		c.AbortWithStatusJSON(ae.Status, anthError(ae))
+		return
+	}
 	c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
+}
+
+// anthError is err in Anthropic's shape: {"type": "error", "error": {"type", "message"}}, the
+// type named by the status as Anthropic names them. A prompt over the context says so in
+// the words Claude Code looks for before it compacts the conversation.
+func anthError(err error) gin.H {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{Status: http.StatusInternalServerError, Message: err.Error()}
+	}
+	kind := map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+		408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}[ae.Status]
+	if kind == "" {
+		kind = "api_error"
+	}
+	msg := ae.Message
+	if ae.Code != nil && *ae.Code == "context_length_exceeded" && ae.limit > 0 {
+		msg = fmt.Sprintf("prompt is too long: %d tokens > %d maximum", ae.tokens, ae.limit)
+	}
+	return gin.H{"type": "error", "error": gin.H{"type": kind, "message": msg}}
 }
 
 func setRetryAfter(c *gin.Context, e *apiError) {

@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -95,6 +96,7 @@ type Server struct {
 	drain   context.CancelCauseFunc
 	handler http.Handler
 	observe func(genRequest) // tests: sees each generation as admitted
+	signer  thinkingSigner   // signs the thinking blocks of Anthropic answers
 }
 
 // New builds a server; SetModel makes it ready.
@@ -116,6 +118,8 @@ func New(cfg Config) *Server {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	s := &Server{cfg: cfg, sched: newScheduler(cfg.QueueLimit), prep: newPrepBudget(cfg.MaxBodyBytes), started: time.Now()}
+	s.signer.key = make([]byte, 32)
+	rand.Read(s.signer.key)
 	s.guard = newGuard(cfg.BindHost, cfg.AllowedHosts, cfg.CORSOrigins)
 	s.life, s.drain = context.WithCancelCause(context.Background())
 	s.metrics = newMetrics(s)
@@ -131,6 +135,8 @@ func New(cfg Config) *Server {
 	api.GET("/v1/models/*id", s.getModel)
 	api.POST("/v1/chat/completions", s.chatCompletions)
 	api.POST("/v1/completions", s.completions)
+	api.POST("/v1/messages", s.messages)
+	api.POST("/v1/messages/count_tokens", s.countTokens)
 	r.NoRoute(func(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusNotFound, Message: "unknown endpoint " + c.Request.Method + " " + c.Request.URL.Path, Type: "invalid_request_error", Code: strp("not_found")})
 	})
@@ -302,6 +308,8 @@ func (s *Server) retry(c *gin.Context) {
 	c.JSON(http.StatusAccepted, gin.H{"status": "retrying"})
 }
 
+// modelCard is a model in OpenAI's shape and Anthropic's at once (no key means different
+// things in the two: type, display_name and created_at are Anthropic's).
 type modelCard struct {
 	ID            string `json:"id"`
 	Object        string `json:"object"`
@@ -309,10 +317,14 @@ type modelCard struct {
 	OwnedBy       string `json:"owned_by"`
 	ContextLength int    `json:"context_length"`
 	MaxModelLen   int    `json:"max_model_len"`
+	Type          string `json:"type"`
+	DisplayName   string `json:"display_name"`
+	CreatedAt     string `json:"created_at"`
 }
 
 func (s *Server) card(m *Model) modelCard {
-	return modelCard{ID: m.ID, Object: "model", Created: s.started.Unix(), OwnedBy: "lily", ContextLength: m.Context, MaxModelLen: m.Context}
+	return modelCard{ID: m.ID, Object: "model", Created: s.started.Unix(), OwnedBy: "lily", ContextLength: m.Context, MaxModelLen: m.Context,
+		Type: "model", DisplayName: m.ID, CreatedAt: s.started.UTC().Format(time.RFC3339)}
 }
 
 func (s *Server) listModels(c *gin.Context) {
@@ -320,7 +332,7 @@ func (s *Server) listModels(c *gin.Context) {
 	if m == nil {
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []modelCard{s.card(m)}})
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []modelCard{s.card(m)}, "has_more": false, "first_id": m.ID, "last_id": m.ID})
 }
 
 // getModel answers for any id: Lily serves one model under whatever name the client uses.

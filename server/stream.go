@@ -19,9 +19,15 @@ type sseWriter struct {
 	last time.Time
 	err  error
 	stop chan struct{}
+	ping []byte // the keep-alive: a comment, or the dialect's ping event
 }
 
 func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
+	return startSSEPing(c, keepAlive, []byte(": keep-alive\n\n"))
+}
+
+// startSSEPing starts a stream whose keep-alive is ping.
+func startSSEPing(c *gin.Context, keepAlive time.Duration, ping []byte) *sseWriter {
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -29,12 +35,12 @@ func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
 	h.Set("X-Accel-Buffering", "no")
 	c.Writer.WriteHeader(http.StatusOK)
 	c.Writer.Flush()
-	w := &sseWriter{w: c.Writer, rc: http.NewResponseController(c.Writer), last: time.Now(), stop: make(chan struct{})}
+	w := &sseWriter{w: c.Writer, rc: http.NewResponseController(c.Writer), last: time.Now(), stop: make(chan struct{}), ping: ping}
 	go w.keepAlive(keepAlive)
 	return w
 }
 
-// keepAlive sends `: keep-alive` comments when nothing was written for a while (queueing, long
+// keepAlive sends pings (`: keep-alive` comments) when nothing was written for a while (queueing, long
 // prompt processing), so proxies and clients do not time out.
 func (w *sseWriter) keepAlive(every time.Duration) {
 	t := time.NewTicker(every / 2)
@@ -46,7 +52,7 @@ func (w *sseWriter) keepAlive(every time.Duration) {
 		case <-t.C:
 			w.mu.Lock()
 			if time.Since(w.last) >= every {
-				w.writeLocked([]byte(": keep-alive\n\n"))
+				w.writeLocked(w.ping)
 			}
 			w.mu.Unlock()
 		}
@@ -75,6 +81,17 @@ func (w *sseWriter) data(v any) error {
 	return w.writeLocked(append(append([]byte("data: "), b...), '\n', '\n'))
 }
 
+// event sends one `event: <name>` + `data: <json>` event (the Anthropic and Responses framing).
+func (w *sseWriter) event(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writeLocked(append(append([]byte("event: "+name+"\ndata: "), b...), '\n', '\n'))
+}
+
 // close ends the stream with `data: [DONE]`.
 func (w *sseWriter) close() {
 	close(w.stop)
@@ -82,6 +99,9 @@ func (w *sseWriter) close() {
 	defer w.mu.Unlock()
 	w.writeLocked([]byte("data: [DONE]\n\n"))
 }
+
+// end ends a stream whose dialect has no [DONE] (its last event says it is over).
+func (w *sseWriter) end() { close(w.stop) }
 
 // fail reports an error inside an already started stream, then ends it.
 func (w *sseWriter) fail(err error) {

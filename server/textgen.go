@@ -39,8 +39,9 @@ type textPiece struct {
 }
 
 type genOutcome struct {
-	res    runner.Result
-	finish string // "stop" or "length"
+	res     runner.Result
+	finish  string // "stop" or "length"
+	stopSeq string // the stop string that ended generation ("": none did)
 }
 
 // generate runs g on m, passing final text pieces to out. Stop strings end generation and are
@@ -58,7 +59,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	stream := m.Tokenizer.NewStream()
 	var pending strings.Builder
 	var pendingLP []tokenLogprob
-	stopped := false
+	stopped, stopSeq := false, ""
 	first := true
 
 	release := func(text string) error {
@@ -72,8 +73,9 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	// flushSafe emits the part of pending that no stop string can still claim.
 	flushSafe := func(final bool) (bool, error) {
 		text := pending.String()
-		if i, _ := firstStop(text, g.stops); i >= 0 {
+		if i, which := firstStop(text, g.stops); i >= 0 {
 			pending.Reset()
+			stopSeq = which
 			return true, release(text[:i])
 		}
 		keep := 0
@@ -126,7 +128,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	if stopped {
 		finish = "stop"
 	}
-	return genOutcome{res: res, finish: finish}, nil
+	return genOutcome{res: res, finish: finish, stopSeq: stopSeq}, nil
 }
 
 // firstStop finds the earliest occurrence of any stop string.
