@@ -24,14 +24,14 @@ import (
 // context_management, cache_control on any block, …) are ignored, as are the
 // anthropic-version and anthropic-beta headers, whatever their value.
 type messagesRequest struct {
-	Model         string          `json:"model"`
-	MaxTokens     *int            `json:"max_tokens"`
-	System        json.RawMessage `json:"system"`
-	Messages      []anthMessage   `json:"messages"`
-	Tools         []anthTool      `json:"tools"`
-	ToolChoice    *anthToolChoice `json:"tool_choice"`
-	Thinking      *anthThinking   `json:"thinking"`
-	OutputConfig  *struct {
+	Model        string          `json:"model"`
+	MaxTokens    *int            `json:"max_tokens"`
+	System       json.RawMessage `json:"system"`
+	Messages     []anthMessage   `json:"messages"`
+	Tools        []anthTool      `json:"tools"`
+	ToolChoice   *anthToolChoice `json:"tool_choice"`
+	Thinking     *anthThinking   `json:"thinking"`
+	OutputConfig *struct {
 		Effort *string `json:"effort"`
 	} `json:"output_config"`
 	StopSequences []string `json:"stop_sequences"`
