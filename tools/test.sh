@@ -18,4 +18,4 @@ go test -count=1 ./...
 bin="$(mktemp -d)/lily"
 go build -o "$bin" ./cmd/lily
 (cd tools/clienttest && npm ci --silent --no-audit --no-fund)
-LILY_BIN="$bin" node --test tools/clienttest/sdk.test.mjs
+LILY_BIN="$bin" node --test tools/clienttest/*.test.mjs

@@ -3,41 +3,13 @@
 // Run: LILY_BIN=/path/to/lily node --test tools/clienttest/   (tools/test.sh does this).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFile } from "node:child_process";
+import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 
-const run = promisify(execFile);
-const bin = process.env.LILY_BIN;
-if (!bin) throw new Error("set LILY_BIN to a built lily binary");
+import { bin, startServer } from "./lib.mjs";
 
-// startServer launches `lily serve --demo` on a free port and waits until /status says ready.
-async function startServer(extraArgs = [], env = {}) {
-  const proc = spawn(bin, ["serve", "--demo", "--port", "0", ...extraArgs], {
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let log = "";
-  const base = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60000);
-    proc.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/listening at (http:\/\/[^\s]+)\/v1/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited ${code}:\n${log}`)));
-  });
-  for (let i = 0; i < 600; i++) {
-    const st = await (await fetch(base + "/status", { headers: env.LILY_API_KEY ? { authorization: "Bearer " + env.LILY_API_KEY } : {} })).json();
-    if (st.phase === "ready") return { proc, base, log: () => log };
-    if (st.phase === "error") throw new Error("startup failed: " + st.error);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("server never became ready");
-}
+const run = promisify(execFile);
 
 let srv, client;
 before(async () => {
