@@ -37,23 +37,34 @@ type chatRequest struct {
 	ContinueFinalMessage *bool `json:"continue_final_message"`
 }
 
+// responseFormat is chat's response_format: text, json_object, or json_schema with the schema
+// under json_schema.
 type responseFormat struct {
-	Type string `json:"type"`
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
-// checkResponseFormat accepts text and json_object (json_object is not enforced: there is no
-// constrained decoding yet) and names anything else.
-func checkResponseFormat(f *responseFormat) error {
+// format is the neutral output format response_format asks for.
+func (f *responseFormat) format() (outputFormat, error) {
 	if f == nil {
-		return nil
+		return outputFormat{}, nil
 	}
 	switch f.Type {
-	case "text", "json_object":
-		return nil
+	case "text":
+		return outputFormat{}, nil
+	case "json_object":
+		return outputFormat{kind: "json_object"}, nil
 	case "json_schema":
-		return badRequest("response_format json_schema is not supported yet (no constrained decoding); use json_object or describe the schema in the prompt", "response_format")
+		if f.JSONSchema == nil || len(bytes.TrimSpace(f.JSONSchema.Schema)) == 0 {
+			return outputFormat{}, badRequest("response_format json_schema needs json_schema.schema", "response_format.json_schema")
+		}
+		return outputFormat{kind: "json_schema", schema: f.JSONSchema.Schema}, nil
 	}
-	return badRequest(fmt.Sprintf("response_format.type %q: expected text, json_object or json_schema", f.Type), "response_format.type")
+	return outputFormat{}, badRequest(fmt.Sprintf("response_format.type %q: expected text, json_object or json_schema", f.Type), "response_format.type")
 }
 
 type streamOptions struct {
@@ -226,11 +237,15 @@ func (req *chatRequest) turn() (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
+	format, err := req.ResponseFormat.format()
+	if err != nil {
+		return nil, err
+	}
 	return &turn{
 		messages: req.Messages, tools: req.Tools, choice: choice, effort: req.ReasoningEffort,
 		kwargs: req.ChatTemplateKwargs, addGen: req.AddGenerationPrompt, cont: req.ContinueFinalMessage,
 		sampling: req.samplingFields, maxTokens: []*int{req.MaxCompletionTokens, req.MaxTokens},
-		logprobs: req.Logprobs != nil && *req.Logprobs, topLogprobs: req.TopLogprobs, format: req.ResponseFormat,
+		logprobs: req.Logprobs != nil && *req.Logprobs, topLogprobs: req.TopLogprobs, format: format,
 	}, nil
 }
 
