@@ -483,7 +483,7 @@ func (mc *messagesCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 }
 
 // anthPing is the keep-alive of a Messages stream (during the queue and the prefill).
-var anthPing = []byte("event: ping\ndata: {\"type\":\"ping\"}\n\n")
+func anthPing(*sseWriter) []byte { return []byte("event: ping\ndata: {\"type\":\"ping\"}\n\n") }
 
 // blockStream turns parser deltas into content blocks: a block opens when the kind of output
 // changes (thinking, text, each tool call) and closes before the next opens.

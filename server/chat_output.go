@@ -29,12 +29,18 @@ type usage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details,omitempty"`
 }
 
 func usageOf(o genOutcome) *usage {
 	u := &usage{PromptTokens: o.res.PromptTokens, CompletionTokens: len(o.res.Tokens)}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	u.PromptTokensDetails.CachedTokens = o.res.CachedTokens
+	u.CompletionTokensDetails = &struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	}{o.reasoningTokens}
 	return u
 }
 

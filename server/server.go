@@ -96,7 +96,8 @@ type Server struct {
 	drain   context.CancelCauseFunc
 	handler http.Handler
 	observe func(genRequest) // tests: sees each generation as admitted
-	signer  thinkingSigner   // signs the thinking blocks of Anthropic answers
+	signer  thinkingSigner   // signs the thinking of Anthropic and Responses answers
+	stored  *responseStore   // stored Responses answers
 }
 
 // New builds a server; SetModel makes it ready.
@@ -118,6 +119,7 @@ func New(cfg Config) *Server {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	s := &Server{cfg: cfg, sched: newScheduler(cfg.QueueLimit), prep: newPrepBudget(cfg.MaxBodyBytes), started: time.Now()}
+	s.stored = newResponseStore()
 	s.signer.key = make([]byte, 32)
 	rand.Read(s.signer.key)
 	s.guard = newGuard(cfg.BindHost, cfg.AllowedHosts, cfg.CORSOrigins)
@@ -137,6 +139,9 @@ func New(cfg Config) *Server {
 	api.POST("/v1/completions", s.completions)
 	api.POST("/v1/messages", s.messages)
 	api.POST("/v1/messages/count_tokens", s.countTokens)
+	api.POST("/v1/responses", s.responses)
+	api.GET("/v1/responses/:id", s.getResponse)
+	api.DELETE("/v1/responses/:id", s.deleteResponse)
 	r.NoRoute(func(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusNotFound, Message: "unknown endpoint " + c.Request.Method + " " + c.Request.URL.Path, Type: "invalid_request_error", Code: strp("not_found")})
 	})

@@ -19,15 +19,17 @@ type sseWriter struct {
 	last time.Time
 	err  error
 	stop chan struct{}
-	ping []byte // the keep-alive: a comment, or the dialect's ping event
+	ping func(w *sseWriter) []byte // the keep-alive (called with mu held): a comment, or the dialect's ping event
+	seq  int                       // the next sequence number (seqEvent)
 }
 
 func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
-	return startSSEPing(c, keepAlive, []byte(": keep-alive\n\n"))
+	comment := []byte(": keep-alive\n\n")
+	return startSSEPing(c, keepAlive, func(*sseWriter) []byte { return comment })
 }
 
-// startSSEPing starts a stream whose keep-alive is ping.
-func startSSEPing(c *gin.Context, keepAlive time.Duration, ping []byte) *sseWriter {
+// startSSEPing starts a stream whose keep-alive is what ping returns.
+func startSSEPing(c *gin.Context, keepAlive time.Duration, ping func(w *sseWriter) []byte) *sseWriter {
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -52,7 +54,7 @@ func (w *sseWriter) keepAlive(every time.Duration) {
 		case <-t.C:
 			w.mu.Lock()
 			if time.Since(w.last) >= every {
-				w.writeLocked(w.ping)
+				w.writeLocked(w.ping(w))
 			}
 			w.mu.Unlock()
 		}
@@ -90,6 +92,21 @@ func (w *sseWriter) event(name string, v any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.writeLocked(append(append([]byte("event: "+name+"\ndata: "), b...), '\n', '\n'))
+}
+
+// seqEvent is event with the stream's next sequence_number set in fields (Responses events).
+func (w *sseWriter) seqEvent(name string, fields map[string]any) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writeLocked(w.seqEventLocked(name, fields))
+}
+
+// seqEventLocked encodes a sequence-numbered event; mu is held.
+func (w *sseWriter) seqEventLocked(name string, fields map[string]any) []byte {
+	fields["type"], fields["sequence_number"] = name, w.seq
+	w.seq++
+	b, _ := json.Marshal(fields)
+	return append(append([]byte("event: "+name+"\ndata: "), b...), '\n', '\n')
 }
 
 // close ends the stream with `data: [DONE]`.

@@ -36,12 +36,16 @@ type tokenLogprob struct {
 type textPiece struct {
 	Text   string
 	Tokens []tokenLogprob // logprobs of the tokens whose text this piece completes
+	Count  int            // how many tokens' text this piece completes
 }
 
 type genOutcome struct {
 	res     runner.Result
 	finish  string // "stop" or "length"
 	stopSeq string // the stop string that ended generation ("": none did)
+	// reasoningTokens are the generated tokens whose text was reasoning (runTurn counts them; a
+	// token whose text straddles </think> counts as reasoning).
+	reasoningTokens int
 }
 
 // generate runs g on m, passing final text pieces to out. Stop strings end generation and are
@@ -59,6 +63,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	stream := m.Tokenizer.NewStream()
 	var pending strings.Builder
 	var pendingLP []tokenLogprob
+	pendingN := 0
 	stopped, stopSeq := false, ""
 	first := true
 
@@ -66,8 +71,8 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 		if text == "" && len(pendingLP) == 0 {
 			return nil
 		}
-		p := textPiece{Text: text, Tokens: pendingLP}
-		pendingLP = nil
+		p := textPiece{Text: text, Tokens: pendingLP, Count: pendingN}
+		pendingLP, pendingN = nil, 0
 		return out(p)
 	}
 	// flushSafe emits the part of pending that no stop string can still claim.
@@ -101,6 +106,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 			return false, nil // end of turn: the runner stops; nothing to show
 		}
 		text := stream.Add(tok.ID)
+		pendingN++
 		if g.logprobs {
 			pendingLP = append(pendingLP, tokenLogprob{Text: m.Tokenizer.Decode([]int{tok.ID}), Logprob: tok.Logprob, Top: tok.Top})
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -239,13 +240,18 @@ func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]
 			return genOutcome{}, ps, err
 		}
 	}
+	reasoning := 0
 	o, err := s.generate(ctx, m, p.g, func(piece textPiece) error {
 		d := ps.Feed(piece.Text)
+		if slices.ContainsFunc(d, func(x parse.Delta) bool { return x.Reasoning != "" }) {
+			reasoning += piece.Count
+		}
 		if out == nil {
 			return nil
 		}
 		return out(d, piece)
 	})
+	o.reasoningTokens = reasoning
 	if err != nil {
 		return o, ps, err
 	}

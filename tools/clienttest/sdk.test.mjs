@@ -83,6 +83,41 @@ test("stream helper accumulates a forced tool call", async () => {
   assert.equal(typeof JSON.parse(calls[0].function.arguments), "object");
 });
 
+test("responses.create, not streamed: items and usage", async () => {
+  const r = await client.responses.create({ model: "m", input: "Say hello.", max_output_tokens: 12, reasoning: { effort: "low" } });
+  assert.equal(r.object, "response");
+  assert.ok(["completed", "incomplete"].includes(r.status));
+  assert.ok(r.output.length >= 1);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  assert.ok(r.usage.output_tokens_details.reasoning_tokens <= r.usage.output_tokens);
+  const got = await client.responses.retrieve(r.id);
+  assert.equal(got.id, r.id);
+  const next = await client.responses.create({ model: "m", input: "Again.", previous_response_id: r.id, max_output_tokens: 4 });
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  await client.responses.delete(r.id);
+  await assert.rejects(client.responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test("responses.stream: the SDK's strict event checks and its final response", async () => {
+  const stream = client.responses.stream({
+    model: "m", max_output_tokens: 16, reasoning: { summary: "auto" }, store: false,
+    input: [{ role: "developer", content: "Be brief." }, { role: "user", content: [{ type: "input_text", text: "Hi" }] }],
+    tools: [{ type: "function", name: "get_weather", parameters: weather[0].function.parameters, strict: false }, { type: "web_search" }],
+  });
+  const kinds = new Set();
+  let last;
+  for await (const e of stream) {
+    kinds.add(e.type);
+    last = e;
+  }
+  const final = await stream.finalResponse(); // assembled by the SDK from the items' events
+  for (const k of ["response.created", "response.in_progress", "response.output_item.added", "response.output_item.done"]) assert.ok(kinds.has(k), k);
+  // 16 tokens cut the answer: response.incomplete (which this SDK does not fold into its snapshot).
+  assert.ok(["response.completed", "response.incomplete"].includes(last.type));
+  assert.equal(last.response.usage.output_tokens, 16);
+  assert.ok(final.output.length >= 1 && final.output.every((item) => item.id));
+});
+
 test("errors are OpenAI errors", async () => {
   await assert.rejects(client.chat.completions.create({ model: "m", messages: hello, n: 2 }), (e) => e.status === 400 && /n must be 1/.test(e.message));
   await assert.rejects(
