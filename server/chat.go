@@ -316,6 +316,9 @@ func (s *Server) budget(m *Model, promptLen int, limits ...*int) (int, error) {
 	if room < 1 {
 		return 0, contextExceeded(fmt.Sprintf("the prompt is %d tokens; this model's context is %d tokens", promptLen, m.Context), promptLen, m.Context-1)
 	}
+	if s.cfg.MaxOutputTokens > 0 {
+		room = min(room, s.cfg.MaxOutputTokens)
+	}
 	for _, l := range limits {
 		if l != nil {
 			if *l < 1 {

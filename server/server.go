@@ -69,18 +69,20 @@ type Model struct {
 // Config holds the server's limits and security settings. Zero values take the defaults New
 // names, except QueueLimit, which is used as given.
 type Config struct {
-	APIKey         string
-	CORSOrigins    []string // browser origins allowed besides the defaults: exact, "scheme://*", or "*"
-	AllowedHosts   []string // Host names accepted besides this machine's: exact, ".domain" (it and its subdomains), or "*"
-	BindHost       string   // the address the listener is bound to ("" or loopback: this machine only)
-	MaxBodyBytes   int64    // largest request body (default 16 MiB)
-	QueueLimit     int      // requests that may wait while one generates; more get 429 (0: none may wait)
-	RequestTimeout time.Duration
-	StallTimeout   time.Duration // a client that accepts no response bytes, or sends no more of its body, for this long is dropped (default 30 s)
-	IdleTimeout    time.Duration // an idle keep-alive connection is closed after this (default 2 min)
-	KeepAlive      time.Duration // SSE comment interval while a request waits for its first token
-	Status         func() any    // the lifecycle status (phase, progress, error); nil: derived from the model
-	Retry          func() error  // restarts a failed startup (POST /status/retry); nil: not offered
+	APIKey       string
+	CORSOrigins  []string // browser origins allowed besides the defaults: exact, "scheme://*", or "*"
+	AllowedHosts []string // Host names accepted besides this machine's: exact, ".domain" (it and its subdomains), or "*"
+	BindHost     string   // the address the listener is bound to ("" or loopback: this machine only)
+	MaxBodyBytes int64    // largest request body (default 16 MiB)
+	QueueLimit   int      // requests that may wait while one generates; more get 429 (0: none may wait)
+	// MaxOutputTokens caps every answer's tokens, whatever the request asks (0: the context's room).
+	MaxOutputTokens int
+	RequestTimeout  time.Duration
+	StallTimeout    time.Duration // a client that accepts no response bytes, or sends no more of its body, for this long is dropped (default 30 s)
+	IdleTimeout     time.Duration // an idle keep-alive connection is closed after this (default 2 min)
+	KeepAlive       time.Duration // SSE comment interval while a request waits for its first token
+	Status          func() any    // the lifecycle status (phase, progress, error); nil: derived from the model
+	Retry           func() error  // restarts a failed startup (POST /status/retry); nil: not offered
 }
 
 // Server serves one model.

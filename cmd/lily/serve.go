@@ -38,6 +38,7 @@ import (
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
+	maxOutput                                                 int
 	prefillChunk                                              int
 	diskCacheGB                                               float64
 	demo, insecure                                            bool
@@ -75,6 +76,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
+	f.IntVar(&o.maxOutput, "max-output-tokens", 0, "the most tokens one answer generates, whatever the request asks (0: what the context leaves); for clients that send no limit or a large one (Codex sends none, Claude Code 32,000)")
 	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables)")
 	f.Float64Var(&o.diskCacheGB, "disk-cache-gb", 8, "prefix-cache budget on disk in GiB, under the user cache directory, so conversations survive a restart (0 disables)")
@@ -103,6 +105,8 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--port %d: expected 0..65535", o.port)
 	case o.demo && o.model != "":
 		return errors.New("--demo and --model are exclusive")
+	case o.maxOutput < 0:
+		return fmt.Errorf("--max-output-tokens %d: expected 0 (no cap) or more", o.maxOutput)
 	case o.queue < 0:
 		return fmt.Errorf("--queue %d: expected 0 or more waiting requests (0: a request that arrives while one generates gets 429)", o.queue)
 	case o.maxBodyMB < 1:
@@ -148,7 +152,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	defer stop()
 	srv := server.New(server.Config{
 		APIKey: o.apiKey, CORSOrigins: splitList(o.cors), AllowedHosts: splitList(o.allowedHosts), BindHost: o.host,
-		MaxBodyBytes: int64(o.maxBodyMB) << 20, QueueLimit: o.queue, RequestTimeout: o.timeout, StallTimeout: o.stallTimeout,
+		MaxBodyBytes: int64(o.maxBodyMB) << 20, QueueLimit: o.queue, MaxOutputTokens: o.maxOutput, RequestTimeout: o.timeout, StallTimeout: o.stallTimeout,
 		Status: func() any { return state.Status() },
 		Retry: func() error {
 			if st := state.Status(); st.Phase != lifecycle.PhaseError {
