@@ -56,18 +56,21 @@ var (
 )
 
 // abortWith writes err as an error response in the dialect of the request's endpoint: OpenAI's
-// shape, or Anthropic's under /v1/messages.
+// shape, Anthropic's under /v1/messages, or Ollama's ({"error": "message"}) under /api/.
 func abortWith(c *gin.Context, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 	}
 	setRetryAfter(c, ae)
-	if strings.HasPrefix(c.Request.URL.Path, "/v1/messages") {
+	switch path := c.Request.URL.Path; {
+	case strings.HasPrefix(path, "/v1/messages"):
 		c.AbortWithStatusJSON(ae.Status, anthError(ae))
-		return
+	case strings.HasPrefix(path, "/api/"):
+		c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae.Message})
+	default:
+		c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
 	}
-	c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
 }
 
 // anthError is err in Anthropic's shape: {"type": "error", "error": {"type", "message"}}, the

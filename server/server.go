@@ -1,5 +1,6 @@
 // Package server is Lily's HTTP API: OpenAI-compatible chat and text completions (streaming and
-// not), models, health, Prometheus metrics and the status the menu-bar app reads.
+// not), the Anthropic Messages API, the Ollama API (/api/chat, /api/generate, model listings),
+// models, health, Prometheus metrics and the status the menu-bar app reads.
 package server
 
 import (
@@ -64,6 +65,10 @@ type Model struct {
 	Context   int   // maximum positions (prompt + output)
 	// ContextWhy says why Context is below the model's own (a GPU's memory), or "".
 	ContextWhy string
+	// Size and Params describe the checkpoint where a listing shows them (Ollama's /api/tags):
+	// its weights' bytes on disk and its parameter count as "35B"; 0 and "" when not known.
+	Size   int64
+	Params string
 }
 
 // Config holds the server's limits and security settings. Zero values take the defaults New
@@ -131,6 +136,8 @@ func New(cfg Config) *Server {
 	r := gin.New()
 	r.Use(gin.Recovery(), s.count, s.guard.check)
 	r.GET("/health", s.health)
+	r.GET("/", ollamaRoot) // Ollama's liveness probe: no key, like /health
+	r.HEAD("/", ollamaRoot)
 	api := r.Group("/", s.auth, s.limitBody)
 	api.GET("/status", s.status)
 	api.POST("/status/retry", s.retry)
@@ -144,6 +151,7 @@ func New(cfg Config) *Server {
 	api.POST("/v1/responses", s.responses)
 	api.GET("/v1/responses/:id", s.getResponse)
 	api.DELETE("/v1/responses/:id", s.deleteResponse)
+	s.ollamaRoutes(api)
 	r.NoRoute(func(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusNotFound, Message: "unknown endpoint " + c.Request.Method + " " + c.Request.URL.Path, Type: "invalid_request_error", Code: strp("not_found")})
 	})

@@ -10,8 +10,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// sseWriter writes server-sent events; a keep-alive goroutine may write comments concurrently.
-// After a failed write (the client is gone or stalled: see conn.go) every write fails at once.
+// sseWriter writes server-sent events (or JSON lines: startNDJSON); a keep-alive goroutine may
+// write comments concurrently. After a failed write (the client is gone or stalled: see
+// conn.go) every write fails at once.
 type sseWriter struct {
 	mu   sync.Mutex
 	w    gin.ResponseWriter
@@ -30,16 +31,26 @@ func startSSE(c *gin.Context, keepAlive time.Duration) *sseWriter {
 
 // startSSEPing starts a stream whose keep-alive is what ping returns.
 func startSSEPing(c *gin.Context, keepAlive time.Duration, ping func(w *sseWriter) []byte) *sseWriter {
+	w := startStream(c, "text/event-stream")
+	w.ping = ping
+	go w.keepAlive(keepAlive)
+	return w
+}
+
+// startNDJSON starts a stream of JSON lines (Ollama's framing). It has no keep-alive: a blank
+// line is not JSON, and Ollama's clients parse every line they get.
+func startNDJSON(c *gin.Context) *sseWriter { return startStream(c, "application/x-ndjson") }
+
+// startStream sends the headers of a streamed response of the given type.
+func startStream(c *gin.Context, contentType string) *sseWriter {
 	h := c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream")
+	h.Set("Content-Type", contentType)
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	c.Writer.WriteHeader(http.StatusOK)
 	c.Writer.Flush()
-	w := &sseWriter{w: c.Writer, rc: http.NewResponseController(c.Writer), last: time.Now(), stop: make(chan struct{}), ping: ping}
-	go w.keepAlive(keepAlive)
-	return w
+	return &sseWriter{w: c.Writer, rc: http.NewResponseController(c.Writer), last: time.Now(), stop: make(chan struct{})}
 }
 
 // keepAlive sends pings (`: keep-alive` comments) when nothing was written for a while (queueing, long
@@ -107,6 +118,17 @@ func (w *sseWriter) seqEventLocked(name string, fields map[string]any) []byte {
 	w.seq++
 	b, _ := json.Marshal(fields)
 	return append(append([]byte("event: "+name+"\ndata: "), b...), '\n', '\n')
+}
+
+// line sends one JSON value and a newline (NDJSON).
+func (w *sseWriter) line(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writeLocked(append(b, '\n'))
 }
 
 // close ends the stream with `data: [DONE]`.

@@ -15,12 +15,14 @@ import (
 	"github.com/lilyformac/lily/engine/parse"
 )
 
-// turn is one chat turn in dialect-neutral form. Every chat API (OpenAI chat completions,
-// Anthropic Messages, …) translates its request into a turn, and the turn's output — parser
-// deltas while it streams, the parsed result and the outcome at the end — back into its own
-// shapes. Rendering, encoding, budgeting, admission and output parsing live here, once.
+// turn is one chat turn in dialect-neutral form. Every chat API (OpenAI chat completions and
+// Responses, Anthropic Messages, Ollama's chat and generate) translates its request into a
+// turn, and the turn's output — parser deltas while it streams, the parsed result and the
+// outcome at the end — back into its own shapes. Rendering, encoding, budgeting, admission and
+// output parsing live here, once.
 type turn struct {
 	messages json.RawMessage // OpenAI chat-shaped messages: the chat template's input
+	prompt   *string         // instead of messages, a prompt already rendered (Ollama's raw generate)
 	tools    json.RawMessage // OpenAI-shaped tools ([{type: function, function: {…}}]; nil: none)
 	choice   toolChoice
 	// thinking, when set, decides whether the model reasons; else chat_template_kwargs'
@@ -68,8 +70,10 @@ type turnPlan struct {
 // planTurn checks everything a turn says that costs nothing to check, before it queues.
 func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	p := &turnPlan{t: t}
-	if err := checkMessages(t.messages); err != nil {
-		return nil, err
+	if t.prompt == nil {
+		if err := checkMessages(t.messages); err != nil {
+			return nil, err
+		}
 	}
 	if t.format.kind == "json_schema" {
 		// Not enforced yet: constrained decoding comes with the grammar engine.
@@ -183,6 +187,9 @@ func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
 
 // renderTurn renders a planned turn's conversation through the model's chat template.
 func renderTurn(m *Model, p *turnPlan) (string, error) {
+	if p.t.prompt != nil {
+		return *p.t.prompt, nil
+	}
 	msgs, err := chat.Normalize(p.t.messages)
 	if err != nil {
 		return "", templateError(err)
@@ -265,7 +272,8 @@ func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]
 
 // serveTurn is the one path of every chat dialect: preparation budget, the request read into a
 // turn, the cheap checks, a place in the queue, rendering and budgeting, then the dialect's
-// answer under the generation's context.
+// answer under the generation's context. read may answer the request itself (Ollama's load
+// request: no turn to run) and return a nil turn.
 func (s *Server) serveTurn(c *gin.Context, read func() (*turn, error), answer func(ctx context.Context, m *Model, p *turnPlan)) {
 	m := s.ready(c)
 	if m == nil {
@@ -279,6 +287,9 @@ func (s *Server) serveTurn(c *gin.Context, read func() (*turn, error), answer fu
 	t, err := read()
 	if err != nil {
 		abortWith(c, err)
+		return
+	}
+	if t == nil {
 		return
 	}
 	p, err := s.planTurn(m, t)

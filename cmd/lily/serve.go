@@ -38,8 +38,7 @@ import (
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
-	maxOutput                                                 int
-	prefillChunk                                              int
+	maxOutput, prefillChunk, ollamaPort                       int
 	diskCacheGB                                               float64
 	demo, insecure                                            bool
 	timeout, stallTimeout                                     time.Duration
@@ -69,6 +68,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.backend, "backend", defaultBackend(), backendHelp)
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to bind (anything but loopback needs --api-key)")
 	f.IntVar(&o.port, "port", 8000, "port")
+	f.IntVar(&o.ollamaPort, "ollama-port", 0, "also serve on 127.0.0.1 at this port, for apps that assume Ollama's address (Ollama's default is 11434; 0: off)")
 	f.StringVar(&o.apiKey, "api-key", "", "require this bearer key (default $LILY_API_KEY)")
 	f.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback bind without an API key")
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
@@ -103,6 +103,10 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--host %s exposes the server beyond this machine: set --api-key (or $LILY_API_KEY), or pass --insecure to allow it without one", o.host)
 	case o.port < 0 || o.port > 65535:
 		return fmt.Errorf("--port %d: expected 0..65535", o.port)
+	case o.ollamaPort < 0 || o.ollamaPort > 65535:
+		return fmt.Errorf("--ollama-port %d: expected 1..65535 (Ollama's default is 11434), or 0: off", o.ollamaPort)
+	case o.ollamaPort != 0 && o.ollamaPort == o.port:
+		return fmt.Errorf("--ollama-port %d is --port too: the main port serves the Ollama API already", o.ollamaPort)
 	case o.demo && o.model != "":
 		return errors.New("--demo and --model are exclusive")
 	case o.maxOutput < 0:
@@ -179,18 +183,19 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		}
 	}
 	startup.Steps = startupSteps(o, publish)
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	lns, err := o.listen()
 	if err != nil {
-		var se *os.SyscallError
-		if errors.As(err, &se) && errors.Is(se.Err, syscall.EADDRINUSE) {
-			return fmt.Errorf("port %d is already in use: stop the other server or pass --port", o.port)
-		}
 		return err
 	}
-	hs := srv.HTTPServer()
+	ln, hs := lns[0], srv.HTTPServer()
 	fmt.Fprintf(stderr, "lily: listening at http://%s/v1 (status at /status)\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	if len(lns) > 1 {
+		fmt.Fprintf(stderr, "lily: Ollama API also at http://%s\n", lns[1].Addr())
+	}
+	errc := make(chan error, len(lns))
+	for _, l := range lns {
+		go func() { errc <- hs.Serve(l) }() // one server: Shutdown closes every listener
+	}
 	go func() {
 		if err := startup.Run(ctx); err == nil {
 			fmt.Fprintf(stderr, "lily: ready at http://%s/v1\n", ln.Addr())
@@ -203,6 +208,34 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		stop() // a second signal ends the process at once
 		return shutdown(stderr, srv, hs)
 	}
+}
+
+// listen binds the port, and the Ollama port if one is asked for (loopback only: it is there for
+// apps on this machine that assume Ollama's address).
+func (o serveOptions) listen() ([]net.Listener, error) {
+	ln, err := listenTCP(o.host, o.port, "stop the other server or pass --port")
+	if err != nil {
+		return nil, err
+	}
+	if o.ollamaPort == 0 {
+		return []net.Listener{ln}, nil
+	}
+	oln, err := listenTCP("127.0.0.1", o.ollamaPort, "is Ollama running? Quit it, or pass another --ollama-port")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return []net.Listener{ln, oln}, nil
+}
+
+// listenTCP binds host:port; a port in use is an error that says so, with hint.
+func listenTCP(host string, port int, hint string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	var se *os.SyscallError
+	if errors.As(err, &se) && errors.Is(se.Err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("port %d is already in use: %s", port, hint)
+	}
+	return ln, err
 }
 
 // shutdown ends open requests (streams get an error event and [DONE]), waits up to
@@ -329,6 +362,8 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	}
 	m := &server.Model{
 		ID:         id,
+		Size:       weightBytes(dir),
+		Params:     parameterCount(cfg),
 		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Hold: mtl.BeginActivity, Disk: disk}),
 		Tokenizer:  server.TokenizerOf(tok),
 		Template:   server.TemplateOf(tmpl),
@@ -342,6 +377,26 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		}
 		closeBackend()
 	}, nil
+}
+
+// weightBytes is the size of the checkpoint's weights on disk, as model listings show it.
+func weightBytes(dir string) int64 {
+	var n int64
+	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// parameterCount is the model's size as listings name it: known for the production model only.
+func parameterCount(cfg *config.Config) string {
+	if cfg.Profile == config.ProfileProduction {
+		return "35B"
+	}
+	return ""
 }
 
 // openDiskCache opens the prefix cache's disk tier for the checkpoint in dir on b (nil when

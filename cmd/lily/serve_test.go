@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +93,8 @@ func TestServeOptionsChecked(t *testing.T) {
 		"--request-timeout":  func(o *serveOptions) { o.timeout = 0 },
 		"--stall-timeout -1": func(o *serveOptions) { o.stallTimeout = -time.Second },
 		"--port 70000":       func(o *serveOptions) { o.port = 70000 },
+		"--ollama-port -1":   func(o *serveOptions) { o.ollamaPort = -1 },
+		"--ollama-port 8000": func(o *serveOptions) { o.ollamaPort = 8000 }, // --port's
 		"--kv-bits 4":        func(o *serveOptions) { o.kvBits = 4 },
 		"--kv-bits 8 (cpu)":  func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
 		"--prefill-chunk -2": func(o *serveOptions) { o.prefillChunk = -2 },
@@ -287,5 +291,68 @@ func getJSON(t *testing.T, url string, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeOllamaPort: --ollama-port serves the same API on a second loopback port, shut down
+// with the first; a port already taken (Ollama itself running) is a clear error.
+func TestServeOllamaPort(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	serve := func(ctx context.Context, log io.Writer) error {
+		root := newRootCmd()
+		root.SetOut(log)
+		root.SetErr(log)
+		root.SetArgs([]string{"serve", "--demo", "--backend", "cpu", "--port", "0", "--ollama-port", port, "--api-key", ""})
+		return root.ExecuteContext(ctx)
+	}
+	if err := serve(context.Background(), io.Discard); err == nil || !strings.Contains(err.Error(), "port "+port+" is already in use") || !strings.Contains(err.Error(), "Ollama") {
+		t.Fatalf("--ollama-port on a busy port: %v", err)
+	}
+	busy.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log syncBuffer
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, &log) }()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(log.String(), "ready at"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not become ready:\n%s", log.String())
+		}
+	}
+	ollama := "http://127.0.0.1:" + port
+	if !strings.Contains(log.String(), "Ollama API also at "+ollama) {
+		t.Fatalf("log:\n%s", log.String())
+	}
+	resp, err := http.Post(ollama+"/api/chat", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":3}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Done      bool `json:"done"`
+		EvalCount int  `json:"eval_count"`
+	}
+	json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !r.Done || r.EvalCount != 3 {
+		t.Fatalf("chat on the Ollama port: %d %+v", resp.StatusCode, r)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve after the stop signal: %v", err)
+		}
+	case <-time.After(shutdownGrace + 2*time.Second):
+		t.Fatal("serve still running after the stop signal")
+	}
+	if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+		c.Close()
+		t.Fatal("the Ollama port still accepts connections after shutdown")
 	}
 }
