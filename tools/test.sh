@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the Go tests, then the real-client tests (the official openai SDK and curl)
+# Runs every test: the Go tests, then the real-client tests (the official openai, Anthropic and ollama
+# SDKs and curl, then the agent CLIs Claude Code, Codex and opencode)
 # against a freshly built `lily serve --demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,10 @@ cd "$(dirname "$0")/.."
 need=()
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 || need+=(nodejs npm curl)
 command -v clang++-19 >/dev/null 2>&1 || [ -n "${LILY_CLANG:-}" ] || need+=(clang-19)
+# The agent CLIs run in a network namespace (unshare, ip) in a git work tree.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v git >/dev/null 2>&1 || need+=(git)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "== installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"
@@ -19,3 +24,5 @@ bin="$(mktemp -d)/lily"
 go build -o "$bin" ./cmd/lily
 (cd tools/clienttest && npm ci --silent --no-audit --no-fund)
 LILY_BIN="$bin" node --test tools/clienttest/*.test.mjs
+# The agent CLIs (Claude Code, Codex, opencode), one-shot, each in a network namespace with only loopback.
+LILY_BIN="$bin" bash tools/agents/run.sh

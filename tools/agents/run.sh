@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# One-shot runs of the agent CLIs — Claude Code (Anthropic Messages), Codex (Responses) and
+# opencode (chat completions) — against `lily serve --demo`, each inside its own network
+# namespace that has only loopback, so no traffic can leave the machine, and with telemetry,
+# update checks and error reporting switched off.
+#
+# The demo model's weights are random: its text is noise that never ends its turn. The server
+# therefore caps answers at 32 tokens (--max-output-tokens) and each client must read that cap
+# from the protocol and say so in its own way — Claude Code's JSON result has api_error
+# "max_output_tokens", Codex prints "Incomplete response returned, reason: max_output_tokens",
+# opencode exits 0 — while every request the server saw was answered with a 2xx.
+#
+# Run: LILY_BIN=/path/to/lily bash tools/agents/run.sh   (tools/test.sh does this; needs root
+# or user namespaces for `unshare --net`).
+set -euo pipefail
+self=$(realpath "$0")
+cd "$(dirname "$self")"
+
+if [ "${1:-}" = "--inside" ]; then
+  agent=$2 out=$3
+  ip link set lo up
+  export HOME="$out/home" XDG_CONFIG_HOME="$out/home/.config" XDG_DATA_HOME="$out/home/.local/share"
+  mkdir -p "$HOME/.codex" "$out/work"
+  "$LILY_BIN" serve --demo --max-output-tokens 32 --port 18190 >"$out/serve.log" 2>&1 &
+  server=$!
+  trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+  for _ in $(seq 1 240); do
+    curl -sf 127.0.0.1:18190/status | grep -q '"phase":"ready"' && break
+    sleep 0.5
+  done
+  base=http://127.0.0.1:18190
+  bin="$PWD/node_modules/.bin"
+  cd "$out/work" && git init -q .
+  rc=0
+  case $agent in
+  claude)
+    env ANTHROPIC_BASE_URL=$base ANTHROPIC_AUTH_TOKEN=lily ANTHROPIC_API_KEY= \
+      ANTHROPIC_DEFAULT_OPUS_MODEL=lily-demo ANTHROPIC_DEFAULT_SONNET_MODEL=lily-demo ANTHROPIC_DEFAULT_HAIKU_MODEL=lily-demo \
+      CLAUDE_CODE_SUBAGENT_MODEL=lily-demo CLAUDE_CODE_ATTRIBUTION_HEADER=0 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
+      DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_FEEDBACK_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 \
+      timeout 300 "$bin/claude" -p "Say hello" --model lily-demo --max-turns 1 --output-format json >"$out/stdout" 2>"$out/stderr" || rc=$?
+    ;;
+  codex)
+    env LILY_API_KEY=unused CODEX_HOME="$HOME/.codex" timeout 300 "$bin/codex" exec --skip-git-repo-check -m lily-demo \
+      -c model_provider=lily -c "model_providers.lily={name=\"Lily\", base_url=\"$base/v1\", env_key=\"LILY_API_KEY\", wire_api=\"responses\"}" \
+      -c model_context_window=32768 -c check_for_update_on_startup=false -c analytics.enabled=false \
+      "Say hello" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
+    ;;
+  opencode)
+    export OPENCODE_CONFIG_CONTENT='{"autoupdate":false,"share":"disabled","provider":{"lily":{"npm":"@ai-sdk/openai-compatible","name":"Lily","options":{"baseURL":"'$base'/v1","apiKey":"unused"},"models":{"lily-demo":{"name":"Lily demo","limit":{"context":32768,"output":32}}}}},"model":"lily/lily-demo"}'
+    env OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 \
+      timeout 300 "$bin/opencode" run --model lily/lily-demo "Say hello" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
+    ;;
+  esac
+  echo "$rc" >"$out/rc"
+  curl -s $base/metrics | grep '^lily_requests_total' >"$out/requests" || true
+  exit 0
+fi
+
+: "${LILY_BIN:?set LILY_BIN to a built lily binary}"
+LILY_BIN=$(realpath "$LILY_BIN")
+export LILY_BIN
+# Exact versions in package.json; no lock file: npm writes one without the other platforms' binaries,
+# which `npm ci` then rejects. The CLIs are native binaries (Codex has a Node launcher).
+npm install --silent --no-audit --no-fund --no-package-lock --engine-strict=false
+failed=0
+for agent in claude codex opencode; do
+  out=$(mktemp -d)
+  start=$(date +%s)
+  unshare --net bash "$self" --inside "$agent" "$out"
+  rc=$(cat "$out/rc")
+  why=""
+  # Every request answered with a 2xx, and at least one on the agent's endpoint.
+  if grep -v 'status="2[0-9][0-9]"' "$out/requests" | grep -q .; then
+    why="the server answered an error: $(grep -v 'status="2' "$out/requests" | tr '\n' ' ')"
+  fi
+  case $agent in
+  claude)
+    endpoint=/v1/messages
+    [ -n "$why" ] || why=$(node -e '
+      const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop());
+      if (r.api_error !== "max_output_tokens" && r.is_error) console.log("claude reported: " + (r.api_error || r.result));
+      else if (!(r.num_turns >= 1)) console.log("no turn ran");' "$out/stdout" 2>&1) ;;
+  codex)
+    endpoint=/v1/responses
+    grep -q "Incomplete response returned, reason: max_output_tokens" "$out/stderr" "$out/stdout" || why="${why:-codex did not report the cap of the server (rc $rc)}" ;;
+  opencode)
+    endpoint=/v1/chat/completions
+    [ "$rc" = 0 ] || why="${why:-opencode exited $rc}" ;;
+  esac
+  grep -q "endpoint=\"$endpoint\",status=\"200\"" "$out/requests" || why="${why:-no 200 on $endpoint}"
+  if [ -n "$why" ]; then
+    failed=1
+    echo "FAIL $agent ($(($(date +%s) - start)) s): $why"
+    tail -n 20 "$out/stderr" "$out/stdout" "$out/serve.log"
+  else
+    echo "ok   $agent ($(($(date +%s) - start)) s): $(tr '\n' ' ' <"$out/requests")"
+  fi
+done
+exit $failed
