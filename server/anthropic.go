@@ -74,8 +74,9 @@ type anthToolChoice struct {
 }
 
 type anthThinking struct {
-	Type    string `json:"type"`    // enabled, adaptive or disabled
-	Display string `json:"display"` // summarized (the default) or omitted
+	Type         string `json:"type"`          // enabled, adaptive or disabled
+	Display      string `json:"display"`       // summarized (the default) or omitted
+	BudgetTokens *int   `json:"budget_tokens"` // enabled: the reasoning budget
 }
 
 // billingHeader starts a system block Claude Code adds with a per-request stamp: dropped, as
@@ -101,7 +102,9 @@ func (req *messagesRequest) turn(sig thinkingSigner) (*turn, error) {
 	on := false // no thinking field: off, as with Anthropic's own models
 	if req.Thinking != nil {
 		switch req.Thinking.Type {
-		case "enabled", "adaptive":
+		case "enabled":
+			on, t.budget = true, req.Thinking.BudgetTokens
+		case "adaptive":
 			on = true
 		case "disabled":
 		default:
@@ -112,7 +115,7 @@ func (req *messagesRequest) turn(sig thinkingSigner) (*turn, error) {
 	if req.OutputConfig != nil && req.OutputConfig.Effort != nil && on {
 		t.effort = req.OutputConfig.Effort
 		if _, err := thinkingEnabled(&turn{effort: t.effort}); err != nil {
-			return nil, badRequest(fmt.Sprintf("output_config.effort %q: expected low, medium, high, xhigh or max", *t.effort), "output_config.effort")
+			return nil, badRequest(fmt.Sprintf("output_config.effort %q: expected minimal, low, medium, high, xhigh or max", *t.effort), "output_config.effort")
 		}
 	}
 	if c := req.ToolChoice; c != nil {

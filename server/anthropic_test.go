@@ -273,3 +273,35 @@ func sameJSON(a, b string) bool {
 	jb, _ := json.Marshal(y)
 	return string(ja) == string(jb)
 }
+
+// TestThinkingBudget: after the budget's reasoning tokens the server closes the reasoning
+// ("\n</think>\n\n" forced) and what follows is the answer; reasoning_effort "none" turns
+// thinking off.
+func TestThinkingBudget(t *testing.T) {
+	script := "alpha beta gamma delta epsilon zeta eta theta"
+	s, ts := testServer(t, newScripted(t, script), Config{})
+	tok := testTokenizer(t)
+	ids := tok.Encode(script)
+	_, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":20,"thinking_budget":3}`)
+	var r chatResp
+	json.Unmarshal(body, &r)
+	msg := r.Choices[0].Message
+	if want := tok.Decode(ids[:3]) + "\n"; msg.ReasoningContent != want || msg.Content == nil || *msg.Content == "" {
+		t.Fatalf("budget 3: reasoning %q (want %q), content %v", msg.ReasoningContent, want, msg.Content)
+	}
+	// Anthropic's budget_tokens, the same.
+	_, body = post(t, ts.URL+"/v1/messages", `{"max_tokens":20,"thinking":{"type":"enabled","budget_tokens":2},"messages":[{"role":"user","content":"x"}]}`)
+	var a anthResp
+	json.Unmarshal(body, &a)
+	if len(a.Content) != 2 || a.Content[0].Thinking == nil || *a.Content[0].Thinking != tok.Decode(ids[:2])+"\n" {
+		t.Fatalf("budget_tokens 2: %s", body)
+	}
+	var prompt []int
+	s.observe = func(g genRequest) { prompt = g.prompt }
+	_, body = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":5,"reasoning_effort":"none"}`)
+	var off chatResp
+	json.Unmarshal(body, &off)
+	if !strings.HasSuffix(tok.Decode(prompt), "<think>\n\n</think>\n\n") || off.Choices[0].Message.ReasoningContent != "" {
+		t.Fatalf("effort none: prompt %q, answer %s", tok.Decode(prompt), body)
+	}
+}

@@ -31,6 +31,7 @@ type chatRequest struct {
 	ParallelToolCalls   *bool                      `json:"parallel_tool_calls"`
 	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
 	ReasoningEffort     *string                    `json:"reasoning_effort"`
+	ThinkingBudget      *int                       `json:"thinking_budget"` // Qwen's name; reasoning tokens before the server closes the reasoning
 	ResponseFormat      *responseFormat            `json:"response_format"`
 	// AddGenerationPrompt and ContinueFinalMessage are vLLM's fields (chat.ResolveEnding).
 	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
@@ -242,7 +243,7 @@ func (req *chatRequest) turn() (*turn, error) {
 		return nil, err
 	}
 	return &turn{
-		messages: req.Messages, tools: req.Tools, choice: choice, effort: req.ReasoningEffort,
+		messages: req.Messages, tools: req.Tools, choice: choice, effort: req.ReasoningEffort, budget: req.ThinkingBudget,
 		kwargs: req.ChatTemplateKwargs, addGen: req.AddGenerationPrompt, cont: req.ContinueFinalMessage,
 		sampling: req.samplingFields, maxTokens: []*int{req.MaxCompletionTokens, req.MaxTokens},
 		logprobs: req.Logprobs != nil && *req.Logprobs, topLogprobs: req.TopLogprobs, format: format,

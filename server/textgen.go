@@ -19,9 +19,10 @@ type genRequest struct {
 	maxTokens   int
 	params      sample.Params
 	stops       []string
-	topLogprobs int   // alternatives per token when logprobs are on
-	logprobs    bool  // report per-token logprobs
-	checkpoints []int // prompt lengths where the prefix cache should keep the prefill's state
+	topLogprobs int                 // alternatives per token when logprobs are on
+	logprobs    bool                // report per-token logprobs
+	checkpoints []int               // prompt lengths where the prefix cache should keep the prefill's state
+	steer       func() runner.Steer // a new steer for each generation (nil: none)
 	ticket      *ticket
 }
 
@@ -95,9 +96,11 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 		return false, release(text[:len(text)-keep])
 	}
 
-	res, err := m.Runner.Generate(ctx, runner.Request{
-		Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints,
-	}, func(tok runner.Token) (bool, error) {
+	req := runner.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints}
+	if g.steer != nil {
+		req.Steer = g.steer()
+	}
+	res, err := m.Runner.Generate(ctx, req, func(tok runner.Token) (bool, error) {
 		if first {
 			first = false
 			s.metrics.ttft.Observe(time.Since(admitted).Seconds())

@@ -13,6 +13,8 @@ import (
 
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/parse"
+	"github.com/lilyformac/lily/engine/runner"
+	"github.com/lilyformac/lily/engine/steer"
 )
 
 // turn is one chat turn in dialect-neutral form. Every chat API (OpenAI chat completions and
@@ -29,7 +31,10 @@ type turn struct {
 	// enable_thinking, then effort ("none": off), then on (the template's default).
 	thinking *bool
 	effort   *string
-	kwargs   map[string]json.RawMessage // chat_template_kwargs
+	// budget caps the reasoning in tokens (nil: effort's budget, effortBudgets); the model's
+	// reasoning is then closed for it, with "\n</think>\n\n".
+	budget *int
+	kwargs map[string]json.RawMessage // chat_template_kwargs
 	// addGen and cont are add_generation_prompt and continue_final_message (nil: not given;
 	// chat.ResolveEnding).
 	addGen, cont *bool
@@ -63,6 +68,7 @@ type turnPlan struct {
 	parsed   []parse.Tool
 	force    string // appended to the prompt to force a call ("": the model decides)
 	thinking bool
+	budget   int    // reasoning tokens allowed (0: no limit)
 	text     string // the rendered prompt
 	g        genRequest
 }
@@ -84,6 +90,9 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	}
 	var err error
 	if p.thinking, err = thinkingEnabled(t); err != nil {
+		return nil, err
+	}
+	if p.budget, err = thinkingBudget(t); err != nil {
 		return nil, err
 	}
 	if p.force != "" {
@@ -155,16 +164,33 @@ func thinkingEnabled(t *turn) (bool, error) {
 		return on, nil
 	}
 	if t.effort != nil {
-		switch *t.effort {
-		case "none":
+		if *t.effort == "none" {
 			return false, nil
-		case "minimal", "low", "medium", "high", "xhigh", "max":
-			return true, nil
-		default:
+		}
+		if _, ok := effortBudgets[*t.effort]; !ok {
 			return false, badRequest(fmt.Sprintf("reasoning_effort %q: expected none, minimal, low, medium, high, xhigh or max", *t.effort), "reasoning_effort")
 		}
 	}
 	return true, nil
+}
+
+// effortBudgets is what a reasoning effort means for Qwen, which has no effort setting of its
+// own: a budget of reasoning tokens, after which the server closes the reasoning (0: none, the
+// model reasons as long as it wants). "none" turns thinking off.
+var effortBudgets = map[string]int{"minimal": 256, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768, "max": 0}
+
+// thinkingBudget is the turn's reasoning budget in tokens (0: none).
+func thinkingBudget(t *turn) (int, error) {
+	if t.budget != nil {
+		if *t.budget < 1 {
+			return 0, badRequest("the thinking budget must be at least 1 token", "thinking_budget")
+		}
+		return *t.budget, nil
+	}
+	if t.effort != nil {
+		return effortBudgets[*t.effort], nil
+	}
+	return 0, nil
 }
 
 // prepareTurn renders the conversation (normalised, chat.Normalize), encodes it and sizes the
@@ -182,7 +208,24 @@ func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
 		return err
 	}
 	p.g.checkpoints = turnCheckpoints(m, p.g.prompt)
+	p.g.steer = p.steer(m)
 	return nil
+}
+
+// steer is what shapes the generation token by token: the thinking budget, when there is one
+// and the prompt opens the reasoning block.
+func (p *turnPlan) steer(m *Model) func() runner.Steer {
+	end, ok := m.Tokenizer.TokenID("</think>")
+	if p.budget == 0 || !ok || !p.promptEndsInThink() {
+		return nil
+	}
+	closing := m.Tokenizer.Encode("\n</think>\n\n")
+	return func() runner.Steer { return steer.NewBudget(p.budget, end, closing, true) }
+}
+
+// promptEndsInThink reports whether the prompt opens a reasoning block for the answer.
+func (p *turnPlan) promptEndsInThink() bool {
+	return p.thinking && strings.HasSuffix(p.text, "<think>\n")
 }
 
 // renderTurn renders a planned turn's conversation through the model's chat template.
@@ -229,7 +272,7 @@ func templateError(err error) error {
 // parser starts the output parser of a prepared turn, with the deltas the prompt already holds
 // (a forced call's opening is part of the answer).
 func (p *turnPlan) parser() (*parse.Stream, []parse.Delta) {
-	ps := parse.NewStream(parse.Options{PromptEndsInThink: p.thinking && strings.HasSuffix(p.text, "<think>\n"), Tools: p.parsed, NewID: p.t.callID})
+	ps := parse.NewStream(parse.Options{PromptEndsInThink: p.promptEndsInThink(), Tools: p.parsed, NewID: p.t.callID})
 	var pending []parse.Delta
 	if p.force != "" {
 		pending = ps.Feed(p.force)

@@ -31,6 +31,18 @@ type Request struct {
 	// OnLogits, when set, sees each logits row a token is chosen from, before the choice (step 0
 	// is the prompt's last row).
 	OnLogits func(step int, row []float32) error
+	// Steer, when set, shapes the generation token by token (a thinking budget, constrained
+	// decoding); a steered generation samples on the host.
+	Steer Steer
+}
+
+// Steer shapes a generation token by token.
+type Steer interface {
+	// Next says what the next token may be: forced (ok), else any token in allowed, a bitset over
+	// ids (nil: any token).
+	Next() (forced int, ok bool, allowed []uint64)
+	// Accept is told each token generated, forced or chosen; an error ends the generation.
+	Accept(id int) error
 }
 
 // Token is one generated token.
@@ -310,7 +322,10 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 				return nil, nil, err
 			}
 		}
-		choice := sampler.Next(logits)
+		choice, err := next(sampler, req.Steer, logits)
+		if err != nil {
+			return nil, nil, err
+		}
 		res.Tokens = append(res.Tokens, choice.ID)
 		stop, err := emit(Token{ID: choice.ID, Logprob: choice.Logprob, Top: choice.Top})
 		if err != nil {
@@ -327,7 +342,7 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		if g, ok := sess.(backend.Generator); ok && step == 0 && req.OnLogits == nil {
+		if g, ok := sess.(backend.Generator); ok && step == 0 && req.OnLogits == nil && req.Steer == nil {
 			last, err := r.onDevice(ctx, g, req, p, res, emit)
 			if !errors.Is(err, backend.ErrNotOnDevice) {
 				return append(slices.Clone(req.Prompt), res.Tokens...), last, err
@@ -339,6 +354,20 @@ func (r *Runner) decode(ctx context.Context, req Request, sess backend.Session, 
 		}
 		logits = rows[0]
 	}
+}
+
+// next chooses the next token from logits, as steer allows (nil: freely).
+func next(sampler *sample.Sampler, steer Steer, logits []float32) (sample.Choice, error) {
+	if steer == nil {
+		return sampler.Next(logits), nil
+	}
+	var c sample.Choice
+	if id, forced, allowed := steer.Next(); forced {
+		c = sampler.Forced(id)
+	} else {
+		c = sampler.NextAllowed(logits, allowed)
+	}
+	return c, steer.Accept(c.ID)
 }
 
 // onDevice runs the rest of the generation on the session's device (see backend.Generator).

@@ -287,3 +287,31 @@ func TestCancelledPrefillClosesSession(t *testing.T) {
 		t.Fatalf("err %v, sessions opened %d, closed %d", err, opened, closed)
 	}
 }
+
+type forceSteer struct {
+	at, id int // force id at step at
+	step   int
+	seen   []int
+}
+
+func (f *forceSteer) Next() (int, bool, []uint64) {
+	if f.step == f.at {
+		return f.id, true, nil
+	}
+	return 0, false, nil
+}
+func (f *forceSteer) Accept(id int) error { f.step++; f.seen = append(f.seen, id); return nil }
+
+// TestSteerForcesTokens: a steered generation emits the forced token at its step, tells the
+// steer every token, and continues from the forced token (the free run differs after it).
+func TestSteerForcesTokens(t *testing.T) {
+	m := tinyBackend(t)
+	r := New(m, Options{Context: 64})
+	free, _ := collect(t, r, Request{Prompt: prompt(10, 4), MaxTokens: 6})
+	forced := (free[2] + 1) % m.Config().VocabSize
+	st := &forceSteer{at: 2, id: forced}
+	ids, _ := collect(t, r, Request{Prompt: prompt(10, 4), MaxTokens: 6, Steer: st})
+	if !slices.Equal(ids[:2], free[:2]) || ids[2] != forced || !slices.Equal(st.seen, ids) {
+		t.Fatalf("steered %v (steer saw %v), free %v", ids, st.seen, free)
+	}
+}

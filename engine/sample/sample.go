@@ -87,6 +87,7 @@ type Sampler struct {
 	counts map[int]int  // generated tokens, for presence/frequency penalties
 	seen   map[int]bool // prompt and generated tokens, for the repetition penalty
 	work   []float32
+	masked []float32 // NextAllowed's copy of the logits
 	order  []int
 	cands  []candidate
 }
@@ -162,6 +163,30 @@ func (s *Sampler) Next(logits []float32) Choice {
 	}
 	s.accept(choice.ID)
 	return choice
+}
+
+// NextAllowed is Next over the tokens in allowed only, a bitset over ids (bit id%64 of word
+// id/64; nil: every token); allowed must hold at least one id below the vocabulary limit.
+func (s *Sampler) NextAllowed(logits []float32, allowed []uint64) Choice {
+	if allowed == nil {
+		return s.Next(logits)
+	}
+	masked := append(s.masked[:0], logits...)
+	s.masked = masked
+	ninf := float32(math.Inf(-1))
+	for id := range masked {
+		if w := id >> 6; w >= len(allowed) || allowed[w]&(1<<(id&63)) == 0 {
+			masked[id] = ninf
+		}
+	}
+	return s.Next(masked)
+}
+
+// Forced records a token the caller chose instead of the sampler (a forced one), as if drawn:
+// penalties count it and the random stream moves on.
+func (s *Sampler) Forced(id int) Choice {
+	s.accept(id)
+	return Choice{ID: id}
 }
 
 func (s *Sampler) accept(id int) {

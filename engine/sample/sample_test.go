@@ -240,3 +240,37 @@ func BenchmarkSampleQwenDefaults(b *testing.B) {
 		s.Next(x)
 	}
 }
+
+// TestNextAllowed: only tokens in the bitset are chosen, whatever their logits, greedy and
+// sampled; Forced counts for the penalties like a drawn token.
+func TestNextAllowed(t *testing.T) {
+	x := make([]float32, 130)
+	for i := range x {
+		x[i] = float32(i % 7)
+	}
+	allowed := make([]uint64, 3)
+	for _, id := range []int{3, 64, 129} { // logits 3, 1, 3: not the row's maximum (6)
+		allowed[id/64] |= 1 << (id % 64)
+	}
+	greedy := New(Params{}, nil)
+	if c := greedy.NextAllowed(x, allowed); c.ID != 3 && c.ID != 129 {
+		t.Fatalf("greedy chose %d outside the allowed set's best", c.ID)
+	}
+	s := New(Params{Temperature: 1.5, Seed: seed(7), Logprobs: true}, nil)
+	seen := map[int]bool{}
+	for range 300 {
+		c := s.NextAllowed(x, allowed)
+		if c.ID != 3 && c.ID != 64 && c.ID != 129 || c.Logprob > 0 {
+			t.Fatalf("chose %d (logprob %g)", c.ID, c.Logprob)
+		}
+		seen[c.ID] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("sampled %v of the three allowed ids", seen)
+	}
+	p := New(Params{PresencePenalty: 2}, nil)
+	p.Forced(6) // id 6 has the top logit; penalised by 2 it falls below id 13's 6−0
+	if c := p.Next(x[:14]); c.ID != 13 {
+		t.Fatalf("after forcing 6, greedy chose %d: the forced token was not counted", c.ID)
+	}
+}
