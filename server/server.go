@@ -1,6 +1,6 @@
-// Package server is Lily's HTTP API: OpenAI-compatible chat and text completions (streaming and
-// not), the Anthropic Messages API, the Ollama API (/api/chat, /api/generate, model listings),
-// models, health, Prometheus metrics and the status the menu-bar app reads.
+// Package server is Lily's HTTP API: OpenAI-compatible chat and text completions and Responses
+// (streaming and not), the Anthropic Messages API, the Ollama API (/api/chat, /api/generate,
+// model listings), models, health, Prometheus metrics and the status the menu-bar app reads.
 package server
 
 import (
