@@ -41,6 +41,10 @@ func (t *Tokenizer) bytesOf(id int) ([]byte, bool) {
 	return t.text[t.offs[id]:t.offs[id+1]], true
 }
 
+// TokenBytes returns the bytes id decodes to (an added token's content), or false for an id the
+// tokenizer does not define. The slice is shared: callers must not change it.
+func (t *Tokenizer) TokenBytes(id int) ([]byte, bool) { return t.bytesOf(id) }
+
 // Decode returns the text of ids, special tokens included. Ids the tokenizer does not define
 // (negative, at or above VocabSize, or holes) are skipped, as tokenizers skips unknown ids.
 // Bytes that do not form valid UTF-8 become U+FFFD, like Python's errors="replace" and Rust's

@@ -26,6 +26,7 @@ type Tokenizer struct {
 	tokens  []string       // id → token; "" where an id is undefined
 	defined []bool
 	special []bool
+	added   []bool
 
 	text []byte   // the decoded bytes of every id, concatenated
 	offs []uint32 // id → its bytes are text[offs[id]:offs[id+1]]
@@ -177,7 +178,7 @@ func build(f *fileJSON) (*Tokenizer, error) {
 		}
 		size = max(size, a.ID+1)
 	}
-	t.tokens, t.defined, t.special = make([]string, size), make([]bool, size), make([]bool, size)
+	t.tokens, t.defined, t.special, t.added = make([]string, size), make([]bool, size), make([]bool, size), make([]bool, size)
 	for tok, id := range f.vocab {
 		if t.defined[id] {
 			return nil, fmt.Errorf("vocab: id %d is used by %q and %q", id, t.tokens[id], tok)
@@ -221,7 +222,7 @@ func build(f *fileJSON) (*Tokenizer, error) {
 			return nil, fmt.Errorf("added tokens: id %d is used by %q and %q", a.ID, c, a.Content)
 		}
 		addedIDs[a.ID] = a.Content
-		t.tokens[a.ID], t.defined[a.ID], t.special[a.ID] = a.Content, true, a.Special
+		t.tokens[a.ID], t.defined[a.ID], t.special[a.ID], t.added[a.ID] = a.Content, true, a.Special, true
 		t.vocab[a.Content] = a.ID
 		tok := added{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip, word: a.SingleWord}
 		if a.Normalized {
@@ -274,6 +275,12 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 // <think> and <tool_call> are added tokens that are not special).
 func (t *Tokenizer) IsSpecial(id int) bool {
 	return id >= 0 && id < len(t.special) && t.special[id]
+}
+
+// IsAdded reports whether id is an added token, special or not (<|im_end|>, <think>, <tool_call>):
+// the tokenizer cuts those out of the text whole, so their bytes never come from BPE.
+func (t *Tokenizer) IsAdded(id int) bool {
+	return id >= 0 && id < len(t.added) && t.added[id]
 }
 
 func (t *Tokenizer) normalize(s string) string {

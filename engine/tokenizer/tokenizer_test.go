@@ -549,3 +549,24 @@ func TestEncodeLimit(t *testing.T) {
 		t.Fatalf("EncodeLimit(15 MB, 32768) allocated %d bytes", alloc)
 	}
 }
+
+func TestTokenBytesAndAdded(t *testing.T) {
+	tok, _, _ := fixtures(t)
+	for _, c := range []struct {
+		id    int
+		bytes string
+		added bool
+	}{
+		{279, " the", false}, {198, "\n", false}, {151657, "<tool_call>", true}, {151645, "<|im_end|>", true},
+	} {
+		b, ok := tok.TokenBytes(c.id)
+		if !ok || string(b) != c.bytes || tok.IsAdded(c.id) != c.added {
+			t.Errorf("TokenBytes(%d) = %q %v, IsAdded %v; want %q added %v", c.id, b, ok, tok.IsAdded(c.id), c.bytes, c.added)
+		}
+	}
+	for _, bad := range []int{-1, tok.VocabSize()} {
+		if _, ok := tok.TokenBytes(bad); ok || tok.IsAdded(bad) {
+			t.Errorf("id %d is defined or added", bad)
+		}
+	}
+}
