@@ -10,6 +10,7 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/grammar"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
 	"github.com/lilyformac/lily/resources"
@@ -115,6 +116,9 @@ func testServer(t testing.TB, b *scripted, cfg Config) (*Server, *httptest.Serve
 		Template:  TemplateOf(chat.Builtin()),
 		StopIDs:   []int{end, eot},
 		Context:   b.cfg.MaxPositions,
+		Vocab: sync.OnceValues(func() (*grammar.Vocab, error) {
+			return grammar.VocabFromTokenizer(tok, b.cfg.VocabSize, []int{end, eot})
+		}),
 	})
 	return s, startHTTP(t, s)
 }

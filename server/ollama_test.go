@@ -394,7 +394,7 @@ func TestOllamaErrors(t *testing.T) {
 		"images":       {"POST", "/api/chat", chatBody(`,"images":["AAAA"]`), "k", 400, "text-only"},
 		"gen images":   {"POST", "/api/generate", `{"prompt":"x","images":["AAAA"]}`, "k", 400, "text-only"},
 		"suffix":       {"POST", "/api/generate", `{"prompt":"x","suffix":"y"}`, "k", 400, "fill-in-the-middle"},
-		"schema":       {"POST", "/api/chat", strings.TrimSuffix(chatBody(""), "}") + `,"format":{"type":"object"}}`, "k", 400, "not supported yet"},
+		"schema":       {"POST", "/api/chat", strings.TrimSuffix(chatBody(""), "}") + `,"format":{"type":"object","not":{}}}`, "k", 400, "not"},
 		"format":       {"POST", "/api/chat", strings.TrimSuffix(chatBody(""), "}") + `,"format":"xml"}`, "k", 400, "format must be"},
 		"embed":        {"POST", "/api/embed", `{"model":"nomic-embed-text","input":"x"}`, "k", 400, `"nomic-embed-text" does not support embeddings`},
 		"embeddings":   {"POST", "/api/embeddings", `{"model":"m","prompt":"x"}`, "k", 400, "does not support embeddings"},

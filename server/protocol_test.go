@@ -108,7 +108,7 @@ func TestSilentlyAcceptedValuesRejected(t *testing.T) {
 		}
 	}
 	for _, ok := range []string{
-		`{"messages":` + userHi + `,"response_format":{"type":"json_object"},"max_tokens":2}` + "\n\t ",
+		`{"messages":` + userHi + `,"response_format":{"type":"json_object"},"max_tokens":40}` + "\n\t ",
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"response_format":{"type":"text"},"max_tokens":2}`,
 	} {
 		if resp, body := post(t, ts.URL+"/v1/chat/completions", ok); resp.StatusCode != 200 {

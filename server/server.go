@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/grammar"
 	"github.com/lilyformac/lily/engine/runner"
 )
 
@@ -69,6 +70,9 @@ type Model struct {
 	// its weights' bytes on disk and its parameter count as "35B"; 0 and "" when not known.
 	Size   int64
 	Params string
+	// Vocab is the vocabulary grammars mask (constrained decoding), built on first use; nil:
+	// constrained output is refused.
+	Vocab func() (*grammar.Vocab, error)
 }
 
 // Config holds the server's limits and security settings. Zero values take the defaults New
@@ -92,19 +96,20 @@ type Config struct {
 
 // Server serves one model.
 type Server struct {
-	cfg     Config
-	model   atomic.Pointer[Model]
-	sched   *scheduler
-	prep    *prepBudget
-	guard   *guard
-	metrics *metrics
-	started time.Time
-	life    context.Context // cancelled (with errShuttingDown) by Drain
-	drain   context.CancelCauseFunc
-	handler http.Handler
-	observe func(genRequest) // tests: sees each generation as admitted
-	signer  thinkingSigner   // signs the thinking of Anthropic and Responses answers
-	stored  *responseStore   // stored Responses answers
+	cfg      Config
+	model    atomic.Pointer[Model]
+	sched    *scheduler
+	prep     *prepBudget
+	guard    *guard
+	metrics  *metrics
+	started  time.Time
+	life     context.Context // cancelled (with errShuttingDown) by Drain
+	drain    context.CancelCauseFunc
+	handler  http.Handler
+	observe  func(genRequest) // tests: sees each generation as admitted
+	signer   thinkingSigner   // signs the thinking of Anthropic and Responses answers
+	stored   *responseStore   // stored Responses answers
+	grammars *grammar.Cache   // compiled response formats and tool grammars
 }
 
 // New builds a server; SetModel makes it ready.
@@ -126,7 +131,7 @@ func New(cfg Config) *Server {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	s := &Server{cfg: cfg, sched: newScheduler(cfg.QueueLimit), prep: newPrepBudget(cfg.MaxBodyBytes), started: time.Now()}
-	s.stored = newResponseStore()
+	s.stored, s.grammars = newResponseStore(), grammar.NewCache(64)
 	s.signer.key = make([]byte, 32)
 	rand.Read(s.signer.key)
 	s.guard = newGuard(cfg.BindHost, cfg.AllowedHosts, cfg.CORSOrigins)

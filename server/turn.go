@@ -12,9 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/grammar"
 	"github.com/lilyformac/lily/engine/parse"
-	"github.com/lilyformac/lily/engine/runner"
-	"github.com/lilyformac/lily/engine/steer"
 )
 
 // turn is one chat turn in dialect-neutral form. Every chat API (OpenAI chat completions and
@@ -68,8 +67,9 @@ type turnPlan struct {
 	parsed   []parse.Tool
 	force    string // appended to the prompt to force a call ("": the model decides)
 	thinking bool
-	budget   int    // reasoning tokens allowed (0: no limit)
-	text     string // the rendered prompt
+	budget   int              // reasoning tokens allowed (0: no limit)
+	grammar  *grammar.Grammar // what the answer must follow (nil: free; constrain.go)
+	text     string           // the rendered prompt
 	g        genRequest
 }
 
@@ -81,10 +81,6 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 			return nil, err
 		}
 	}
-	if t.format.kind == "json_schema" {
-		// Not enforced yet: constrained decoding comes with the grammar engine.
-		return nil, badRequest("response_format json_schema is not supported yet (no constrained decoding); use json_object or describe the schema in the prompt", "response_format")
-	}
 	if err := p.planTools(); err != nil {
 		return nil, err
 	}
@@ -95,8 +91,11 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	if p.budget, err = thinkingBudget(t); err != nil {
 		return nil, err
 	}
-	if p.force != "" {
-		p.thinking = false // a forced call starts the answer; it cannot wait for a reasoning block
+	if err := s.planGrammar(p); err != nil {
+		return nil, err
+	}
+	if p.t.choice.mode == "required" || p.force != "" {
+		p.thinking = false // a forced call starts the answer (see constrain.go)
 	}
 	g := &p.g
 	if g.params, g.stops, err = t.sampling.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
@@ -208,19 +207,8 @@ func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
 		return err
 	}
 	p.g.checkpoints = turnCheckpoints(m, p.g.prompt)
-	p.g.steer = p.steer(m)
-	return nil
-}
-
-// steer is what shapes the generation token by token: the thinking budget, when there is one
-// and the prompt opens the reasoning block.
-func (p *turnPlan) steer(m *Model) func() runner.Steer {
-	end, ok := m.Tokenizer.TokenID("</think>")
-	if p.budget == 0 || !ok || !p.promptEndsInThink() {
-		return nil
-	}
-	closing := m.Tokenizer.Encode("\n</think>\n\n")
-	return func() runner.Steer { return steer.NewBudget(p.budget, end, closing, true) }
+	p.g.steer, err = p.steer(m)
+	return err
 }
 
 // promptEndsInThink reports whether the prompt opens a reasoning block for the answer.

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/demo"
+	"github.com/lilyformac/lily/engine/grammar"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
@@ -370,6 +372,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		StopIDs:    stops,
 		Context:    ctxLen,
 		ContextWhy: why,
+		Vocab:      sync.OnceValues(func() (*grammar.Vocab, error) { return grammar.VocabFromTokenizer(tok, cfg.VocabSize, stops) }),
 	}
 	return m, func() {
 		if disk != nil {

@@ -1,5 +1,6 @@
 // Package steer shapes a generation token by token (runner.Steer): a thinking budget that ends
-// the model's reasoning after so many tokens, and a chain that runs several steers in turn.
+// the model's reasoning after so many tokens, a grammar the answer must follow (constrained
+// decoding), and a chain that runs several steers together.
 package steer
 
 // Budget ends reasoning after Max tokens by forcing the close sequence (the tokens of
