@@ -317,7 +317,7 @@ func (s *Server) responses(c *gin.Context) {
 		if id := req.PreviousResponseID; id != nil && *id != "" {
 			st, ok := s.stored.get(*id)
 			if !ok {
-				return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("previous_response_id %q: no stored response has this id (responses are kept in memory, the latest %d)", *id, storedResponses), Type: "invalid_request_error", Param: strp("previous_response_id")}
+				return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("previous_response_id %q: no stored response has this id (responses are kept in memory: the latest %d, up to %d MiB)", *id, storedResponses, storedBytes>>20), Type: "invalid_request_error", Param: strp("previous_response_id")}
 			}
 			prev = st.conversation
 		}

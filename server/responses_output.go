@@ -345,8 +345,13 @@ func asAPIError(err error) *apiError {
 	return &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 }
 
-// storedResponses is how many responses the server keeps for GET and previous_response_id.
-const storedResponses = 256
+// storedResponses and storedBytes bound what the server keeps for GET and previous_response_id:
+// the latest 256 responses, and no more than 128 MiB of them (a conversation can be as large as
+// a request body).
+const (
+	storedResponses = 256
+	storedBytes     = 128 << 20
+)
 
 type storedResponse struct {
 	response     []byte          // the response object as answered
@@ -359,7 +364,10 @@ type responseStore struct {
 	order *list.List // of ids, most recent first
 	byID  map[string]*list.Element
 	data  map[string]storedResponse
+	bytes int // of the stored responses and conversations
 }
+
+func (r storedResponse) size() int { return len(r.response) + len(r.conversation) }
 
 func newResponseStore() *responseStore {
 	return &responseStore{order: list.New(), byID: map[string]*list.Element{}, data: map[string]storedResponse{}}
@@ -368,11 +376,13 @@ func newResponseStore() *responseStore {
 func (s *responseStore) put(id string, r storedResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.size() > storedBytes {
+		return // larger than the whole store: not kept (a later previous_response_id gets a 404)
+	}
 	s.byID[id], s.data[id] = s.order.PushFront(id), r
-	for s.order.Len() > storedResponses {
-		old := s.order.Remove(s.order.Back()).(string)
-		delete(s.byID, old)
-		delete(s.data, old)
+	s.bytes += r.size()
+	for s.order.Len() > storedResponses || s.bytes > storedBytes {
+		s.removeLocked(s.order.Back())
 	}
 }
 
@@ -391,9 +401,14 @@ func (s *responseStore) delete(id string) bool {
 	defer s.mu.Unlock()
 	e, ok := s.byID[id]
 	if ok {
-		s.order.Remove(e)
-		delete(s.byID, id)
-		delete(s.data, id)
+		s.removeLocked(e)
 	}
 	return ok
+}
+
+func (s *responseStore) removeLocked(e *list.Element) {
+	id := s.order.Remove(e).(string)
+	s.bytes -= s.data[id].size()
+	delete(s.byID, id)
+	delete(s.data, id)
 }

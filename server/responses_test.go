@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -202,5 +203,26 @@ func TestResponsesIncompleteAndErrors(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(string(body), tc.msg) {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestResponseStoreBounds: the store keeps the latest responses within its count and bytes.
+func TestResponseStoreBounds(t *testing.T) {
+	s := newResponseStore()
+	for i := range storedResponses + 10 {
+		s.put(fmt.Sprint(i), storedResponse{response: []byte("{}")})
+	}
+	if _, ok := s.get("9"); ok || s.order.Len() != storedResponses {
+		t.Fatalf("count bound: %d kept, oldest still there: %v", s.order.Len(), ok)
+	}
+	big := make([]byte, storedBytes/3)
+	for i := range 4 {
+		s.put(fmt.Sprint("big", i), storedResponse{conversation: big})
+	}
+	if _, ok := s.get("big0"); ok || s.bytes > storedBytes {
+		t.Fatalf("byte bound: %d bytes kept, big0 still there: %v", s.bytes, ok)
+	}
+	if _, ok := s.get("big3"); !ok {
+		t.Fatal("the latest response was dropped")
 	}
 }
