@@ -114,6 +114,7 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 	})
 	a.ctrl = menu.NewController(a.sup, platform, a.settings, a.paths.Settings, a.paths.Log)
 	a.ctrl.Logf = a.logf
+	a.ctrl.Lily = engine // the setups' `lily launch` lines: Lily.app's own lily need not be on PATH
 	a.ctrl.Changed = onChange
 	return a, nil
 }

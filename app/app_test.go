@@ -70,6 +70,9 @@ func TestSetupInABundleLayout(t *testing.T) {
 	if got := a.sup.Snapshot().BaseURL(); got != "http://127.0.0.1:8123/v1" {
 		t.Fatal(got)
 	}
+	if a.ctrl.Lily != filepath.Join(contents, "MacOS", "lily") { // the setups' `lily launch` lines
+		t.Fatal(a.ctrl.Lily)
+	}
 	a.begin() // start_on_launch: the engine (missing here) is started
 	deadline := time.Now().Add(5 * time.Second)
 	for a.sup.Snapshot().State != supervisor.Failed {

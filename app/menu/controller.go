@@ -43,7 +43,7 @@ type Controller struct {
 	Platform     Platform
 	SettingsPath string
 	LogPath      string
-	Caps         snippets.Capabilities
+	Lily         string                           // the lily command the "Use with…" setups name; "": lily, on PATH
 	Changed      func()                           // call when Model changed outside a snapshot (notice, login item)
 	Logf         func(format string, args ...any) // the app's log
 	Now          func() time.Time
@@ -60,7 +60,7 @@ const NoticeFor = 8 * time.Second
 
 // NewController wires a controller; s are the settings the engine was configured with.
 func NewController(e Engine, p Platform, s settings.Settings, settingsPath, logPath string) *Controller {
-	return &Controller{Engine: e, Platform: p, settings: s, SettingsPath: settingsPath, LogPath: logPath, Caps: snippets.Engine}
+	return &Controller{Engine: e, Platform: p, settings: s, SettingsPath: settingsPath, LogPath: logPath}
 }
 
 // Options are the supervisor options the settings describe.
@@ -110,7 +110,7 @@ func (c *Controller) Model() Model {
 	}
 	quitting := c.quitting
 	c.mu.Unlock()
-	return Build(Input{Snap: c.Engine.Snapshot(), Login: c.Platform.LoginItem(), Notice: notice, Caps: c.Caps, Quitting: quitting})
+	return Build(Input{Snap: c.Engine.Snapshot(), Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting})
 }
 
 // Click carries out a click on item id.
@@ -160,16 +160,12 @@ func (c *Controller) Click(id ID) {
 
 // ClickSnippet copies the i-th "Use with…" setup.
 func (c *Controller) ClickSnippet(i int) {
-	all := snippets.All(SnippetParams(c.Engine.Snapshot(), c.Caps))
+	all := snippets.All(SnippetParams(c.Engine.Snapshot(), c.Lily))
 	if i < 0 || i >= len(all) {
 		return
 	}
 	c.Platform.Copy(all[i].Text)
-	if all[i].Ready {
-		c.note("Copied the %s setup", all[i].Title)
-	} else {
-		c.note("Copied the %s notes (%s)", all[i].Title, all[i].Note)
-	}
+	c.note("Copied the %s setup", all[i].Title)
 }
 
 // usePort moves the engine to port, remembers it, and starts.

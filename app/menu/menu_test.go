@@ -109,7 +109,7 @@ func TestLayoutIsStable(t *testing.T) {
 			if got := ids(m); got != want {
 				t.Fatalf("%s: layout %q, want %q", st, got, want)
 			}
-			if len(m.Snippets) != 8 || m.Snippets[0].Title != "Claude Code (needs a proxy for now)" || m.Snippets[7].Title != "curl" {
+			if len(m.Snippets) != 10 || m.Snippets[0].Title != "Claude Code" || m.Snippets[3].Title != "Qwen Code" || m.Snippets[9].Title != "curl" {
 				t.Fatalf("snippets %+v", m.Snippets)
 			}
 		}
@@ -202,8 +202,8 @@ func TestModelID(t *testing.T) {
 	}
 	p := SnippetParams(snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 		s.Options.APIKey, s.Engine.ContextLength = "k", 65536
-	}), snippets.Engine)
-	if p.KeyEnv != "LILY_API_KEY" || p.ContextLength != 65536 || p.BaseURL != "http://127.0.0.1:8000/v1" {
+	}), "/A/Lily.app/Contents/MacOS/lily")
+	if p.KeyEnv != "LILY_API_KEY" || p.ContextLength != 65536 || p.BaseURL != "http://127.0.0.1:8000/v1" || p.Lily != "/A/Lily.app/Contents/MacOS/lily" {
 		t.Fatalf("%+v", p)
 	}
 }
@@ -333,15 +333,16 @@ func TestControllerCopiesAndNoticesExpire(t *testing.T) {
 	if p.copied != "http://127.0.0.1:8000/v1" || item(c.Model(), Detail).Title != "Copied http://127.0.0.1:8000/v1" {
 		t.Fatalf("%q %+v", p.copied, item(c.Model(), Detail))
 	}
-	all := snippets.All(SnippetParams(e.snap, snippets.Engine))
+	c.Lily = "/A/Lily.app/Contents/MacOS/lily"
+	all := snippets.All(SnippetParams(e.snap, c.Lily))
 	for i, sn := range all {
 		c.ClickSnippet(i)
 		if p.copied != sn.Text || !strings.Contains(p.copied, "served") {
 			t.Fatalf("snippet %d copied %q", i, p.copied)
 		}
 	}
-	c.ClickSnippet(0) // Claude Code: not directly usable today, and the notice says so
-	if d := item(c.Model(), Detail).Title; d != "Copied the Claude Code notes (needs a proxy for now)" {
+	c.ClickSnippet(0) // Claude Code, started through the app's own lily
+	if d := item(c.Model(), Detail).Title; d != "Copied the Claude Code setup" || !strings.Contains(p.copied, "/A/Lily.app/Contents/MacOS/lily launch claude\n") {
 		t.Fatalf("%q", d)
 	}
 	c.ClickSnippet(99) // out of range: ignored

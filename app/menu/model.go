@@ -79,7 +79,7 @@ type Input struct {
 	Snap     supervisor.Snapshot
 	Login    LoginState
 	Notice   string // a short note about the last action ("Copied …"); replaces Detail
-	Caps     snippets.Capabilities
+	Lily     string // the lily command the "Use with…" setups name (the bundled engine)
 	Quitting bool
 }
 
@@ -98,9 +98,10 @@ func ModelID(s supervisor.Snapshot) string {
 	return DefaultModelID
 }
 
-// SnippetParams are the "Use with…" texts' inputs for a snapshot.
-func SnippetParams(s supervisor.Snapshot, caps snippets.Capabilities) snippets.Params {
-	p := snippets.Params{BaseURL: s.BaseURL(), Model: ModelID(s), ContextLength: s.Engine.ContextLength, Caps: caps}
+// SnippetParams are the "Use with…" texts' inputs for a snapshot; lily is the lily command they
+// name ("": lily, on PATH).
+func SnippetParams(s supervisor.Snapshot, lily string) snippets.Params {
+	p := snippets.Params{BaseURL: s.BaseURL(), Model: ModelID(s), ContextLength: s.Engine.ContextLength, Lily: lily}
 	if s.Options.APIKey != "" {
 		p.KeyEnv = supervisor.KeyEnv
 	}
@@ -318,13 +319,8 @@ func Build(in Input) Model {
 		{ID: About, Title: "About Lily", Enabled: true},
 		{ID: Quit, Title: "Quit Lily", Key: "q", Enabled: !in.Quitting},
 	}
-	for _, sn := range snippets.All(SnippetParams(s, in.Caps)) {
-		it := Item{Title: sn.Title, Enabled: true, Tooltip: "Copies a ready-to-paste setup"}
-		if !sn.Ready {
-			it.Title += " (" + sn.Note + ")"
-			it.Tooltip = "Copies why it cannot use Lily yet, and the setup for when it can"
-		}
-		m.Snippets = append(m.Snippets, it)
+	for _, sn := range snippets.All(SnippetParams(s, in.Lily)) {
+		m.Snippets = append(m.Snippets, Item{Title: sn.Title, Enabled: true, Tooltip: "Copies a ready-to-paste setup"})
 	}
 	return m
 }

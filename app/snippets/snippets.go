@@ -1,25 +1,19 @@
 // Package snippets writes the ready-to-paste setups of the menu's "Use with…" submenu: how to
-// point Claude Code, Codex CLI, Cline/Roo Code, Continue, Zed, Open WebUI, Python and curl at
-// Lily's base URL, model id and (when one is set) API key variable.
+// point Claude Code, Codex CLI, opencode and Qwen Code (each also through `lily launch`),
+// Cline/Roo Code, Continue, Zed, Open WebUI, Python and curl at Lily's base URL, model id and
+// (when one is set) API key variable.
 package snippets
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/lilyformac/lily/internal/launch"
 )
 
-// Capabilities are the API dialects the engine serves besides OpenAI Chat Completions.
-type Capabilities struct {
-	Messages  bool // Anthropic POST /v1/messages (+ count_tokens): what Claude Code speaks
-	Responses bool // OpenAI POST /v1/responses: what Codex CLI speaks
-}
-
-// Engine is what `lily serve` offers today: Chat Completions and Completions only.
-var Engine = Capabilities{}
-
 // DefaultContext is Qwen3.6-35B-A3B's context window, used when the engine has not said its own.
-const DefaultContext = 262144
+const DefaultContext = launch.DefaultContext
 
 // Params describe the running (or next) engine.
 type Params struct {
@@ -27,28 +21,23 @@ type Params struct {
 	Model         string // the id the engine reports (any name is accepted; this one is echoed)
 	KeyEnv        string // the variable holding the API key; "" when the engine needs none
 	ContextLength int    // the engine's context window; 0: unknown (DefaultContext is used)
-	Caps          Capabilities
+	Lily          string // the lily command (Lily.app/Contents/MacOS/lily); "": lily, on PATH
 }
 
 // Snippet is one client's setup.
 type Snippet struct {
-	ID    string // stable key: claude-code, codex, cline, continue, zed, open-webui, python, curl
+	ID    string // stable key: claude-code, codex, opencode, qwen-code, cline, continue, zed, open-webui, python, curl
 	Title string // the client's name
-	Ready bool   // false: the client cannot use Lily yet; the text says why and what to do
-	Note  string // when not Ready: a few words for the menu, e.g. "needs a proxy for now"
 	Text  string // what the menu item copies
 }
 
 // All returns the setups in menu order.
 func All(p Params) []Snippet {
 	return []Snippet{
-		claudeCode(p), codex(p), cline(p), continueDev(p), zed(p), openWebUI(p), python(p), curl(p),
+		launched(p, "claude-code", "claude"), launched(p, "codex", "codex"),
+		launched(p, "opencode", "opencode"), launched(p, "qwen-code", "qwen"),
+		cline(p), continueDev(p), zed(p), openWebUI(p), python(p), curl(p),
 	}
-}
-
-// rootURL is the base URL without its /v1 (what Anthropic clients want).
-func (p Params) rootURL() string {
-	return strings.TrimSuffix(strings.TrimSuffix(p.BaseURL, "/"), "/v1")
 }
 
 func (p Params) context() int {
@@ -64,104 +53,37 @@ func jsonStr(s string) string {
 	return string(b)
 }
 
-// tomlStr quotes s as a TOML basic string.
-func tomlStr(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, "\\u%04X", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
+// target is the engine as internal/launch sees it; the key stays a variable reference.
+func (p Params) target() launch.Target {
+	return launch.Target{URL: launch.RootURL(p.BaseURL), Model: p.Model, Context: p.ContextLength, KeyEnv: p.KeyEnv}
 }
 
-// shellWord quotes s for a POSIX shell when it needs quoting.
-func shellWord(s string) string {
-	safe := s != ""
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r)) {
-			safe = false
-			break
-		}
+// launchLine is the `lily launch` command for a client, with the flags this engine needs.
+func (p Params) launchLine(client string) string {
+	lily := p.Lily
+	if lily == "" {
+		lily = "lily"
 	}
-	if safe {
-		return s
+	line := launch.Quote(lily) + " launch " + client
+	if root := launch.RootURL(p.BaseURL); root != launch.DefaultURL {
+		line += " --url " + launch.Quote(root)
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if p.KeyEnv != "" && p.KeyEnv != "LILY_API_KEY" { // lily launch reads $LILY_API_KEY itself
+		line += ` --api-key "$` + p.KeyEnv + `"`
+	}
+	return line
 }
 
-func claudeCode(p Params) Snippet {
-	var b strings.Builder
-	m := shellWord(p.Model)
-	token := `"$` + p.KeyEnv + `"`
-	if p.KeyEnv == "" {
-		token = "lily # Lily needs no key; Claude Code wants one set"
-	}
-	if p.Caps.Messages {
-		b.WriteString("# Claude Code with Lily: run these in the shell you start `claude` from.\n")
-		fmt.Fprintf(&b, "export ANTHROPIC_BASE_URL=%s\n", shellWord(p.rootURL()))
-	} else {
-		fmt.Fprintf(&b, `# Claude Code with Lily: not possible directly yet.
+// launched is the setup of a client `lily launch` can start: that one line first, then the same
+// setup by hand, as `lily launch --print` writes it.
+func launched(p Params, id, client string) Snippet {
+	c, _ := launch.Lookup(client)
+	text := fmt.Sprintf(`# %s with Lily. The short way, with Lily running (it writes no file):
+%s
 #
-# Claude Code speaks Anthropic's Messages API (POST /v1/messages). Lily serves the OpenAI API
-# only for now (%s), so pointing ANTHROPIC_BASE_URL at Lily fails.
-# Until Lily has /v1/messages, run a proxy that translates Anthropic requests to OpenAI Chat
-# Completions (LiteLLM is one) in front of %s, and point Claude Code at the proxy:
-export ANTHROPIC_BASE_URL=http://127.0.0.1:4000 # the proxy's address, not Lily's
-`, p.BaseURL, p.BaseURL)
-	}
-	fmt.Fprintf(&b, "export ANTHROPIC_AUTH_TOKEN=%s\n", token)
-	b.WriteString("# Claude Code asks for Claude models by name unless told otherwise:\n")
-	for _, v := range []string{"ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"} {
-		fmt.Fprintf(&b, "export %s=%s\n", v, m)
-	}
-	b.WriteString("# A per-request header would change the prompt's prefix and defeat Lily's prompt cache:\n")
-	b.WriteString("export CLAUDE_CODE_ATTRIBUTION_HEADER=0\n")
-	fmt.Fprintf(&b, "export CLAUDE_CODE_AUTO_COMPACT_WINDOW=%d # Lily's context window\n", p.context())
-	b.WriteString("claude\n")
-	sn := Snippet{ID: "claude-code", Title: "Claude Code", Ready: p.Caps.Messages, Text: b.String()}
-	if !sn.Ready {
-		sn.Note = "needs a proxy for now"
-	}
-	return sn
-}
-
-func codex(p Params) Snippet {
-	var b strings.Builder
-	if p.Caps.Responses {
-		b.WriteString("# Codex CLI with Lily: add to ~/.codex/config.toml\n")
-	} else {
-		fmt.Fprintf(&b, `# Codex CLI with Lily: not possible yet.
-#
-# Current Codex releases reach custom providers only through the OpenAI Responses API
-# (wire_api = "responses", POST /v1/responses). Lily serves Chat Completions
-# (%s/chat/completions) for now, so Codex fails against it until Lily has /v1/responses.
-# This is the ~/.codex/config.toml to use once it does:
-`, p.BaseURL)
-	}
-	fmt.Fprintf(&b, "model = %s\n", tomlStr(p.Model))
-	b.WriteString("model_provider = \"lily\"\n")
-	fmt.Fprintf(&b, "model_context_window = %d\n\n", p.context())
-	b.WriteString("[model_providers.lily]\n")
-	b.WriteString("name = \"Lily\"\n")
-	fmt.Fprintf(&b, "base_url = %s\n", tomlStr(p.BaseURL))
-	b.WriteString("wire_api = \"responses\"\n")
-	if p.KeyEnv != "" {
-		fmt.Fprintf(&b, "env_key = %s # Codex reads the key from this variable\n", tomlStr(p.KeyEnv))
-	}
-	sn := Snippet{ID: "codex", Title: "Codex CLI", Ready: p.Caps.Responses, Text: b.String()}
-	if !sn.Ready {
-		sn.Note = "not supported yet"
-	}
-	return sn
+# Or by hand, in the shell you start %s from:
+%s`, c.Title, p.launchLine(client), client, c.Setup(p.target()).Shell())
+	return Snippet{ID: id, Title: c.Title, Text: text}
 }
 
 func cline(p Params) Snippet {
@@ -180,7 +102,7 @@ func cline(p Params) Snippet {
 Cline cannot read the context window from an OpenAI-compatible server: set it, or Cline assumes a
 smaller one and trims the conversation early.
 `, p.BaseURL, key, p.Model, p.context())
-	return Snippet{ID: "cline", Title: "Cline / Roo Code", Ready: true, Text: text}
+	return Snippet{ID: "cline", Title: "Cline / Roo Code", Text: text}
 }
 
 func continueDev(p Params) Snippet {
@@ -197,7 +119,7 @@ func continueDev(p Params) Snippet {
 	b.WriteString("    roles: [chat, edit, apply]\n")
 	b.WriteString("    defaultCompletionOptions:\n")
 	fmt.Fprintf(&b, "      contextLength: %d\n", p.context())
-	return Snippet{ID: "continue", Title: "Continue", Ready: true, Text: b.String()}
+	return Snippet{ID: "continue", Title: "Continue", Text: b.String()}
 }
 
 func zed(p Params) Snippet {
@@ -229,7 +151,7 @@ func zed(p Params) Snippet {
 		key = "// Zed reads the key of a provider named \"Lily\" from $" + p.KeyEnv + ", or asks for it in Agent Settings.\n"
 	}
 	text := "// Zed with Lily: merge into ~/.config/zed/settings.json (zed: open settings)\n" + key + string(body) + "\n"
-	return Snippet{ID: "zed", Title: "Zed", Ready: true, Text: text}
+	return Snippet{ID: "zed", Title: "Zed", Text: text}
 }
 
 // dockerHost rewrites a loopback base URL for a client inside a Docker container, which reaches
@@ -260,8 +182,8 @@ docker run -d --name open-webui -p 3000:8080 -v open-webui:/app/backend/data \
 #   OPENAI_API_BASE_URL=%s OPENAI_API_KEY=%s open-webui serve
 #
 # Already running? Admin Panel > Settings > Connections > OpenAI API: add the URL above.
-`, p.Model, note, shellWord(dockerHost(p.BaseURL)), key, shellWord(p.BaseURL), key)
-	return Snippet{ID: "open-webui", Title: "Open WebUI", Ready: true, Text: text}
+`, p.Model, note, launch.Quote(dockerHost(p.BaseURL)), key, launch.Quote(p.BaseURL), key)
+	return Snippet{ID: "open-webui", Title: "Open WebUI", Text: text}
 }
 
 func python(p Params) Snippet {
@@ -282,7 +204,7 @@ response = client.chat.completions.create(
 )
 print(response.choices[0].message.content)
 `, imports, jsonStr(p.BaseURL), key, jsonStr(p.Model))
-	return Snippet{ID: "python", Title: "Python (openai)", Ready: true, Text: text}
+	return Snippet{ID: "python", Title: "Python (openai)", Text: text}
 }
 
 func curl(p Params) Snippet {
@@ -296,11 +218,11 @@ func curl(p Params) Snippet {
 	}{p.Model, []message{{"user", "Hello!"}}})
 	var b strings.Builder
 	b.WriteString("# curl with Lily\n")
-	fmt.Fprintf(&b, "curl %s \\\n", shellWord(p.BaseURL+"/chat/completions"))
+	fmt.Fprintf(&b, "curl %s \\\n", launch.Quote(p.BaseURL+"/chat/completions"))
 	b.WriteString("  -H 'Content-Type: application/json' \\\n")
 	if p.KeyEnv != "" {
 		fmt.Fprintf(&b, "  -H \"Authorization: Bearer $%s\" \\\n", p.KeyEnv)
 	}
-	fmt.Fprintf(&b, "  -d %s\n", shellWord(string(body)))
-	return Snippet{ID: "curl", Title: "curl", Ready: true, Text: b.String()}
+	fmt.Fprintf(&b, "  -d %s\n", launch.Quote(string(body)))
+	return Snippet{ID: "curl", Title: "curl", Text: b.String()}
 }

@@ -7,17 +7,21 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/goccy/go-yaml"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/lilyformac/lily/internal/launch"
 )
 
 const base = "http://127.0.0.1:8000/v1"
 
-func params(key string, caps Capabilities) Params {
-	return Params{BaseURL: base, Model: "Qwen3.6-35B-A3B-4bit", KeyEnv: key, ContextLength: 131072, Caps: caps}
+func params(key string) Params {
+	return Params{BaseURL: base, Model: "Qwen3.6-35B-A3B-4bit", KeyEnv: key, ContextLength: 131072}
 }
 
 func byID(t *testing.T, p Params, id string) Snippet {
@@ -31,105 +35,208 @@ func byID(t *testing.T, p Params, id string) Snippet {
 	return Snippet{}
 }
 
-// TestEverySnippetNamesURLModelAndKey: each setup names the base URL (Claude Code with the
-// Messages API: the root URL), the model id, and the key variable exactly when one is set.
+// launchable are the snippets of the clients `lily launch` starts, by their command.
+var launchable = map[string]string{"claude-code": "claude", "codex": "codex", "opencode": "opencode", "qwen-code": "qwen"}
+
+// TestEverySnippetNamesURLModelAndKey: each setup names the base URL (Claude Code: the root URL),
+// the model id, and the key variable exactly when one is set.
 func TestEverySnippetNamesURLModelAndKey(t *testing.T) {
-	for _, caps := range []Capabilities{Engine, {Messages: true, Responses: true}} {
-		for _, key := range []string{"", "LILY_API_KEY"} {
-			p := params(key, caps)
-			all := All(p)
-			if len(all) != 8 {
-				t.Fatalf("%d snippets", len(all))
+	for _, key := range []string{"", "LILY_API_KEY"} {
+		p := params(key)
+		all := All(p)
+		if len(all) != 10 {
+			t.Fatalf("%d snippets", len(all))
+		}
+		for _, s := range all {
+			url := base
+			if s.ID == "claude-code" {
+				url = "http://127.0.0.1:8000\n"
 			}
-			for _, s := range all {
-				url := base
-				if s.ID == "claude-code" {
-					url = "http://127.0.0.1:8000"
-				}
-				if !strings.Contains(s.Text, url) || !strings.Contains(s.Text, p.Model) {
-					t.Errorf("%s (caps %+v): lacks the URL or model:\n%s", s.ID, caps, s.Text)
-				}
-				if got := strings.Contains(s.Text, "LILY_API_KEY"); got != (key != "") {
-					t.Errorf("%s (key %q): mentions the key variable: %v\n%s", s.ID, key, got, s.Text)
-				}
-				if s.Title == "" || s.ID == "" {
-					t.Errorf("untitled snippet %+v", s)
-				}
-				if !strings.Contains(s.Text, "131072") && (s.ID == "cline" || s.ID == "continue" || s.ID == "zed" || s.ID == "codex") {
-					t.Errorf("%s: does not give the context window", s.ID)
-				}
+			if !strings.Contains(s.Text, url) || !strings.Contains(s.Text, p.Model) {
+				t.Errorf("%s: lacks the URL or model:\n%s", s.ID, s.Text)
+			}
+			if got := strings.Contains(s.Text, "LILY_API_KEY"); got != (key != "") {
+				t.Errorf("%s (key %q): mentions the key variable: %v\n%s", s.ID, key, got, s.Text)
+			}
+			if s.Title == "" || s.ID == "" {
+				t.Errorf("untitled snippet %+v", s)
+			}
+			if !strings.Contains(s.Text, "131072") && s.ID != "qwen-code" && s.ID != "open-webui" && s.ID != "python" && s.ID != "curl" {
+				t.Errorf("%s: does not give the context window", s.ID)
 			}
 		}
 	}
 }
 
-// TestHonestAboutMissingDialects: with today's engine, Claude Code and Codex say they cannot use
-// Lily directly, and why, instead of pretending.
-func TestHonestAboutMissingDialects(t *testing.T) {
-	p := params("", Engine)
-	cc := byID(t, p, "claude-code")
-	if cc.Ready || !strings.Contains(cc.Text, "not possible directly yet") || !strings.Contains(cc.Text, "/v1/messages") ||
-		strings.Contains(cc.Text, "ANTHROPIC_BASE_URL=http://127.0.0.1:8000\n") || cc.Note != "needs a proxy for now" {
-		t.Fatalf("Claude Code snippet is not honest:\n%s", cc.Text)
-	}
-	cx := byID(t, p, "codex")
-	if cx.Ready || !strings.Contains(cx.Text, "not possible yet") || !strings.Contains(cx.Text, "/v1/responses") || cx.Note != "not supported yet" {
-		t.Fatalf("Codex snippet is not honest:\n%s", cx.Text)
-	}
-	// Once the engine has the dialects, the same snippets become plain setups.
-	p.Caps = Capabilities{Messages: true, Responses: true}
-	cc = byID(t, p, "claude-code")
-	if !cc.Ready || strings.Contains(cc.Text, "not possible") || !strings.Contains(cc.Text, "export ANTHROPIC_BASE_URL=http://127.0.0.1:8000\n") {
-		t.Fatalf("Claude Code with Messages:\n%s", cc.Text)
-	}
-	if cx = byID(t, p, "codex"); !cx.Ready || strings.Contains(cx.Text, "not possible") {
-		t.Fatalf("Codex with Responses:\n%s", cx.Text)
-	}
-	for _, s := range All(p) {
-		if !s.Ready || s.Note != "" {
-			t.Errorf("%s not ready with every dialect", s.ID)
+// TestLaunchableSnippetsLeadWithLilyLaunch: the four agent CLIs' setups start with their
+// `lily launch` line, then give exactly what `lily launch --print` prints; none says it cannot
+// connect (the engine serves /v1/messages and /v1/responses).
+func TestLaunchableSnippetsLeadWithLilyLaunch(t *testing.T) {
+	for _, key := range []string{"", "LILY_API_KEY"} {
+		p := params(key)
+		for id, client := range launchable {
+			s := byID(t, p, id)
+			c, _ := launch.Lookup(client)
+			lines := strings.Split(s.Text, "\n")
+			if lines[1] != "lily launch "+client || !strings.HasSuffix(s.Text, c.Setup(p.target()).Shell()) {
+				t.Errorf("%s:\n%s", id, s.Text)
+			}
+			if strings.Contains(s.Text, "not possible") || strings.Contains(s.Text, "proxy") {
+				t.Errorf("%s still says it cannot connect:\n%s", id, s.Text)
+			}
 		}
+	}
+	// The app's own lily, on another port: named by path, with --url.
+	p := params("")
+	p.BaseURL, p.Lily = "http://127.0.0.1:8001/v1", "/Applications/My Apps/Lily.app/Contents/MacOS/lily"
+	if got := strings.Split(byID(t, p, "codex").Text, "\n")[1]; got != "'/Applications/My Apps/Lily.app/Contents/MacOS/lily' launch codex --url http://127.0.0.1:8001" {
+		t.Fatal(got)
 	}
 }
 
 func TestClaudeCodeVariables(t *testing.T) {
-	s := byID(t, params("LILY_API_KEY", Capabilities{Messages: true}), "claude-code")
+	s := byID(t, params("LILY_API_KEY"), "claude-code")
 	for _, want := range []string{
+		"export ANTHROPIC_BASE_URL=http://127.0.0.1:8000",
 		`export ANTHROPIC_AUTH_TOKEN="$LILY_API_KEY"`,
+		"export ANTHROPIC_API_KEY=''",
 		"export ANTHROPIC_MODEL=Qwen3.6-35B-A3B-4bit",
 		"export ANTHROPIC_DEFAULT_SONNET_MODEL=Qwen3.6-35B-A3B-4bit",
 		"export ANTHROPIC_DEFAULT_HAIKU_MODEL=Qwen3.6-35B-A3B-4bit",
 		"export CLAUDE_CODE_SUBAGENT_MODEL=Qwen3.6-35B-A3B-4bit",
 		"export CLAUDE_CODE_ATTRIBUTION_HEADER=0",
+		"export CLAUDE_CODE_AUTO_COMPACT_WINDOW=131072",
+		"export CLAUDE_CODE_MAX_OUTPUT_TOKENS=32768",
+		"export DISABLE_TELEMETRY=1",
+		"claude --model Qwen3.6-35B-A3B-4bit",
 	} {
-		if !strings.Contains(s.Text, want+"\n") && !strings.Contains(s.Text, want+" ") {
+		if !strings.Contains(s.Text, want+"\n") {
 			t.Errorf("lacks %q:\n%s", want, s.Text)
 		}
 	}
 }
 
-// TestCodexTOML parses the Codex snippet as TOML (its prose is TOML comments).
-func TestCodexTOML(t *testing.T) {
+// ran is what one command got when a snippet ran under sh with fakes on PATH.
+type ran struct {
+	args []string
+	env  map[string]string
+}
+
+// runWithFakes runs a snippet under sh with stand-ins for lily and the client, which record
+// their arguments and environment instead of doing anything.
+func runWithFakes(t *testing.T, text string, env ...string) map[string]ran {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	names := []string{"lily"}
+	for _, c := range launchable {
+		names = append(names, c)
+	}
+	for _, name := range names {
+		script := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done >" + launch.Quote(filepath.Join(dir, name+".args")) +
+			"\nenv >" + launch.Quote(filepath.Join(dir, name+".env")) + "\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("sh", "-c", text)
+	cmd.Env = append(os.Environ(), append(env, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v %s\n%s", err, out, text)
+	}
+	got := map[string]ran{}
+	for _, name := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, name+".args"))
+		if err != nil {
+			continue // not run
+		}
+		r := ran{args: strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00"), env: map[string]string{}}
+		envText, _ := os.ReadFile(filepath.Join(dir, name+".env"))
+		for _, l := range strings.Split(string(envText), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				r.env[k] = v
+			}
+		}
+		got[name] = r
+	}
+	return got
+}
+
+type codexConfig struct {
+	Model          string `toml:"model"`
+	ModelProvider  string `toml:"model_provider"`
+	ContextWindow  int    `toml:"model_context_window"`
+	CompactLimit   int    `toml:"model_auto_compact_token_limit"`
+	WebSearch      string `toml:"web_search"`
+	ModelProviders map[string]struct {
+		Name    string `toml:"name"`
+		BaseURL string `toml:"base_url"`
+		WireAPI string `toml:"wire_api"`
+		EnvKey  string `toml:"env_key"`
+	} `toml:"model_providers"`
+}
+
+// codexOverrides runs the Codex snippet and reads its -c overrides as one TOML document.
+func codexOverrides(t *testing.T, p Params) codexConfig {
+	t.Helper()
+	got := runWithFakes(t, byID(t, p, "codex").Text, "LILY_API_KEY=sk-test")["codex"]
+	var doc []string
+	for i := 0; i+1 < len(got.args); i += 2 {
+		if got.args[i] != "-c" {
+			t.Fatalf("codex args %q", got.args)
+		}
+		doc = append(doc, got.args[i+1])
+	}
+	var cfg codexConfig
+	if err := toml.Unmarshal([]byte(strings.Join(doc, "\n")), &cfg); err != nil {
+		t.Fatalf("%v\n%s", err, strings.Join(doc, "\n"))
+	}
+	return cfg
+}
+
+// TestCodexOverrides: the Codex snippet's -c overrides are TOML that selects a "lily" provider
+// on the Responses API.
+func TestCodexOverrides(t *testing.T) {
 	for _, key := range []string{"", "LILY_API_KEY"} {
-		var cfg struct {
-			Model          string `toml:"model"`
-			ModelProvider  string `toml:"model_provider"`
-			ContextWindow  int    `toml:"model_context_window"`
-			ModelProviders map[string]struct {
-				Name    string `toml:"name"`
-				BaseURL string `toml:"base_url"`
-				WireAPI string `toml:"wire_api"`
-				EnvKey  string `toml:"env_key"`
-			} `toml:"model_providers"`
-		}
-		text := byID(t, params(key, Engine), "codex").Text
-		if err := toml.Unmarshal([]byte(text), &cfg); err != nil {
-			t.Fatalf("%v\n%s", err, text)
-		}
+		cfg := codexOverrides(t, params(key))
 		pr := cfg.ModelProviders[cfg.ModelProvider]
-		if cfg.Model != "Qwen3.6-35B-A3B-4bit" || pr.BaseURL != base || pr.WireAPI != "responses" || pr.EnvKey != key || cfg.ContextWindow != 131072 {
-			t.Fatalf("%+v", cfg)
+		if cfg.ModelProvider != "lily" || cfg.Model != "Qwen3.6-35B-A3B-4bit" || pr.BaseURL != base || pr.WireAPI != "responses" ||
+			pr.EnvKey != key || cfg.ContextWindow != 131072 || cfg.CompactLimit != 117964 || cfg.WebSearch != "disabled" {
+			t.Fatalf("key %q: %+v", key, cfg)
 		}
+	}
+}
+
+// TestOpencodeAndQwenRun: run by hand, opencode gets its provider JSON (key included) and Qwen Code
+// its OpenAI variables; the short way runs lily launch.
+func TestOpencodeAndQwenRun(t *testing.T) {
+	p := params("LILY_API_KEY")
+	got := runWithFakes(t, byID(t, p, "opencode").Text, "LILY_API_KEY=sk test")
+	if l := got["lily"].args; !slices.Equal(l, []string{"launch", "opencode"}) {
+		t.Fatalf("lily %q", l)
+	}
+	var oc struct {
+		Provider map[string]struct {
+			Options struct{ BaseURL, APIKey string }
+			Models  map[string]struct{ Limit struct{ Context, Output int } }
+		}
+		Model string
+	}
+	oce := got["opencode"]
+	if err := json.Unmarshal([]byte(oce.env["OPENCODE_CONFIG_CONTENT"]), &oc); err != nil {
+		t.Fatal(err)
+	}
+	lily := oc.Provider["lily"]
+	if lily.Options.BaseURL != base || lily.Options.APIKey != "sk test" || lily.Models[p.Model].Limit.Context != 131072 ||
+		oc.Model != "lily/"+p.Model || !slices.Equal(oce.args, []string{"--model", "lily/" + p.Model}) {
+		t.Fatalf("%+v %q", oc, oce.args)
+	}
+	q := runWithFakes(t, byID(t, p, "qwen-code").Text, "LILY_API_KEY=sk-q")["qwen"]
+	if q.env["OPENAI_BASE_URL"] != base || q.env["OPENAI_API_KEY"] != "sk-q" || q.env["OPENAI_MODEL"] != p.Model ||
+		!slices.Equal(q.args, []string{"--auth-type", "openai", "--model", p.Model}) {
+		t.Fatalf("%+v", q)
 	}
 }
 
@@ -147,7 +254,7 @@ func TestContinueYAML(t *testing.T) {
 			} `yaml:"defaultCompletionOptions"`
 		}
 	}
-	text := byID(t, params("LILY_API_KEY", Engine), "continue").Text
+	text := byID(t, params("LILY_API_KEY"), "continue").Text
 	if err := yaml.Unmarshal([]byte(text), &cfg); err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
@@ -163,7 +270,7 @@ func TestContinueYAML(t *testing.T) {
 
 // TestZedJSON: apart from its // comment lines, the Zed snippet is a JSON settings object.
 func TestZedJSON(t *testing.T) {
-	text := byID(t, params("", Engine), "zed").Text
+	text := byID(t, params(""), "zed").Text
 	var lines []string
 	for _, l := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(l, "//") {
@@ -192,7 +299,7 @@ func TestZedJSON(t *testing.T) {
 }
 
 func TestOpenWebUIUsesDockerHost(t *testing.T) {
-	text := byID(t, params("", Engine), "open-webui").Text
+	text := byID(t, params(""), "open-webui").Text
 	if !strings.Contains(text, "OPENAI_API_BASE_URL=http://host.docker.internal:8000/v1") || !strings.Contains(text, "OPENAI_API_BASE_URL="+base) {
 		t.Fatal(text)
 	}
@@ -207,8 +314,8 @@ func TestShellSnippetsParse(t *testing.T) {
 		t.Skip("no sh")
 	}
 	for _, key := range []string{"", "LILY_API_KEY"} {
-		for _, id := range []string{"claude-code", "open-webui", "curl"} {
-			p := params(key, Engine)
+		for _, id := range []string{"claude-code", "codex", "opencode", "qwen-code", "open-webui", "curl"} {
+			p := params(key)
 			p.Model = `it's "odd" $HOME`
 			text := byID(t, p, id).Text
 			for _, l := range strings.Split(text, "\n") {
@@ -232,7 +339,7 @@ func TestPythonParses(t *testing.T) {
 		t.Skip("no python3")
 	}
 	for _, key := range []string{"", "LILY_API_KEY"} {
-		p := params(key, Engine)
+		p := params(key)
 		p.Model = `it's "odd"`
 		text := byID(t, p, "python").Text
 		cmd := exec.Command(py, "-c", "import ast, sys; ast.parse(sys.stdin.read())")
@@ -273,11 +380,10 @@ func TestCurlRuns(t *testing.T) {
 
 // TestOddModelIDsStayIntact: quoting keeps an unusual model id exact in every structured format.
 func TestOddModelIDsStayIntact(t *testing.T) {
-	p := params("", Engine)
+	p := params("")
 	p.Model = `my "model" \ id`
-	var c struct{ Model string }
-	if err := toml.Unmarshal([]byte(byID(t, p, "codex").Text), &c); err != nil || c.Model != p.Model {
-		t.Fatalf("toml: %q %v", c.Model, err)
+	if c := codexOverrides(t, p); c.Model != p.Model {
+		t.Fatalf("toml: %q", c.Model)
 	}
 	var y struct{ Models []struct{ Model string } }
 	if err := yaml.Unmarshal([]byte(byID(t, p, "continue").Text), &y); err != nil || len(y.Models) != 1 || y.Models[0].Model != p.Model {
@@ -286,7 +392,7 @@ func TestOddModelIDsStayIntact(t *testing.T) {
 }
 
 func TestUnknownContextUsesTheModels(t *testing.T) {
-	p := params("", Engine)
+	p := params("")
 	p.ContextLength = 0
 	if !strings.Contains(byID(t, p, "cline").Text, "262144") {
 		t.Fatal("no default context")

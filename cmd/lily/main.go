@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,7 +10,12 @@ import (
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	err := newRootCmd().Execute()
+	var status exitStatus
+	if errors.As(err, &status) {
+		os.Exit(int(status)) // lily launch: the client's own status, which it has explained
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "lily:", err)
 		os.Exit(1)
 	}
@@ -22,6 +28,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newBenchCmd(), newServeCmd(), newTokenizeCmd(), newDetokenizeCmd(), newRenderCmd(), newPullCmd(), newDoctorCmd())
+	root.AddCommand(newRunCmd(), newBenchCmd(), newServeCmd(), newTokenizeCmd(), newDetokenizeCmd(), newRenderCmd(), newPullCmd(), newDoctorCmd(), newLaunchCmd())
 	return root
 }

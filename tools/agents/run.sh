@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-shot runs of the agent CLIs — Claude Code (Anthropic Messages), Codex (Responses) and
-# opencode (chat completions) — against `lily serve --demo`, each inside its own network
-# namespace that has only loopback, so no traffic can leave the machine, and with telemetry,
-# update checks and error reporting switched off.
+# opencode (chat completions) — started by `lily launch` against `lily serve --demo`, each
+# inside its own network namespace that has only loopback, so no traffic can leave the machine,
+# and with telemetry, update checks and error reporting switched off.
 #
 # The demo model's weights are random: its text is noise that never ends its turn. The server
 # therefore caps answers at 32 tokens (--max-output-tokens) and each client must read that cap
@@ -32,26 +32,16 @@ if [ "${1:-}" = "--inside" ]; then
   bin="$PWD/node_modules/.bin"
   cd "$out/work" && git init -q .
   rc=0
+  # Through `lily launch`, which points each client at the server with environment variables
+  # and arguments alone; the variables here only switch off what would try the network.
+  export PATH="$bin:$PATH" DISABLE_AUTOUPDATER=1 DISABLE_FEEDBACK_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 \
+    OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 CODEX_HOME="$HOME/.codex"
   case $agent in
-  claude)
-    env ANTHROPIC_BASE_URL=$base ANTHROPIC_AUTH_TOKEN=lily ANTHROPIC_API_KEY= \
-      ANTHROPIC_DEFAULT_OPUS_MODEL=lily-demo ANTHROPIC_DEFAULT_SONNET_MODEL=lily-demo ANTHROPIC_DEFAULT_HAIKU_MODEL=lily-demo \
-      CLAUDE_CODE_SUBAGENT_MODEL=lily-demo CLAUDE_CODE_ATTRIBUTION_HEADER=0 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
-      DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_FEEDBACK_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 \
-      timeout 300 "$bin/claude" -p "Say hello" --model lily-demo --max-turns 1 --output-format json >"$out/stdout" 2>"$out/stderr" || rc=$?
-    ;;
-  codex)
-    env LILY_API_KEY=unused CODEX_HOME="$HOME/.codex" timeout 300 "$bin/codex" exec --skip-git-repo-check -m lily-demo \
-      -c model_provider=lily -c "model_providers.lily={name=\"Lily\", base_url=\"$base/v1\", env_key=\"LILY_API_KEY\", wire_api=\"responses\"}" \
-      -c model_context_window=32768 -c check_for_update_on_startup=false -c analytics.enabled=false \
-      "Say hello" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
-    ;;
-  opencode)
-    export OPENCODE_CONFIG_CONTENT='{"autoupdate":false,"share":"disabled","provider":{"lily":{"npm":"@ai-sdk/openai-compatible","name":"Lily","options":{"baseURL":"'$base'/v1","apiKey":"unused"},"models":{"lily-demo":{"name":"Lily demo","limit":{"context":32768,"output":32}}}}},"model":"lily/lily-demo"}'
-    env OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 \
-      timeout 300 "$bin/opencode" run --model lily/lily-demo "Say hello" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
-    ;;
+  claude) args=(-p "Say hello" --max-turns 1 --output-format json) ;;
+  codex) args=(exec --skip-git-repo-check -c check_for_update_on_startup=false -c analytics.enabled=false "Say hello") ;;
+  opencode) args=(run "Say hello") ;;
   esac
+  timeout 300 "$LILY_BIN" launch "$agent" --url $base -- "${args[@]}" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
   echo "$rc" >"$out/rc"
   curl -s $base/metrics | grep '^lily_requests_total' >"$out/requests" || true
   exit 0
