@@ -178,9 +178,8 @@ func (req *responsesRequest) openAITools() (json.RawMessage, error) {
 }
 
 // openAIMessages is the conversation as OpenAI chat messages: the stored one first, then the
-// input items. Consecutive function_call items (and
-// the reasoning before them) join one assistant message; function_call_output items become tool
-// messages.
+// input items. A reasoning item, an assistant message and the function_call items after it join
+// one assistant message; function_call_output items become tool messages.
 func (req *responsesRequest) openAIMessages(sig thinkingSigner, prev json.RawMessage) ([]oaMessage, error) {
 	var out []oaMessage
 	if len(prev) > 0 {
@@ -243,7 +242,9 @@ func translateItem(it respItem, out []oaMessage, reasoning string, sig thinkingS
 	case "function_call":
 		call := oaToolCall{ID: it.CallID, Type: "function"}
 		call.Function.Name, call.Function.Arguments = it.Name, it.Arguments
-		if n := len(out); n > 0 && out[n-1].Role == "assistant" && len(out[n-1].ToolCalls) > 0 && reasoning == "" {
+		// A call joins the assistant message just before it (its text, or the calls before it):
+		// Qwen writes text and calls in one turn, and the history must render as it was written.
+		if n := len(out); n > 0 && out[n-1].Role == "assistant" && reasoning == "" {
 			out[n-1].ToolCalls = append(out[n-1].ToolCalls, call)
 			return out, "", nil
 		}

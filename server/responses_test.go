@@ -123,8 +123,9 @@ func TestResponsesToolCall(t *testing.T) {
 }
 
 // TestResponsesConversation: a Codex-shaped second turn — developer messages, a reasoning item
-// with this server's encrypted_content, a function_call and its output — renders as the
-// equivalent OpenAI chat conversation.
+// with this server's encrypted_content, the assistant's text and a function_call (one turn, as
+// the model wrote them) and the call's output — renders as the equivalent OpenAI chat
+// conversation.
 func TestResponsesConversation(t *testing.T) {
 	s, ts := testServer(t, newScripted(t, "Sunny."), Config{})
 	var prompt []int
@@ -133,6 +134,7 @@ func TestResponsesConversation(t *testing.T) {
 	{"type":"message","role":"developer","content":"You are Codex."},
 	{"type":"message","role":"user","content":"Weather in Paris?"},
 	{"type":"reasoning","summary":[{"type":"summary_text","text":"stale summary"}],"encrypted_content":"` + s.signer.sign("I need the weather.") + `"},
+	{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]},
 	{"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},
 	{"type":"web_search_call","id":"ws_1","status":"completed"},
 	{"type":"function_call_output","call_id":"call_1","output":[{"type":"input_text","text":"21C"}]}]}`
@@ -141,7 +143,7 @@ func TestResponsesConversation(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	same := `[{"role":"system","content":"Be terse.\n\nYou are Codex."},{"role":"user","content":"Weather in Paris?"},
-	{"role":"assistant","content":"","reasoning_content":"I need the weather.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+	{"role":"assistant","content":"Checking.","reasoning_content":"I need the weather.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
 	{"role":"tool","tool_call_id":"call_1","content":"21C"}]`
 	tools := `[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]`
 	want, err := chat.Builtin().Render(chat.Request{Messages: json.RawMessage(same), Tools: json.RawMessage(tools), AddGenerationPrompt: true})
