@@ -105,3 +105,26 @@ func TestServedChunkedPrefill(t *testing.T) {
 		t.Logf("turn %d: prompt %d, cached %d, prefilled %d", i+1, c.PromptTokens, c.CachedTokens, c.PrefilledTokens)
 	}
 }
+
+// TestBenchThroughPrefillChunks: lily bench on the emulated GPU prefills through the chunk plan
+// (its output names the chunk sizes), 40 tokens as 16+16 and 8 token by token, and its greedy
+// tokens are the CPU backend's.
+func TestBenchThroughPrefillChunks(t *testing.T) {
+	var runs [2]benchOutput
+	for i, backend := range []string{"cpu", "emu"} {
+		out, err := execute(t, "bench", "--demo", "--backend", backend, "--prefill-chunk", "16", "--ctx", "40", "--decode-steps", "3", "--output", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(out), &runs[i]); err != nil {
+			t.Fatalf("%s: %v: %s", backend, err, out)
+		}
+	}
+	cpu, emu := runs[0], runs[1]
+	if len(cpu.PrefillChunks) != 0 || !slices.Equal(emu.PrefillChunks, []int{16}) {
+		t.Fatalf("prefill chunks: cpu %v, emu %v", cpu.PrefillChunks, emu.PrefillChunks)
+	}
+	if !slices.Equal(cpu.TokenIDs, emu.TokenIDs) || cpu.Digest != emu.Digest {
+		t.Fatalf("greedy tokens: cpu %v, emu %v", cpu.TokenIDs, emu.TokenIDs)
+	}
+}

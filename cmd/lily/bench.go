@@ -38,6 +38,9 @@ type benchOutput struct {
 	Decode        benchPhase `json:"decode"`
 	TokenIDs      []int      `json:"token_ids"`
 	Digest        string     `json:"digest_fnv1a64"`
+	// PrefillChunks are the batched prefill's chunk sizes on a GPU backend, largest first (none:
+	// the prompt ran token by token), so a prefill figure says what produced it.
+	PrefillChunks []int `json:"prefill_chunks,omitempty"`
 }
 
 type benchPhase struct {
@@ -147,11 +150,14 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		TokenIDs: res.Tokens[1:],
 		Digest:   fmt.Sprintf("%016x", h.Sum64()),
 	}
+	if g, ok := b.(interface{ Step() *decode.Step }); ok {
+		out.PrefillChunks = g.Step().Chunks
+	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backend %s  context %d\nprefill %d tokens  %.3f s  %.2f tok/s\ndecode  %d steps   %.3f s  %.2f tok/s\n",
-		out.Backend, out.Context, out.Prefill.Tokens, out.Prefill.Seconds, out.Prefill.TokS, out.Decode.Tokens, out.Decode.Seconds, out.Decode.TokS)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backend %s  context %d  prefill chunks %v\nprefill %d tokens  %.3f s  %.2f tok/s\ndecode  %d steps   %.3f s  %.2f tok/s\n",
+		out.Backend, out.Context, out.PrefillChunks, out.Prefill.Tokens, out.Prefill.Seconds, out.Prefill.TokS, out.Decode.Tokens, out.Decode.Seconds, out.Decode.TokS)
 	return err
 }
 
