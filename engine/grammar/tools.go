@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/lilyformac/lily/engine/parse"
 )
 
 // Tool is a function the model may call.
@@ -156,7 +158,7 @@ func (c *compiler) param(m member, where string, required []string) (prop, error
 	}
 	md := mode{types: tString, raw: true}
 	suffix := "\n"
-	switch paramKind(m.val) {
+	switch parse.ValueKind(m.val) {
 	case "integer":
 		md = mode{types: tInteger | tNull}
 	case "number":
@@ -178,54 +180,4 @@ func (c *compiler) param(m member, where string, required []string) (prop, error
 		req = req || r == m.key
 	}
 	return prop{name: m.key, val: v, suffix: c.g.lit(suffix), required: req}, nil
-}
-
-// paramKind is the type engine/parse converts a value by: the first type other than null in the
-// schema's "type" or its anyOf/oneOf branches, with parse's aliases; "string" without one.
-func paramKind(raw json.RawMessage) string {
-	for _, t := range schemaTypes(raw) {
-		if t != "null" {
-			return kindAlias(t)
-		}
-	}
-	return "string"
-}
-
-func schemaTypes(raw json.RawMessage) []string {
-	var s struct {
-		Type  json.RawMessage   `json:"type"`
-		AnyOf []json.RawMessage `json:"anyOf"`
-		OneOf []json.RawMessage `json:"oneOf"`
-	}
-	if json.Unmarshal(raw, &s) != nil {
-		return nil
-	}
-	var one string
-	var ts []string
-	if json.Unmarshal(s.Type, &one) == nil {
-		ts = []string{one}
-	} else {
-		json.Unmarshal(s.Type, &ts)
-	}
-	for _, b := range append(s.AnyOf, s.OneOf...) {
-		ts = append(ts, schemaTypes(b)...)
-	}
-	return ts
-}
-
-// kindAlias mirrors engine/parse's type aliases.
-func kindAlias(t string) string {
-	switch t = strings.ToLower(t); {
-	case t == "integer" || strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || t == "long":
-		return "integer"
-	case t == "number" || t == "float" || t == "double":
-		return "number"
-	case t == "boolean" || t == "bool":
-		return "boolean"
-	case t == "object" || t == "dict":
-		return "object"
-	case t == "array" || t == "list":
-		return "array"
-	}
-	return "string"
 }

@@ -22,15 +22,7 @@ import (
 // literals) are null, and surrounding whitespace is ignored. A value that does
 // not convert is kept as a string rather than dropping the call.
 func convert(raw string, types []string) string {
-	t, nullable := "", false
-	for _, x := range types {
-		if x == "null" {
-			nullable = true
-		} else if t == "" {
-			t = x
-		}
-	}
-	k := kind(t)
+	k, nullable := valueKind(types)
 	if k == "string" {
 		if nullable && raw == "null" {
 			return "null"
@@ -74,6 +66,28 @@ func convert(raw string, types []string) string {
 		}
 	}
 	return jsonString(raw)
+}
+
+// ValueKind is the kind a parameter's raw value is converted by, from the parameter's JSON
+// schema: the first type other than "null" in its "type" or its anyOf/oneOf branches, with the
+// aliases kind accepts — string, integer, number, boolean, object or array (string without
+// one). Constrained decoding (engine/grammar) writes each parameter as this converts it back.
+func ValueKind(schema json.RawMessage) string {
+	k, _ := valueKind(schemaTypes(schema))
+	return k
+}
+
+// valueKind is ValueKind from the schema's types, and whether "null" is one of them.
+func valueKind(types []string) (k string, nullable bool) {
+	t := ""
+	for _, x := range types {
+		if x == "null" {
+			nullable = true
+		} else if t == "" {
+			t = x
+		}
+	}
+	return kind(t), nullable
 }
 
 // kind maps a JSON-schema type name (and common aliases models and clients
