@@ -137,30 +137,41 @@ func (req *messagesRequest) turn(sig thinkingSigner) (*turn, error) {
 // itself (web search, code execution, Anthropic's computer-use and editor types: a type other
 // than "custom") are left out of the prompt.
 func (req *messagesRequest) openAITools() (json.RawMessage, error) {
-	// Structs, not maps: the template prints the tools as JSON in their keys' order, and that
-	// order is OpenAI's (type, function: name, description, parameters).
-	type function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
+	var fns []oaFunction
+	for i, t := range req.Tools {
+		if t.Type == "" || t.Type == "custom" {
+			fns = append(fns, oaFunction{t.Name, t.Description, t.InputSchema, i})
+		}
 	}
+	return openAITools(fns)
+}
+
+// oaFunction is a client's function tool in OpenAI's shape. Structs, not maps: the template
+// prints the tools as JSON in their keys' order, and that order is OpenAI's (type, function:
+// name, description, parameters).
+type oaFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	at          int             // its index in the request's tools, for errors
+}
+
+// openAITools are functions as the template's tools (nil: none): a function without a name is a
+// 400, one without parameters takes no arguments (an empty object schema).
+func openAITools(fns []oaFunction) (json.RawMessage, error) {
 	type tool struct {
-		Type     string   `json:"type"`
-		Function function `json:"function"`
+		Type     string     `json:"type"`
+		Function oaFunction `json:"function"`
 	}
 	var out []tool
-	for i, t := range req.Tools {
-		if t.Type != "" && t.Type != "custom" {
-			continue
+	for _, f := range fns {
+		if f.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d].name is missing", f.at), "tools")
 		}
-		if t.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].name is missing", i), "tools")
+		if len(bytes.TrimSpace(f.Parameters)) == 0 || string(f.Parameters) == "null" {
+			f.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		schema := t.InputSchema
-		if len(bytes.TrimSpace(schema)) == 0 || string(schema) == "null" {
-			schema = json.RawMessage(`{"type":"object","properties":{}}`)
-		}
-		out = append(out, tool{"function", function{t.Name, t.Description, schema}})
+		out = append(out, tool{"function", f})
 	}
 	if len(out) == 0 {
 		return nil, nil

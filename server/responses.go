@@ -142,39 +142,19 @@ func respToolChoice(raw json.RawMessage) json.RawMessage {
 // file_search, mcp, …) and namespaces and custom tools are left out of the prompt, not refused:
 // Codex sends some by default.
 func (req *responsesRequest) openAITools() (json.RawMessage, error) {
-	type function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	}
-	type tool struct {
-		Type     string   `json:"type"`
-		Function function `json:"function"`
-	}
 	var list []respTool
 	if raw := bytes.TrimSpace(req.Tools); len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return nil, badRequest("tools must be a list of tool objects", "tools")
 		}
 	}
-	var out []tool
+	var fns []oaFunction
 	for i, t := range list {
-		if t.Type != "function" {
-			continue
+		if t.Type == "function" {
+			fns = append(fns, oaFunction{t.Name, t.Description, t.Parameters, i})
 		}
-		if t.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].name is missing", i), "tools")
-		}
-		params := t.Parameters
-		if len(bytes.TrimSpace(params)) == 0 || string(params) == "null" {
-			params = json.RawMessage(`{"type":"object","properties":{}}`)
-		}
-		out = append(out, tool{"function", function{t.Name, t.Description, params}})
 	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return json.Marshal(out)
+	return openAITools(fns)
 }
 
 // openAIMessages is the conversation as OpenAI chat messages: the stored one first, then the
