@@ -394,32 +394,19 @@ func (s *Server) messages(c *gin.Context) {
 // countTokens answers POST /v1/messages/count_tokens: the prompt the request renders to, in
 // tokens, without generating (and without a place in the queue).
 func (s *Server) countTokens(c *gin.Context) {
-	m := s.ready(c)
-	if m == nil {
-		return
-	}
-	a, ok := s.startAdmission(c)
-	if !ok {
+	m, a, p := s.planned(c, func() (*turn, error) {
+		var req messagesRequest
+		if err := decodeBody(c, &req); err != nil {
+			return nil, err
+		}
+		one := 1
+		req.MaxTokens = &one // count_tokens has none
+		return req.turn(s.signer)
+	})
+	if p == nil {
 		return
 	}
 	defer a.end()
-	var req messagesRequest
-	if err := decodeBody(c, &req); err != nil {
-		abortWith(c, err)
-		return
-	}
-	one := 1
-	req.MaxTokens = &one // count_tokens has none
-	t, err := req.turn(s.signer)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	p, err := s.planTurn(m, t)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
 	text, err := renderTurn(m, p)
 	if err != nil {
 		abortWith(c, err)

@@ -301,33 +301,42 @@ func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]
 	return o, ps, nil
 }
 
+// planned is the front of every chat endpoint: the served model, preparation budget, the request
+// read into a turn, the cheap checks. A nil plan means the request is answered (or gone); else
+// the caller ends the admission.
+func (s *Server) planned(c *gin.Context, read func() (*turn, error)) (*Model, *admission, *turnPlan) {
+	m := s.ready(c)
+	if m == nil {
+		return nil, nil, nil
+	}
+	a, ok := s.startAdmission(c)
+	if !ok {
+		return nil, nil, nil
+	}
+	t, err := read()
+	if err == nil && t != nil {
+		var p *turnPlan
+		if p, err = s.planTurn(m, t); err == nil {
+			return m, a, p
+		}
+	}
+	if err != nil {
+		abortWith(c, err)
+	}
+	a.end()
+	return nil, nil, nil
+}
+
 // serveTurn is the one path of every chat dialect: preparation budget, the request read into a
 // turn, the cheap checks, a place in the queue, rendering and budgeting, then the dialect's
 // answer under the generation's context. read may answer the request itself (Ollama's load
 // request: no turn to run) and return a nil turn.
 func (s *Server) serveTurn(c *gin.Context, read func() (*turn, error), answer func(ctx context.Context, m *Model, p *turnPlan)) {
-	m := s.ready(c)
-	if m == nil {
-		return
-	}
-	a, ok := s.startAdmission(c)
-	if !ok {
+	m, a, p := s.planned(c, read)
+	if p == nil {
 		return
 	}
 	defer a.end()
-	t, err := read()
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
-	if t == nil {
-		return
-	}
-	p, err := s.planTurn(m, t)
-	if err != nil {
-		abortWith(c, err)
-		return
-	}
 	if !a.enqueue() {
 		return
 	}
