@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/lilyformac/lily/engine/chat"
 )
 
 type anthResp struct {
@@ -186,14 +184,7 @@ func TestMessagesConversation(t *testing.T) {
 	same := `[{"role":"system","content":"You are a CLI."},{"role":"user","content":"Weather in Paris?\n\nReminder: be brief."},
 	{"role":"assistant","content":"","reasoning_content":"I need the weather.","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
 	{"role":"tool","tool_call_id":"toolu_1","content":"Sunny"}]`
-	tools := `[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]`
-	want, err := chat.Builtin().Render(chat.Request{Messages: json.RawMessage(same), Tools: json.RawMessage(tools), AddGenerationPrompt: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := testTokenizer(t).Decode(prompt); got != want {
-		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
-	}
+	checkPrompt(t, prompt, same, weatherTools)
 	// count_tokens renders the same prompt.
 	_, body = post(t, ts.URL+"/v1/messages/count_tokens", req)
 	var n struct {

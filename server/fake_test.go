@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -133,3 +134,17 @@ func startHTTP(t testing.TB, s *Server) *httptest.Server {
 }
 
 func newHTTPTest(t testing.TB, s *Server) string { return startHTTP(t, s).URL }
+
+// checkPrompt fails t unless prompt (the ids a generation was asked for) is what the OpenAI chat
+// conversation same renders to with tools and the generation prompt: a dialect's request became
+// its OpenAI equivalent.
+func checkPrompt(t *testing.T, prompt []int, same, tools string) {
+	t.Helper()
+	want, err := chat.Builtin().Render(chat.Request{Messages: json.RawMessage(same), Tools: json.RawMessage(tools), AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testTokenizer(t).Decode(prompt); got != want {
+		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
+	}
+}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/lilyformac/lily/engine/chat"
 )
 
 // ollamaPartResp is one line of an Ollama answer (or the whole answer).
@@ -174,13 +172,7 @@ func TestOllamaConversation(t *testing.T) {
 	same := `[{"role":"system","content":"You are terse."},{"role":"user","content":"Weather in Paris?"},
 	{"role":"assistant","content":"","reasoning_content":"I need the weather.","tool_calls":[{"id":"x","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
 	{"role":"tool","content":"Sunny"}]`
-	want, err := chat.Builtin().Render(chat.Request{Messages: json.RawMessage(same), Tools: json.RawMessage(weatherTools), AddGenerationPrompt: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := testTokenizer(t).Decode(prompt); got != want {
-		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
-	}
+	checkPrompt(t, prompt, same, weatherTools)
 }
 
 func TestOllamaGenerate(t *testing.T) {

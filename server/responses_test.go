@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/lilyformac/lily/engine/chat"
 )
 
 type respResp struct {
@@ -145,14 +143,7 @@ func TestResponsesConversation(t *testing.T) {
 	same := `[{"role":"system","content":"Be terse.\n\nYou are Codex."},{"role":"user","content":"Weather in Paris?"},
 	{"role":"assistant","content":"Checking.","reasoning_content":"I need the weather.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
 	{"role":"tool","tool_call_id":"call_1","content":"21C"}]`
-	tools := `[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]`
-	want, err := chat.Builtin().Render(chat.Request{Messages: json.RawMessage(same), Tools: json.RawMessage(tools), AddGenerationPrompt: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := testTokenizer(t).Decode(prompt); got != want {
-		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
-	}
+	checkPrompt(t, prompt, same, weatherTools)
 }
 
 // TestResponsesStored: a stored response is served by GET, continued by previous_response_id
