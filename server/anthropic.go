@@ -581,14 +581,7 @@ func (mc *messagesCall) stream(c *gin.Context, ctx context.Context, p *turnPlan)
 		return
 	}
 	b := &blockStream{w: w, mc: mc}
-	o, _, err := mc.s.runTurn(ctx, mc.m, p, func(deltas []parse.Delta, _ textPiece) error {
-		for _, d := range deltas {
-			if err := b.send(d); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	o, _, err := mc.s.runTurn(ctx, mc.m, p, eachDelta(b.send))
 	if err != nil {
 		w.event("error", anthError(generationError(ctx, err)))
 		return

@@ -501,14 +501,7 @@ func (oc *ollamaCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 func (oc *ollamaCall) stream(c *gin.Context, ctx context.Context, p *turnPlan) {
 	w := startNDJSON(c)
 	defer w.end()
-	o, _, err := oc.s.runTurn(ctx, oc.m, p, func(deltas []parse.Delta, _ textPiece) error {
-		for _, d := range deltas {
-			if err := oc.send(w, d); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	o, _, err := oc.s.runTurn(ctx, oc.m, p, eachDelta(func(d parse.Delta) error { return oc.send(w, d) }))
 	if err == nil {
 		err = oc.flushCall(w)
 	}

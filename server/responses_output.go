@@ -308,14 +308,7 @@ func (rc *responseCall) stream(c *gin.Context, ctx context.Context, p *turnPlan)
 		return
 	}
 	is := &itemStream{w: w, rc: rc}
-	o, parser, err := rc.s.runTurn(ctx, rc.m, p, func(deltas []parse.Delta, _ textPiece) error {
-		for _, d := range deltas {
-			if err := is.send(d); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	o, parser, err := rc.s.runTurn(ctx, rc.m, p, eachDelta(is.send))
 	if err != nil {
 		failed := rc.object("failed", is.output, nil)
 		ae := asAPIError(generationError(ctx, err))

@@ -327,6 +327,19 @@ func (s *Server) planned(c *gin.Context, read func() (*turn, error)) (*Model, *a
 	return nil, nil, nil
 }
 
+// eachDelta is a runTurn callback that sends the deltas one by one, for dialects that stream
+// nothing else (no logprobs).
+func eachDelta(send func(parse.Delta) error) func([]parse.Delta, textPiece) error {
+	return func(deltas []parse.Delta, _ textPiece) error {
+		for _, d := range deltas {
+			if err := send(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // serveTurn is the one path of every chat dialect: preparation budget, the request read into a
 // turn, the cheap checks, a place in the queue, rendering and budgeting, then the dialect's
 // answer under the generation's context. read may answer the request itself (Ollama's load
