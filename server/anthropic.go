@@ -114,7 +114,7 @@ func (req *messagesRequest) turn(sig thinkingSigner) (*turn, error) {
 	t.thinking = &on
 	if req.OutputConfig != nil && req.OutputConfig.Effort != nil && on {
 		t.effort = req.OutputConfig.Effort
-		if _, err := thinkingEnabled(&turn{effort: t.effort}); err != nil {
+		if !knownEffort(*t.effort) {
 			return nil, badRequest(fmt.Sprintf("output_config.effort %q: expected minimal, low, medium, high, xhigh or max", *t.effort), "output_config.effort")
 		}
 	}

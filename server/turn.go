@@ -166,7 +166,7 @@ func thinkingEnabled(t *turn) (bool, error) {
 		if *t.effort == "none" {
 			return false, nil
 		}
-		if _, ok := effortBudgets[*t.effort]; !ok {
+		if !knownEffort(*t.effort) {
 			return false, badRequest(fmt.Sprintf("reasoning_effort %q: expected none, minimal, low, medium, high, xhigh or max", *t.effort), "reasoning_effort")
 		}
 	}
@@ -177,6 +177,12 @@ func thinkingEnabled(t *turn) (bool, error) {
 // own: a budget of reasoning tokens, after which the server closes the reasoning (0: none, the
 // model reasons as long as it wants). "none" turns thinking off.
 var effortBudgets = map[string]int{"minimal": 256, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768, "max": 0}
+
+// knownEffort reports whether e is one of the reasoning efforts (effortBudgets, or "none").
+func knownEffort(e string) bool {
+	_, ok := effortBudgets[e]
+	return ok || e == "none"
+}
 
 // thinkingBudget is the turn's reasoning budget in tokens (0: none).
 func thinkingBudget(t *turn) (int, error) {
