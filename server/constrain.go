@@ -21,8 +21,7 @@ import (
 func (s *Server) planGrammar(p *turnPlan) error {
 	var err error
 	switch {
-	case p.t.choice.mode == "required" && len(p.parsed) > 0:
-		p.force = "" // the grammar starts the answer at <tool_call> itself
+	case p.t.choice.mode == "required":
 		p.grammar, err = s.grammars.ToolCalls(grammarTools(p), grammar.ToolsRequired, "")
 	case p.t.choice.mode == "named":
 		p.grammar, err = s.grammars.ToolCalls(grammarTools(p), grammar.ToolsNamed, p.t.choice.name)

@@ -133,8 +133,7 @@ func (p *turnPlan) planTools() error {
 	case "required":
 		if len(p.parsed) == 0 {
 			return badRequest("tool_choice requires a tool call, but there are no tools", "tool_choice")
-		}
-		p.force = "<tool_call>\n<function="
+		} // the grammar starts the answer at <tool_call> (constrain.go)
 	case "named":
 		found := false
 		for _, tool := range p.parsed {
