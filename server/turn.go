@@ -94,7 +94,7 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	if err := s.planGrammar(p); err != nil {
 		return nil, err
 	}
-	if p.t.choice.mode == "required" || p.force != "" {
+	if p.forcedCall() {
 		p.thinking = false // a forced call starts the answer (see constrain.go)
 	}
 	g := &p.g
@@ -216,6 +216,9 @@ func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
 	return err
 }
 
+// forcedCall reports whether tool_choice demands a call (required or a named function).
+func (p *turnPlan) forcedCall() bool { return p.t.choice.mode == "required" || p.t.choice.mode == "named" }
+
 // promptEndsInThink reports whether the prompt opens a reasoning block for the answer.
 func (p *turnPlan) promptEndsInThink() bool {
 	return p.thinking && strings.HasSuffix(p.text, "<think>\n")
@@ -234,7 +237,7 @@ func renderTurn(m *Model, p *turnPlan) (string, error) {
 	if err != nil {
 		return "", templateError(err)
 	}
-	if end.ContinueFinal && p.force != "" {
+	if end.ContinueFinal && p.forcedCall() {
 		return "", badRequest("a forced tool call cannot continue a final assistant message", "tool_choice")
 	}
 	kwargs := map[string]json.RawMessage{}
