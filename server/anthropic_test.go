@@ -249,6 +249,12 @@ func TestChatNormalised(t *testing.T) {
 	if got := testTokenizer(t).Decode(prompt); got != want {
 		t.Fatalf("prompt %q\nwant %q", got, want)
 	}
+	for _, choice := range []string{`"required"`, `{"type":"function","function":{"name":"get_weather"}}`} {
+		resp, body = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Let"}],"tools":`+weatherTools+`,"tool_choice":`+choice+`}`)
+		if resp.StatusCode != 400 || !strings.Contains(string(body), "cannot continue") {
+			t.Fatalf("forced call %s after an assistant prefill: %d %s", choice, resp.StatusCode, body)
+		}
+	}
 	resp, body = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"continue_final_message":true}`)
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "continue_final_message") {
 		t.Fatalf("continue without an assistant message: %d %s", resp.StatusCode, body)
