@@ -217,7 +217,9 @@ func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
 }
 
 // forcedCall reports whether tool_choice demands a call (required or a named function).
-func (p *turnPlan) forcedCall() bool { return p.t.choice.mode == "required" || p.t.choice.mode == "named" }
+func (p *turnPlan) forcedCall() bool {
+	return p.t.choice.mode == "required" || p.t.choice.mode == "named"
+}
 
 // promptEndsInThink reports whether the prompt opens a reasoning block for the answer.
 func (p *turnPlan) promptEndsInThink() bool {
