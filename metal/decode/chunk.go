@@ -147,12 +147,19 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 		[]int{c.logits, c.seg}, nil, c.ids, c.weights)
 	c.call(kernels.MoESortCall(ms, n, kernels.MoESortBuffers[int]{IDs: c.ids, Weights: c.weights, Offs: c.offs, Tok: c.tok, W: c.w, Blocks: c.blocks, Pos: c.pos}),
 		[]int{c.ids, c.weights}, nil, c.offs, c.tok, c.w, c.blocks, c.pos)
+	// Which experts run is known only on the GPU: the traffic model counts the experts a chunk of
+	// n touches under uniform routing (0 .. d-1 stand for them), as the decode step counts K.
+	var guReads, dReads []plan.Range
+	for e := range ms.ExpectedExperts(n) {
+		guReads = append(append(guReads, gate.rowsRange(e*ms.I, ms.I)...), up.rowsRange(e*ms.I, ms.I)...)
+		dReads = append(dReads, down.rowsRange(e*ms.H, ms.H)...)
+	}
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEGateUpMMBuffers[int]{
 		Gate: gate.bufs(), Up: up.bufs(), X: c.xn, Tok: c.tok, Blocks: c.blocks, Act: c.act}),
-		[]int{c.xn, c.tok, c.blocks}, append(gate.all(), up.all()...), c.act)
+		[]int{c.xn, c.tok, c.blocks}, guReads, c.act)
 	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEDownMMBuffers[int]{
 		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
-		[]int{c.act, c.w, c.blocks}, down.all(), c.ey)
+		[]int{c.act, c.w, c.blocks}, dReads, c.ey)
 	idBlocks := (n + kernels.MoEBlockRows - 1) / kernels.MoEBlockRows
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),

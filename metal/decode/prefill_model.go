@@ -82,6 +82,7 @@ func prefillFLOPs(c *config.Config, m, n int) (executed, ideal float64) {
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
 	qd, kvd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 	pairs := m * c.TopK
+	ms := kernels.MoEShape{E: c.NumExperts, K: c.TopK}
 	for _, kind := range c.Layers {
 		if kind == config.LinearAttention {
 			gemm(gs.Channels(), H)
@@ -109,9 +110,11 @@ func prefillFLOPs(c *config.Config, m, n int) (executed, ideal float64) {
 		}
 		gemm(c.NumExperts, H) // router
 		gemm(1, H)            // shared expert gate
-		// routed experts under even routing: each expert's pairs in 32-row blocks
-		perExpert := (pairs + c.NumExperts - 1) / c.NumExperts
-		rows := pad(perExpert, kernels.MoEBlockRows) * float64(c.NumExperts)
+		// routed experts under uniform routing: the d experts a chunk touches, each with its
+		// share of the pairs in 32-row blocks
+		d := ms.ExpectedExperts(m)
+		perExpert := (pairs + d - 1) / d
+		rows := pad(perExpert, kernels.MoEBlockRows) * float64(d)
 		executed += 2 * rows * float64(c.MoEIntermediate) * float64(H) * 3
 		ideal += 2 * float64(pairs) * float64(c.MoEIntermediate) * float64(H) * 3
 		gemm(c.SharedIntermed, H)

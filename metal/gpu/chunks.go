@@ -9,7 +9,7 @@ import (
 
 // Prefill chunk sizes. The largest, 4,096 tokens, fills the routed experts' 32-row blocks
 // (bench --plan --prefill: executed FLOPs 1.001× the useful ones, against 1.40× at 512 and
-// 7.05× at 64, because 4,096 tokens × 8 experts give each of the 256 experts about 128 rows);
+// 6.2× at 64, because 4,096 tokens × 8 experts give each of the 256 experts about 128 rows);
 // its activations take about 1.2 GB. The smaller sizes take what is left of a prompt after the
 // whole chunks (a follow-up turn of a few hundred tokens), and a remainder below the smallest
 // runs token by token.

@@ -332,6 +332,18 @@ func MoETopKChunkCall[B any](s MoEShape, tokens int, b MoETopKBuffers[B]) Call[B
 // MoEBlockRows is the pairs a grouped-GEMM block holds at most (MOE_BM).
 const MoEBlockRows = 32
 
+// ExpectedExperts is how many distinct experts a chunk of tokens routes to on average when each
+// token picks K of E uniformly, E·(1 − (1 − K/E)^tokens), rounded up: the traffic and FLOPs
+// models' stand-in for routing only the GPU knows (a chunk of 8 touches about 57 of 256, one of
+// 4,096 all of them).
+func (s MoEShape) ExpectedExperts(tokens int) int {
+	if tokens <= 0 {
+		return 0
+	}
+	d := float64(s.E) * (1 - math.Pow(1-float64(s.K)/float64(s.E), float64(tokens)))
+	return min(s.E, max(s.K, int(math.Ceil(d-1e-9))))
+}
+
 // MoEBlocks is the capacity of moe_sort's block list for tokens tokens: expert e's c_e pairs take
 // ceil(c_e / MoEBlockRows) blocks, and Σ_e ceil(c_e/B) <= Σ_e (c_e/B + 1) = tokens·K/B + E.
 func (s MoEShape) MoEBlocks(tokens int) int { return tokens*s.K/MoEBlockRows + s.E }
