@@ -107,8 +107,8 @@ func TestServedChunkedPrefill(t *testing.T) {
 }
 
 // TestBenchThroughPrefillChunks: lily bench on the emulated GPU prefills through the chunk plan
-// (its output names the chunk sizes), 40 tokens as 16+16 and 8 token by token, and its greedy
-// tokens are the CPU backend's.
+// (its output names the chunk sizes), 40 tokens as chunks of 16, 16 and 8 (the 8-row tiles; the
+// last chunk's last row gives the first token), and its greedy tokens are the CPU backend's.
 func TestBenchThroughPrefillChunks(t *testing.T) {
 	var runs [2]benchOutput
 	for i, backend := range []string{"cpu", "emu"} {
@@ -121,7 +121,7 @@ func TestBenchThroughPrefillChunks(t *testing.T) {
 		}
 	}
 	cpu, emu := runs[0], runs[1]
-	if len(cpu.PrefillChunks) != 0 || !slices.Equal(emu.PrefillChunks, []int{16}) {
+	if len(cpu.PrefillChunks) != 0 || !slices.Equal(emu.PrefillChunks, []int{16, 8}) {
 		t.Fatalf("prefill chunks: cpu %v, emu %v", cpu.PrefillChunks, emu.PrefillChunks)
 	}
 	if !slices.Equal(cpu.TokenIDs, emu.TokenIDs) || cpu.Digest != emu.Digest {

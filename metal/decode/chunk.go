@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"fmt"
+
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -21,6 +23,7 @@ type chunkBufs struct {
 	offs, tok, w, blocks, pos      int // moe_sort's
 	act, ey, shAct, sh             int // [n·K][I], [n·K][H], [n][SI], [n][H]
 	idTok, idBlocks, ones, nBlocks int // the shared expert's identity map; moe_sort's block count
+	bm                             int // the routed experts' block rows (MoEShape.BlockRows)
 }
 
 // chunkBuffers declares the chunk mode's buffers for n tokens (and the token ids' buffer).
@@ -46,20 +49,22 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	c.qrot, c.ao = act("attn.q_rot", kernels.AttnPrefillRows(n)*qd), act("attn.out", n*qd)
 	c.logits, c.seg = act("moe.logits", n*ms.E), act("moe.seg", n)
 	c.ids, c.weights = b.buffer("chunk.moe.ids", 4*int64(n*ms.K), plan.Activations), act("moe.weights", n*(ms.K+1))
-	c.nBlocks = ms.MoEBlocks(n)
+	c.bm = ms.BlockRows(n)
+	c.nBlocks = ms.MoEBlocks(n, c.bm)
 	c.offs = b.buffer("chunk.moe.offs", 4*int64(ms.E+1), plan.Activations)
 	c.tok = b.buffer("chunk.moe.tok", 4*int64(n*ms.K), plan.Activations)
 	c.w = act("moe.w", n*ms.K)
-	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(c.nBlocks), plan.Activations)
+	// the most blocks any size up to n asks for: blocks of the shortest height
+	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(ms.MoEBlocks(n, kernels.QMMTileHeights[len(kernels.QMMTileHeights)-1])), plan.Activations)
 	c.pos = b.buffer("chunk.moe.pos", 4*int64(n*ms.K), plan.Activations)
 	c.act, c.ey = act("moe.act", n*ms.K*ms.I), act("moe.y", n*ms.K*H)
 	c.shAct, c.sh = act("moe.shared_act", n*ms.SI), act("moe.shared", n*H)
 	// The shared expert: one expert over every token, weight 1 (moe_combine applies its gate).
-	tok, ones, blocks := kernels.MoEIdentity(n)
+	tok, ones, _ := kernels.MoEIdentity(n, 1)
 	c.idTok = b.buffer("chunk.moe.id_tok", 4*int64(n), plan.Control)
-	c.idBlocks = b.buffer("chunk.moe.id_blocks", 4*int64(len(blocks)), plan.Control)
 	c.ones = b.floats("chunk.moe.ones", n, plan.Control)
-	s.consts = append(s.consts, constSrc{c.idTok, BytesOf(tok)}, constSrc{c.idBlocks, BytesOf(blocks)}, constSrc{c.ones, BytesOf(ones)})
+	s.consts = append(s.consts, constSrc{c.idTok, BytesOf(tok)}, constSrc{c.ones, BytesOf(ones)})
+	c.identityBlocks()
 	return c
 }
 
@@ -72,12 +77,22 @@ func (c *chunkBufs) modesOf(n int) []string {
 	return []string{m.Run, m.Last}
 }
 
+// identityBlocks adds the shared expert's block map for the chunk's size, in the dense GEMMs'
+// tile height (kernels.QMMTileRows).
+func (c *chunkBufs) identityBlocks() {
+	_, _, blocks := kernels.MoEIdentity(c.n, kernels.QMMTileRows(c.n))
+	c.idBlocks = c.b.buffer(fmt.Sprintf("chunk%d.moe.id_blocks", c.n), 4*int64(len(blocks)), plan.Control)
+	c.b.s.consts = append(c.b.s.consts, constSrc{c.idBlocks, BytesOf(blocks)})
+}
+
 // bucket is a smaller chunk size n over the same buffers (every buffer holds at least n rows; the
-// identity map's first blocks, tokens and ones are n's).
+// identity map's first tokens and ones are n's, its blocks its own).
 func (c *chunkBufs) bucket(n int, ms kernels.MoEShape) *chunkBufs {
 	d := *c
-	d.n, d.nBlocks = n, ms.MoEBlocks(n)
+	d.n, d.bm = n, ms.BlockRows(n)
+	d.nBlocks = ms.MoEBlocks(n, d.bm)
 	d.modes = d.modesOf(n)
+	d.identityBlocks()
 	return &d
 }
 
@@ -145,7 +160,7 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 	c.qmm(seg, c.xn, c.seg)
 	c.call(kernels.MoETopKChunkCall(ms, n, kernels.MoETopKBuffers[int]{Logits: c.logits, Shared: c.seg, IDs: c.ids, Weights: c.weights}),
 		[]int{c.logits, c.seg}, nil, c.ids, c.weights)
-	c.call(kernels.MoESortCall(ms, n, kernels.MoESortBuffers[int]{IDs: c.ids, Weights: c.weights, Offs: c.offs, Tok: c.tok, W: c.w, Blocks: c.blocks, Pos: c.pos}),
+	c.call(kernels.MoESortCall(ms, n, c.bm, kernels.MoESortBuffers[int]{IDs: c.ids, Weights: c.weights, Offs: c.offs, Tok: c.tok, W: c.w, Blocks: c.blocks, Pos: c.pos}),
 		[]int{c.ids, c.weights}, nil, c.offs, c.tok, c.w, c.blocks, c.pos)
 	// Which experts run is known only on the GPU: the traffic model counts the experts a chunk of
 	// n touches under uniform routing (0 .. d-1 stand for them), as the decode step counts K.
@@ -154,17 +169,18 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 		guReads = append(append(guReads, gate.rowsRange(e*ms.I, ms.I)...), up.rowsRange(e*ms.I, ms.I)...)
 		dReads = append(dReads, down.rowsRange(e*ms.H, ms.H)...)
 	}
-	c.call(kernels.MoEGateUpMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEGateUpMMBuffers[int]{
+	c.call(kernels.MoEGateUpMMCall(ms.H, ms.I, pairs, c.nBlocks, c.bm, kernels.MoEGateUpMMBuffers[int]{
 		Gate: gate.bufs(), Up: up.bufs(), X: c.xn, Tok: c.tok, Blocks: c.blocks, Act: c.act}),
 		[]int{c.xn, c.tok, c.blocks}, guReads, c.act)
-	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, kernels.MoEDownMMBuffers[int]{
+	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, c.bm, kernels.MoEDownMMBuffers[int]{
 		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
 		[]int{c.act, c.w, c.blocks}, dReads, c.ey)
-	idBlocks := (n + kernels.MoEBlockRows - 1) / kernels.MoEBlockRows
-	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEGateUpMMBuffers[int]{
+	idBM := kernels.QMMTileRows(n)
+	idBlocks := (n + idBM - 1) / idBM
+	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, idBM, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
 		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)
-	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, idBlocks, kernels.MoEDownMMBuffers[int]{
+	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, idBlocks, idBM, kernels.MoEDownMMBuffers[int]{
 		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
 		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
 	c.call(kernels.MoECombineCall(ms, n, kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}),

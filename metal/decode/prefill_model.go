@@ -12,8 +12,9 @@ type PrefillCost struct {
 	Chunk, Context       int
 	Dispatches, Barriers int
 	// FLOPs are the multiply-adds (×2) the kernels execute, padding included (edge tiles of the
-	// 32×32 GEMM tiles, the 8×8 tiles of causal attention, the grouped GEMMs' 32-row blocks under
-	// even routing); IdealFLOPs count only the useful ones.
+	// GEMM tiles, the 8×8 tiles of causal attention, the grouped GEMMs' blocks under uniform
+	// routing, each expert's pairs a binomial count); IdealFLOPs count only the useful ones. The
+	// weights' dequantisation is ALU work outside both.
 	FLOPs, IdealFLOPs float64
 	// Bytes is the DRAM traffic as the decode model counts it (distinct ranges per dispatch);
 	// IdealBytes each weight the chunk uses read once, the KV cache read once and the chunk's
@@ -74,8 +75,9 @@ func (s *Step) idealChunkBytes(mode string) int64 {
 // prefillFLOPs counts the chunk's multiply-adds ×2, executed and useful.
 func prefillFLOPs(c *config.Config, m, n int) (executed, ideal float64) {
 	pad := func(x, to int) float64 { return float64((x + to - 1) / to * to) }
-	gemm := func(rows, cols int) { // y[m][rows] = x[m][cols] · Wᵀ on 32×32 tiles
-		executed += 2 * pad(m, kernels.QMMTileM) * pad(rows, kernels.QMMTileN) * float64(cols)
+	tm := kernels.QMMTileRows(m)
+	gemm := func(rows, cols int) { // y[m][rows] = x[m][cols] · Wᵀ on tm × 1024/tm tiles
+		executed += 2 * pad(m, tm) * pad(rows, kernels.QMMTileCols(tm)) * float64(cols)
 		ideal += 2 * float64(m) * float64(rows) * float64(cols)
 	}
 	H := c.HiddenSize
@@ -110,11 +112,10 @@ func prefillFLOPs(c *config.Config, m, n int) (executed, ideal float64) {
 		}
 		gemm(c.NumExperts, H) // router
 		gemm(1, H)            // shared expert gate
-		// routed experts under uniform routing: the d experts a chunk touches, each with its
-		// share of the pairs in 32-row blocks
-		d := ms.ExpectedExperts(m)
-		perExpert := (pairs + d - 1) / d
-		rows := pad(perExpert, kernels.MoEBlockRows) * float64(d)
+		// routed experts under uniform routing: each expert's binomial count of pairs in blocks
+		// of BlockRows(m)
+		bm := ms.BlockRows(m)
+		rows := ms.ExpectedBlocks(m, bm) * float64(bm)
 		executed += 2 * rows * float64(c.MoEIntermediate) * float64(H) * 3
 		ideal += 2 * float64(pairs) * float64(c.MoEIntermediate) * float64(H) * 3
 		gemm(c.SharedIntermed, H)

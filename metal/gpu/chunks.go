@@ -7,16 +7,19 @@ import (
 	"github.com/lilyformac/lily/metal/decode"
 )
 
-// Prefill chunk sizes. The largest, 4,096 tokens, fills the routed experts' 32-row blocks
-// (bench --plan --prefill: executed FLOPs 1.001× the useful ones, against 1.40× at 512 and
-// 6.2× at 64, because 4,096 tokens × 8 experts give each of the 256 experts about 128 rows);
-// its activations take about 1.2 GB. The smaller sizes take what is left of a prompt after the
-// whole chunks (a follow-up turn of a few hundred tokens), and a remainder below the smallest
-// runs token by token.
+// Prefill chunk sizes. The largest, 4,096 tokens, gives each of the 256 experts about 128 of its
+// 32,768 (token, expert) pairs, so the grouped GEMMs' blocks are nearly full (bench --plan
+// --prefill: executed FLOPs 1.05× the useful ones under uniform routing, against 1.17× at 512
+// and 2.0× at 64, each in the block height that suits it); its activations take about 1.2 GB.
+// The smaller sizes take what is left of a prompt after the whole chunks (a follow-up turn of a
+// few hundred tokens). The smallest, 8, is bound by reading the weights like a decode step, but
+// reads each weight once for 8 tokens (modelled at 2.2× the token-by-token rate on an M4 Max);
+// a remainder below it runs token by token.
 const (
 	ChunkLarge  = 4096
 	ChunkMedium = 512
 	ChunkSmall  = 64
+	ChunkTiny   = 8
 )
 
 // Buckets is the chunk sizes beside a largest chunk of n tokens: n, then each of the standard
@@ -26,7 +29,7 @@ func Buckets(n int) []int {
 		return nil
 	}
 	out := []int{n}
-	for _, s := range []int{ChunkMedium, ChunkSmall} {
+	for _, s := range []int{ChunkMedium, ChunkSmall, ChunkTiny} {
 		if s < n {
 			out = append(out, s)
 		}

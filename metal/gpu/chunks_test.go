@@ -9,7 +9,7 @@ import (
 )
 
 func TestBuckets(t *testing.T) {
-	for n, want := range map[int][]int{0: nil, 16: {16}, 64: {64}, 100: {100, 64}, 512: {512, 64}, 4096: {4096, 512, 64}} {
+	for n, want := range map[int][]int{0: nil, 8: {8}, 16: {16, 8}, 64: {64, 8}, 100: {100, 64, 8}, 512: {512, 64, 8}, 4096: {4096, 512, 64, 8}} {
 		if got := Buckets(n); !slices.Equal(got, want) {
 			t.Errorf("Buckets(%d) = %v, want %v", n, got, want)
 		}

@@ -12,13 +12,14 @@ import (
 
 // MoE function constant indices (moe.metal; every kernel of the file takes all five).
 const (
-	MoEHidden       = 0 // uint MOE_H
-	MoEExperts      = 1 // uint MOE_E
-	MoETopK         = 2 // uint MOE_K
-	MoEIntermediate = 3 // uint MOE_I
-	MoESharedInter  = 4 // uint MOE_SI
-	MoEEps          = 5 // float MOE_EPS: the RMSNorm epsilon of moe_router_norm / moe_gate_up_norm (optional)
-	MoETokens       = 6 // uint MOE_T_FC: moe_sort's tokens (optional)
+	MoEHidden         = 0 // uint MOE_H
+	MoEExperts        = 1 // uint MOE_E
+	MoETopK           = 2 // uint MOE_K
+	MoEIntermediate   = 3 // uint MOE_I
+	MoESharedInter    = 4 // uint MOE_SI
+	MoEEps            = 5 // float MOE_EPS: the RMSNorm epsilon of moe_router_norm / moe_gate_up_norm (optional)
+	MoETokens         = 6 // uint MOE_T_FC: moe_sort's tokens (optional)
+	MoEBlockRowsConst = 7 // uint MOE_BM_FC: moe_sort's pairs per block (optional, 32)
 )
 
 // The _norm kernels' extra binding: the bf16 post-attention norm gain (x is then the residual).
@@ -329,13 +330,10 @@ func MoETopKChunkCall[B any](s MoEShape, tokens int, b MoETopKBuffers[B]) Call[B
 	return c
 }
 
-// MoEBlockRows is the pairs a grouped-GEMM block holds at most (MOE_BM).
-const MoEBlockRows = 32
-
 // ExpectedExperts is how many distinct experts a chunk of tokens routes to on average when each
-// token picks K of E uniformly, E·(1 − (1 − K/E)^tokens), rounded up: the traffic and FLOPs
-// models' stand-in for routing only the GPU knows (a chunk of 8 touches about 57 of 256, one of
-// 4,096 all of them).
+// token picks K of E uniformly, E·(1 − (1 − K/E)^tokens), rounded up: the traffic model's
+// stand-in for routing only the GPU knows (a chunk of 8 touches about 57 of 256, one of 4,096
+// all of them).
 func (s MoEShape) ExpectedExperts(tokens int) int {
 	if tokens <= 0 {
 		return 0
@@ -344,9 +342,49 @@ func (s MoEShape) ExpectedExperts(tokens int) int {
 	return min(s.E, max(s.K, int(math.Ceil(d-1e-9))))
 }
 
-// MoEBlocks is the capacity of moe_sort's block list for tokens tokens: expert e's c_e pairs take
-// ceil(c_e / MoEBlockRows) blocks, and Σ_e ceil(c_e/B) <= Σ_e (c_e/B + 1) = tokens·K/B + E.
-func (s MoEShape) MoEBlocks(tokens int) int { return tokens*s.K/MoEBlockRows + s.E }
+// ExpectedBlocks is the mean number of blocks of bm pairs a chunk of tokens fills when each token
+// picks K of E experts uniformly: expert e's count is binomial(tokens, K/E) and takes
+// ceil(count / bm) blocks.
+func (s MoEShape) ExpectedBlocks(tokens, bm int) float64 {
+	p := float64(s.K) / float64(s.E)
+	var blocks float64
+	lp := float64(tokens) * math.Log1p(-p) // log P(count = 0)
+	for c := 1; c <= tokens; c++ {
+		lp += math.Log(float64(tokens-c+1)/float64(c)) + math.Log(p) - math.Log1p(-p)
+		pc := math.Exp(lp)
+		blocks += pc * float64((c+bm-1)/bm)
+		if c > int(float64(tokens)*p) && pc < 1e-12 {
+			break
+		}
+	}
+	return blocks * float64(s.E)
+}
+
+// moeDequantCost is the ALU time a grouped-GEMM block spends dequantising one weight value (about
+// four operations: shift, mask, convert, multiply-add) in units of one multiply-add's FLOPs:
+// every block dequantises its expert's whole matrices, whatever its rows, so short blocks pay it
+// more often. An estimate until a Mac measures the kernels.
+const moeDequantCost = 8
+
+// BlockRows is the rows of a block of the grouped GEMMs (and of moe_sort's map) for a chunk of
+// tokens: of QMMTileHeights, the one with the least expected work per weight value, blocks ×
+// (2·bm multiply-add FLOPs + moeDequantCost), ties to the taller (fewer barriers). Under uniform
+// routing that is 32 rows for 4,096 tokens, 16 for 512, 8 for 64 and fewer.
+func (s MoEShape) BlockRows(tokens int) int {
+	best, cost := 0, math.Inf(1)
+	for _, bm := range QMMTileHeights {
+		c := s.ExpectedBlocks(tokens, bm) * float64(2*bm+moeDequantCost)
+		if c < cost*(1-1e-9) {
+			best, cost = bm, c
+		}
+	}
+	return best
+}
+
+// MoEBlocks is the capacity of moe_sort's block list for tokens tokens in blocks of bm: expert
+// e's c_e pairs take ceil(c_e / bm) blocks, and Σ_e ceil(c_e/bm) <= Σ_e (c_e/bm + 1) =
+// tokens·K/bm + E.
+func (s MoEShape) MoEBlocks(tokens, bm int) int { return tokens*s.K/bm + s.E }
 
 // MoESorted is moe_sort's result: the pairs (token, slot) of a chunk grouped by expert.
 type MoESorted struct {
@@ -358,8 +396,8 @@ type MoESorted struct {
 }
 
 // MoESort is the Go reference of moe_sort: ids [tokens][K] and weights [tokens][K+1] (moe_topk's)
-// sorted by expert, then token.
-func MoESort(s MoEShape, ids []uint32, weights []float32, tokens int) MoESorted {
+// sorted by expert, then token, in blocks of bm.
+func MoESort(s MoEShape, ids []uint32, weights []float32, tokens, bm int) MoESorted {
 	out := MoESorted{Offs: make([]uint32, s.E+1), Pos: make([]uint32, tokens*s.K)}
 	for e := range s.E {
 		out.Offs[e] = uint32(len(out.Tok))
@@ -372,12 +410,12 @@ func MoESort(s MoEShape, ids []uint32, weights []float32, tokens int) MoESorted 
 				out.W = append(out.W, weights[t*(s.K+1)+slot])
 			}
 		}
-		for b := first; b < len(out.Tok); b += MoEBlockRows {
-			out.Blocks = append(out.Blocks, [4]uint32{uint32(e), uint32(b), uint32(min(MoEBlockRows, len(out.Tok)-b)), 0})
+		for b := first; b < len(out.Tok); b += bm {
+			out.Blocks = append(out.Blocks, [4]uint32{uint32(e), uint32(b), uint32(min(bm, len(out.Tok)-b)), 0})
 		}
 	}
 	out.Offs[s.E] = uint32(len(out.Tok))
-	for len(out.Blocks) < s.MoEBlocks(tokens) {
+	for len(out.Blocks) < s.MoEBlocks(tokens, bm) {
 		out.Blocks = append(out.Blocks, [4]uint32{0xffffffff, 0, 0, 0})
 	}
 	return out
@@ -392,15 +430,16 @@ func (m MoESorted) BlockWords() []uint32 {
 	return words
 }
 
-// MoEIdentity is the map that runs the shared expert through the grouped GEMMs for tokens tokens:
-// one expert (0) whose pairs are the tokens in order, weight 1 (moe_combine applies its gate).
-// It returns the pairs' tokens, their weights and the block map (BlockWords' layout).
-func MoEIdentity(tokens int) (tok []uint32, ones []float32, blocks []uint32) {
+// MoEIdentity is the map that runs the shared expert through the grouped GEMMs for tokens tokens
+// in blocks of bm: one expert (0) whose pairs are the tokens in order, weight 1 (moe_combine
+// applies its gate). It returns the pairs' tokens, their weights and the block map (BlockWords'
+// layout).
+func MoEIdentity(tokens, bm int) (tok []uint32, ones []float32, blocks []uint32) {
 	for t := range tokens {
 		tok, ones = append(tok, uint32(t)), append(ones, 1)
 	}
-	for t0 := 0; t0 < tokens; t0 += MoEBlockRows {
-		blocks = append(blocks, 0, uint32(t0), uint32(min(MoEBlockRows, tokens-t0)), 0)
+	for t0 := 0; t0 < tokens; t0 += bm {
+		blocks = append(blocks, 0, uint32(t0), uint32(min(bm, tokens-t0)), 0)
 	}
 	return tok, ones, blocks
 }
@@ -412,17 +451,17 @@ type MoESortBuffers[B any] struct {
 	Offs    B // 2: [E+1] uint32
 	Tok     B // 3: [tokens·K] uint32
 	W       B // 4: [tokens·K] float32
-	Blocks  B // 5: [MoEBlocks(tokens)] {uint32 × 4}
+	Blocks  B // 5: [MoEBlocks(tokens, bm)] {uint32 × 4}
 	Pos     B // 6: [tokens·K] uint32
 }
 
 // MoESortThreads is moe_sort's threadgroup: a thread per expert (E <= 1024).
 const MoESortThreads = 1024
 
-// MoESortCall is moe_sort for tokens tokens: one threadgroup.
-func MoESortCall[B any](s MoEShape, tokens int, b MoESortBuffers[B]) Call[B] {
+// MoESortCall is moe_sort for tokens tokens in blocks of bm (BlockRows): one threadgroup.
+func MoESortCall[B any](s MoEShape, tokens, bm int, b MoESortBuffers[B]) Call[B] {
 	c := s.Constants()
-	c[MoETokens] = tokens
+	c[MoETokens], c[MoEBlockRowsConst] = tokens, bm
 	return Call[B]{
 		Kernel: "moe_sort", Constants: c, Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Offs, 3: b.Tok, 4: b.W, 5: b.Blocks, 6: b.Pos},
 		Threadgroups: grid(1), Group: grid(min(MoESortThreads, (s.E+31)/32*32)),

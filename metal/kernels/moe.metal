@@ -272,14 +272,16 @@ kernel void moe_topk(device const float* logits [[buffer(0)]],  // [T][E] router
 // moe_sort groups a prefill chunk's (token, slot) pairs by expert for the grouped GEMMs: the T·K
 // pairs of ids [T][K] (moe_topk's) sorted by expert, then token (stable, so the result is the
 // same on every run): tok[i] and w[i] are pair i's token and routing weight, offs[e] .. offs[e+1]
-// expert e's range, pos[t·K + slot] where token t's slot went. blocks lists units of at most MOE_BM pairs of one expert, {expert, first
-// pair, pairs}: expert e's c_e pairs take ceil(c_e / MOE_BM) of them, so there are at most
-// T·K / MOE_BM + E (the grid the grouped GEMMs are sized for; the rest are {MOE_NONE, 0, 0}).
+// expert e's range, pos[t·K + slot] where token t's slot went. blocks lists units of at most
+// MOE_BM pairs of one expert (the grouped GEMMs' tile height), {expert, first pair, pairs}:
+// expert e's c_e pairs take ceil(c_e / MOE_BM) of them, so there are at most T·K / MOE_BM + E
+// (the grid the grouped GEMMs are sized for; the rest are {MOE_NONE, 0, 0}).
 // One threadgroup of up to 1024 threads; thread e counts and places expert e's pairs by scanning
 // the ids in token order (O(E·T·K) reads: a first version), E <= the threadgroup's threads.
 constant uint MOE_T_FC [[function_constant(6)]];  // moe_sort: tokens in the chunk
 constant uint MOE_T = is_function_constant_defined(MOE_T_FC) ? MOE_T_FC : 1u;
-#define MOE_BM 32  // pairs per grouped-GEMM block
+constant uint MOE_BM_FC [[function_constant(7)]];  // moe_sort: pairs per grouped-GEMM block (8, 16 or 32)
+constant uint MOE_BM = is_function_constant_defined(MOE_BM_FC) ? MOE_BM_FC : 32u;
 
 kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
                      device const float* weights [[buffer(1)]],   // [T][K + 1]

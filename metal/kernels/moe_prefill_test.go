@@ -29,8 +29,9 @@ func TestMoEChunkRouting(t *testing.T) {
 		{MoEShape{H: 64, E: 16, K: 4, I: 64, SI: 64}, 45}, // 180 pairs over 16 experts: several blocks each
 		{MoEShape{H: 2048, E: 256, K: 8, I: 512, SI: 512}, 70},
 	} {
-		for _, order := range emu.Orders {
-			t.Run(fmt.Sprintf("e%d_k%d_t%d_%v", c.s.E, c.s.K, c.tokens, order), func(t *testing.T) {
+		for i, order := range emu.Orders {
+			bm := QMMTileHeights[i%len(QMMTileHeights)]
+			t.Run(fmt.Sprintf("e%d_k%d_t%d_b%d_%v", c.s.E, c.s.K, c.tokens, bm, order), func(t *testing.T) {
 				s, n := c.s, c.tokens
 				logits := make([]float32, n*s.E)
 				for i := range logits {
@@ -56,13 +57,13 @@ func TestMoEChunkRouting(t *testing.T) {
 						t.Fatalf("weight %d: %g, MoERoute %g", i, bW.Float32s()[i], w)
 					}
 				}
-				want := MoESort(s, ids, bW.Float32s(), n)
-				nb := s.MoEBlocks(n)
+				want := MoESort(s, ids, bW.Float32s(), n, bm)
+				nb := s.MoEBlocks(n, bm)
 				offs, tok, w, blocks, pos := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*nb), emu.NewBuffer(4*n*s.K)
 				for _, b := range []*emu.Buffer{offs, tok, w, blocks, pos} {
 					b.Fill(0xEE)
 				}
-				mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: bIDs, Weights: bW, Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: pos}), order, 2)
+				mustDispatch(t, lib, MoESortCall(s, n, bm, MoESortBuffers[*emu.Buffer]{IDs: bIDs, Weights: bW, Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: pos}), order, 2)
 				if !slices.Equal(offs.Uint32s(), want.Offs) || !slices.Equal(tok.Uint32s(), want.Tok) || !slices.Equal(w.Float32s(), want.W) || !slices.Equal(pos.Uint32s(), want.Pos) {
 					t.Fatalf("sorted pairs differ from MoESort's")
 				}
@@ -92,16 +93,18 @@ func TestMoESortASan(t *testing.T) {
 	for i := range ids {
 		ids[i] = uint32((i*7 + i/4) % s.E)
 	}
-	offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*s.MoEBlocks(n))
-	mustDispatch(t, lib, MoESortCall(s, n, MoESortBuffers[*emu.Buffer]{IDs: emu.BufferOf(ids), Weights: emu.BufferOf(weights), Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: emu.NewBuffer(4 * n * s.K)}), emu.Reverse, 1)
-	if want := MoESort(s, ids, weights, n); !slices.Equal(tok.Uint32s(), want.Tok) {
-		t.Fatal("sorted tokens differ from MoESort's")
+	offs, tok, w, blocks := emu.NewBuffer(4*(s.E+1)), emu.NewBuffer(4*n*s.K), emu.NewBuffer(4*n*s.K), emu.NewBuffer(16*s.MoEBlocks(n, 8))
+	mustDispatch(t, lib, MoESortCall(s, n, 8, MoESortBuffers[*emu.Buffer]{IDs: emu.BufferOf(ids), Weights: emu.BufferOf(weights), Offs: offs, Tok: tok, W: w, Blocks: blocks, Pos: emu.NewBuffer(4 * n * s.K)}), emu.Reverse, 1)
+	want := MoESort(s, ids, weights, n, 8)
+	if !slices.Equal(tok.Uint32s(), want.Tok) || !slices.Equal(blocks.Uint32s(), want.BlockWords()) {
+		t.Fatal("sorted tokens or blocks differ from MoESort's")
 	}
 }
 
 // TestMoEGateUpMM: the grouped gate/up GEMM over moe_sort's blocks equals each pair's expert
 // gate/up product with SwiGLU (MoEGateUpSorted): experts with several blocks, experts with none,
-// blocks past the map's end, an intermediate size that is not a multiple of 32.
+// blocks past the map's end, an intermediate size that is not a multiple of the tile width; each
+// tile height over the orders.
 func TestMoEGateUpMM(t *testing.T) {
 	lib := library(t, emu.Options{}, "qmm.metal")
 	r := rand.New(rand.NewPCG(93, 94))
@@ -112,8 +115,9 @@ func TestMoEGateUpMM(t *testing.T) {
 		{MoEShape{H: 128, E: 16, K: 4, I: 48, SI: 64}, 45},
 		{MoEShape{H: 256, E: 8, K: 2, I: 64, SI: 64}, 3},
 	} {
-		for _, order := range emu.Orders {
-			t.Run(fmt.Sprintf("e%d_k%d_t%d_%v", c.s.E, c.s.K, c.tokens, order), func(t *testing.T) {
+		for i, order := range emu.Orders {
+			bm := QMMTileHeights[i%len(QMMTileHeights)]
+			t.Run(fmt.Sprintf("e%d_k%d_t%d_b%d_%v", c.s.E, c.s.K, c.tokens, bm, order), func(t *testing.T) {
 				s, n := c.s, c.tokens
 				ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
 				for tk := range n {
@@ -121,7 +125,7 @@ func TestMoEGateUpMM(t *testing.T) {
 						ids[tk*s.K+k] = uint32(e)
 					}
 				}
-				sorted := MoESort(s, ids, weights, n)
+				sorted := MoESort(s, ids, weights, n, bm)
 				gate := quantize(r, s.E*s.I, s.H)
 				up := quantize(r, s.E*s.I, s.H)
 				x := randFloats(r, n*s.H, 1)
@@ -130,7 +134,7 @@ func TestMoEGateUpMM(t *testing.T) {
 				pairs := n * s.K
 				act := emu.NewBuffer(4 * pairs * s.I)
 				act.Fill(0xFF)
-				mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, pairs, len(sorted.Blocks), MoEGateUpMMBuffers[*emu.Buffer]{
+				mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, pairs, len(sorted.Blocks), bm, MoEGateUpMMBuffers[*emu.Buffer]{
 					Gate: qbufsOf(gate), Up: qbufsOf(up), X: emu.BufferOf(x), Tok: emu.BufferOf(sorted.Tok), Blocks: emu.BufferOf(blocks), Act: act,
 				}), order, 5)
 				if e := relErr(act.Float32s(), want); !(e <= 2e-6) {
@@ -150,11 +154,11 @@ func TestMoEGateUpMMASan(t *testing.T) {
 	for tk := range n {
 		ids[tk*s.K], ids[tk*s.K+1] = uint32(tk%4), uint32((tk+1)%4)
 	}
-	sorted := MoESort(s, ids, make([]float32, n*(s.K+1)), n)
+	sorted := MoESort(s, ids, make([]float32, n*(s.K+1)), n, 8)
 	gate, up, x := quantize(r, s.E*s.I, s.H), quantize(r, s.E*s.I, s.H), randFloats(r, n*s.H, 1)
 	blocks := sorted.BlockWords()
 	act := emu.NewBuffer(4 * n * s.K * s.I)
-	mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), MoEGateUpMMBuffers[*emu.Buffer]{
+	mustDispatch(t, lib, MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), 8, MoEGateUpMMBuffers[*emu.Buffer]{
 		Gate: qbufsOf(gate), Up: qbufsOf(up), X: emu.BufferOf(x), Tok: emu.BufferOf(sorted.Tok), Blocks: emu.BufferOf(blocks), Act: act,
 	}), emu.Reverse, 1)
 	if e := relErr(act.Float32s(), MoEGateUpSorted(gate, up, s.I, sorted, x)); !(e <= 2e-6) {
@@ -198,21 +202,23 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 		xt := x[tk*s.H : (tk+1)*s.H]
 		MoEDownCombine(mo, s, ids, w, MoEGateUp(mo, s, ids, xt), want[tk*s.H:(tk+1)*s.H], false)
 	}
-	for _, order := range orders {
-		pairs, nb := n*s.K, s.MoEBlocks(n)
+	for i, order := range orders {
+		bm := QMMTileHeights[i%len(QMMTileHeights)]
+		pairs, nb := n*s.K, s.MoEBlocks(n, bm)
 		ids, weights := emu.NewBuffer(4*pairs), emu.NewBuffer(4*n*(s.K+1))
 		mustDispatch(t, libM, MoETopKChunkCall(s, n, MoETopKBuffers[*emu.Buffer]{Logits: emu.BufferOf(logits), Shared: emu.BufferOf(shared), IDs: ids, Weights: weights}), order, 1)
 		sb := MoESortBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Offs: emu.NewBuffer(4 * (s.E + 1)), Tok: emu.NewBuffer(4 * pairs),
 			W: emu.NewBuffer(4 * pairs), Blocks: emu.NewBuffer(16 * nb), Pos: emu.NewBuffer(4 * pairs)}
-		mustDispatch(t, libM, MoESortCall(s, n, sb), order, 2)
+		mustDispatch(t, libM, MoESortCall(s, n, bm, sb), order, 2)
 		bx, act, y := emu.BufferOf(x), emu.NewBuffer(4*pairs*s.I), emu.NewBuffer(4*pairs*s.H)
-		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.I, pairs, nb, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.Gate), Up: qbufsOf(mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act}), order, 3)
-		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.I, pairs, nb, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y}), order, 4)
+		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.I, pairs, nb, bm, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.Gate), Up: qbufsOf(mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act}), order, 3)
+		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.I, pairs, nb, bm, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y}), order, 4)
 		// the shared expert: one expert over the identity map, weight 1 (its gate comes in moe_combine)
-		tokens, ones, idBlocks := MoEIdentity(n)
+		idBM := QMMTileRows(n)
+		tokens, ones, idBlocks := MoEIdentity(n, idBM)
 		shAct, sh := emu.NewBuffer(4*n*s.SI), emu.NewBuffer(4*n*s.H)
-		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.SharedGate), Up: qbufsOf(mo.SharedUp), X: bx, Tok: emu.BufferOf(tokens), Blocks: emu.BufferOf(idBlocks), Act: shAct}), order, 5)
-		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.SharedDown), Act: shAct, W: emu.BufferOf(ones), Blocks: emu.BufferOf(idBlocks), Y: sh}), order, 6)
+		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.SharedGate), Up: qbufsOf(mo.SharedUp), X: bx, Tok: emu.BufferOf(tokens), Blocks: emu.BufferOf(idBlocks), Act: shAct}), order, 5)
+		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.SharedDown), Act: shAct, W: emu.BufferOf(ones), Blocks: emu.BufferOf(idBlocks), Y: sh}), order, 6)
 		bres := emu.BufferOf(res)
 		mustDispatch(t, libM, MoECombineCall(s, n, MoECombineBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Pos: sb.Pos, Y: y, Shared: sh, Res: bres}), order, 7)
 		// compare the MoE's contribution, relative to its largest element
@@ -221,7 +227,7 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 			got[i], contrib[i] = bres.Float32s()[i]-res[i], want[i]-res[i]
 		}
 		if e := relErr(got, contrib); !(e <= 5e-6) {
-			t.Fatalf("%v: the chunk's MoE output differs from the per-token reference by %.2g (of its max)", order, e)
+			t.Fatalf("%v, blocks of %d: the chunk's MoE output differs from the per-token reference by %.2g (of its max)", order, bm, e)
 		}
 	}
 }

@@ -14,15 +14,44 @@ const (
 	QMMCols   = 2 // uint QMM_K: columns of W (input features), a multiple of 64
 )
 
-// qmm geometry: a threadgroup of QMMThreads computes a QMMTileM × QMMTileN tile of Y.
-const (
-	QMMThreads = 128
-	QMMTileM   = 32
-	QMMTileN   = 32
-)
+// qmm geometry: a threadgroup of QMMThreads computes a bm × QMMTileCols(bm) tile of Y, bm being
+// one of QMMTileHeights.
+const QMMThreads = 128
 
-// QMMKernel names the kernel for a bit width.
-func QMMKernel(bits int) string { return fmt.Sprintf("qmm_q%d", bits) }
+// QMMTileHeights are the tile heights qmm.metal is instanced for (BM: 32 is qmm_q4, 16 and 8 the
+// _m16 and _m8 instances, and the grouped GEMMs' _b16 and _b8).
+var QMMTileHeights = []int{32, 16, 8}
+
+// QMMTileCols is the tile width for a tile height: the tile is always 1,024 elements.
+func QMMTileCols(bm int) int { return 1024 / bm }
+
+// QMMTileRows is the tile height for a GEMM over tokens rows: the smallest that holds them, up to
+// 32, so a chunk of 8 pads to 8 rows, not 32.
+func QMMTileRows(tokens int) int {
+	switch {
+	case tokens <= 8:
+		return 8
+	case tokens <= 16:
+		return 16
+	}
+	return 32
+}
+
+// QMMKernel names the kernel for a bit width and tile height.
+func QMMKernel(bits, bm int) string {
+	if bm == 32 {
+		return fmt.Sprintf("qmm_q%d", bits)
+	}
+	return fmt.Sprintf("qmm_q%d_m%d", bits, bm)
+}
+
+// groupedKernel names a grouped GEMM's instance for a block map of bm rows a block.
+func groupedKernel(name string, bm int) string {
+	if bm == 32 {
+		return name
+	}
+	return fmt.Sprintf("%s_b%d", name, bm)
+}
 
 // QMM is the Go reference of qmm_q4/qmm_q8: engine/quant's matrix-vector product for each of the
 // tokens' rows of x ([tokens][m.Cols]), giving y [tokens][m.Rows].
@@ -41,13 +70,15 @@ type QMMBuffers[B any] struct {
 	Y B                 // 4: [tokens][rows] float32
 }
 
-// QMMCall is qmm_q<bits>: y = x·Wᵀ for tokens rows of x over a rows × cols matrix.
+// QMMCall is qmm_q<bits>: y = x·Wᵀ for tokens rows of x over a rows × cols matrix, in tiles of
+// QMMTileRows(tokens) rows.
 func QMMCall[B any](bits, tokens, rows, cols int, b QMMBuffers[B]) Call[B] {
+	bm := QMMTileRows(tokens)
 	bs := map[int]B{3: b.X, 4: b.Y}
 	b.W.bind(bs, 0)
 	return Call[B]{
-		Kernel: QMMKernel(bits), Constants: map[int]any{QMMTokens: tokens, QMMRows: rows, QMMCols: cols}, Buffers: bs,
-		Threadgroups: [3]int{groupsFor(rows, QMMTileN), groupsFor(tokens, QMMTileM), 1}, Group: grid(QMMThreads),
+		Kernel: QMMKernel(bits, bm), Constants: map[int]any{QMMTokens: tokens, QMMRows: rows, QMMCols: cols}, Buffers: bs,
+		Threadgroups: [3]int{groupsFor(rows, QMMTileCols(bm)), groupsFor(tokens, bm), 1}, Group: grid(QMMThreads),
 	}
 }
 
@@ -99,15 +130,16 @@ type MoEGateUpMMBuffers[B any] struct {
 	Act      B                 // 9: [pairs][I]
 }
 
-// MoEGateUpMMCall is moe_gate_up_mm over blocks blocks of a map (MoEShape.MoEBlocks), inter
-// intermediate rows per expert, hidden input features.
-func MoEGateUpMMCall[B any](hidden, inter, pairs, blocks int, b MoEGateUpMMBuffers[B]) Call[B] {
+// MoEGateUpMMCall is moe_gate_up_mm over blocks blocks of a map of bm rows a block
+// (MoEShape.BlockRows, MoEShape.MoEBlocks), inter intermediate rows per expert, hidden input
+// features.
+func MoEGateUpMMCall[B any](hidden, inter, pairs, blocks, bm int, b MoEGateUpMMBuffers[B]) Call[B] {
 	bs := map[int]B{6: b.X, 7: b.Tok, 8: b.Blocks, 9: b.Act}
 	b.Gate.bind(bs, 0)
 	b.Up.bind(bs, 3)
 	return Call[B]{
-		Kernel: "moe_gate_up_mm", Constants: map[int]any{QMMTokens: pairs, QMMRows: inter, QMMCols: hidden}, Buffers: bs,
-		Threadgroups: [3]int{groupsFor(inter, QMMTileN), blocks, 1}, Group: grid(QMMThreads),
+		Kernel: groupedKernel("moe_gate_up_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: inter, QMMCols: hidden}, Buffers: bs,
+		Threadgroups: [3]int{groupsFor(inter, QMMTileCols(bm)), blocks, 1}, Group: grid(QMMThreads),
 	}
 }
 
@@ -138,13 +170,13 @@ type MoEDownMMBuffers[B any] struct {
 	Y      B                 // 6: [pairs][H]
 }
 
-// MoEDownMMCall is moe_down_mm over blocks blocks of a map, hidden output dims, inter input
-// features per expert.
-func MoEDownMMCall[B any](hidden, inter, pairs, blocks int, b MoEDownMMBuffers[B]) Call[B] {
+// MoEDownMMCall is moe_down_mm over blocks blocks of a map of bm rows a block, hidden output dims,
+// inter input features per expert.
+func MoEDownMMCall[B any](hidden, inter, pairs, blocks, bm int, b MoEDownMMBuffers[B]) Call[B] {
 	bs := map[int]B{3: b.Act, 4: b.W, 5: b.Blocks, 6: b.Y}
 	b.Down.bind(bs, 0)
 	return Call[B]{
-		Kernel: "moe_down_mm", Constants: map[int]any{QMMTokens: pairs, QMMRows: hidden, QMMCols: inter}, Buffers: bs,
-		Threadgroups: [3]int{groupsFor(hidden, QMMTileN), blocks, 1}, Group: grid(QMMThreads),
+		Kernel: groupedKernel("moe_down_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: hidden, QMMCols: inter}, Buffers: bs,
+		Threadgroups: [3]int{groupsFor(hidden, QMMTileCols(bm)), blocks, 1}, Group: grid(QMMThreads),
 	}
 }

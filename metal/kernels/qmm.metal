@@ -3,14 +3,17 @@
 // [M][N] float32. The dequantisation is fused into the tile loads: each threadgroup dequantises
 // its W tile into threadgroup memory, never into device memory.
 //
-// Tiling: a threadgroup computes a QMM_BM × QMM_BN (32 × 32) tile of Y with 4 simdgroups, each a
-// 16 × 16 quarter as 2 × 2 float 8×8 simdgroup matrices. Per step of QMM_BK (32) along K all 128
-// threads load the X tile (rows past M read as 0) and dequantise the W tile (w = scale·q + bias,
-// float32; rows past N as 0) into threadgroup memory, then each simdgroup runs 4 × 4
-// multiply-accumulates. Y goes through threadgroup memory so that edge tiles store only rows < M
-// and columns < N. Grid: (ceil(N / 32), ceil(M / 32)) threadgroups of 128 threads. K must be a
-// multiple of 64 (the quantisation group). Accumulation is float32 (operands float32 too: Apple
-// GPUs run float and half simdgroup multiplies at the same rate, so half would only lose bits).
+// Tiling: a threadgroup of 4 simdgroups (128 threads) computes a BM × BN tile of Y, BM·BN = 1024,
+// BM being the kernel's tile height, chosen by chunk size (kernels.QMMTileRows): 32 × 32 (the
+// simdgroups 2 × 2, each a 16 × 16 quarter as 2 × 2 float 8×8 matrices), 16 × 64 (1 × 4, each
+// 16 × 16) or 8 × 128 (1 × 4, each 8 × 32 as 1 × 4 matrices) — a short chunk pads its rows to 8,
+// not 32. Per step of QMM_BK (32) along K all 128 threads load the X tile (rows past M read as 0)
+// and dequantise the W tile (w = scale·q + bias, float32; rows past N as 0) into threadgroup
+// memory, then each simdgroup runs its multiply-accumulates. Y goes through threadgroup memory so
+// that edge tiles store only rows < M and columns < N. Grid: (ceil(N / BN), ceil(M / BM))
+// threadgroups of 128 threads. K must be a multiple of 64 (the quantisation group). Accumulation
+// is float32 (operands float32 too: Apple GPUs run float and half simdgroup multiplies at the
+// same rate, so half would only lose bits).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -18,34 +21,48 @@ constant uint QMM_M [[function_constant(0)]];  // tokens (rows of X and Y)
 constant uint QMM_N [[function_constant(1)]];  // output features (rows of W)
 constant uint QMM_K [[function_constant(2)]];  // input features, a multiple of 64
 
-#define QMM_BM 32
-#define QMM_BN 32
 #define QMM_BK 32
 #define QMM_THREADS 128
-#define QMM_TILE 1024  // QMM_BM·QMM_BK = QMM_BN·QMM_BK = QMM_BM·QMM_BN floats (4 KiB)
+#define QMM_TILE 1024  // BM·BN floats, and the most BM·QMM_BK takes (4 KiB)
 
-// A simdgroup's quarter of a 32×32 tile's accumulators.
-struct qmm_acc {
-  simdgroup_float8x8 m[2][2];
+// qmm_shape is a tile height's layout: BN columns; SGR × SGC simdgroups, each SR × SC as MI × MJ
+// 8×8 matrices.
+template <uint BM>
+struct qmm_shape {
+  static constant constexpr const uint BN = QMM_TILE / BM;
+  static constant constexpr const uint SGR = BM >= 32 ? 2 : 1;
+  static constant constexpr const uint SGC = 4 / SGR;
+  static constant constexpr const uint SR = BM / SGR;
+  static constant constexpr const uint SC = BN / SGC;
+  static constant constexpr const uint MI = SR / 8;
+  static constant constexpr const uint MJ = SC / 8;
 };
 
-// qmm_tile accumulates a 32 × 32 tile of X·Wᵀ into acc: the tile's rows are rows m0 .. m0+m-1 of
-// x ([.][K]; with GATHER, rows rows[m0 + r] instead), its columns W's rows w0 + n0 .. w0+n0+31
-// (those at or past n_lim read as 0). All 128 threads call it.
-template <uint BITS, bool GATHER>
-inline void qmm_tile(thread qmm_acc& acc, device const float* x, device const uint* rows, uint m0, uint m,
+// A simdgroup's part of a tile's accumulators.
+template <uint BM>
+struct qmm_acc {
+  simdgroup_float8x8 m[qmm_shape<BM>::MI][qmm_shape<BM>::MJ];
+};
+
+// qmm_tile accumulates a BM × BN tile of X·Wᵀ into acc: the tile's rows are rows m0 .. m0+m-1 of
+// x ([.][K]; with GATHER, rows rows[m0 + r] instead), its columns W's rows w0 + n0 .. w0+n0+BN-1
+// (those at or past n_lim read as 0). All 128 threads call it; xs holds BM·QMM_BK floats, ws
+// BN·QMM_BK.
+template <uint BITS, bool GATHER, uint BM>
+inline void qmm_tile(thread qmm_acc<BM>& acc, device const float* x, device const uint* rows, uint m0, uint m,
                      device const uint* w, device const bfloat* scales, device const bfloat* biases, ulong w0,
                      uint n0, uint n_lim, uint K, uint tid, uint sg, threadgroup float* xs, threadgroup float* ws) {
+  typedef qmm_shape<BM> S;
   const uint VPW = 32 / BITS;  // values per uint32 word
   const uint mask = (1u << BITS) - 1;
-  const uint sm = (sg / 2) * 16, sn = (sg % 2) * 16;  // this simdgroup's quarter of the tile
-  for (uint i = 0; i < 2; i++) {
-    for (uint j = 0; j < 2; j++) {
+  const uint sm = (sg / S::SGC) * S::SR, sn = (sg % S::SGC) * S::SC;  // this simdgroup's part of the tile
+  for (uint i = 0; i < S::MI; i++) {
+    for (uint j = 0; j < S::MJ; j++) {
       acc.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     }
   }
   for (uint k0 = 0; k0 < K; k0 += QMM_BK) {
-    for (uint i = tid; i < QMM_BM * QMM_BK; i += QMM_THREADS) {
+    for (uint i = tid; i < BM * QMM_BK; i += QMM_THREADS) {
       const uint r = i / QMM_BK, c = i % QMM_BK;
       float v = 0.0f;
       if (r < m) {
@@ -54,7 +71,7 @@ inline void qmm_tile(thread qmm_acc& acc, device const float* x, device const ui
       }
       xs[i] = v;
     }
-    for (uint i = tid; i < QMM_BN * QMM_BK / VPW; i += QMM_THREADS) {
+    for (uint i = tid; i < S::BN * QMM_BK / VPW; i += QMM_THREADS) {
       const uint r = i / (QMM_BK / VPW), wi = i % (QMM_BK / VPW);
       const uint n = n0 + r, k = k0 + wi * VPW;
       threadgroup float* dst = ws + r * QMM_BK + wi * VPW;
@@ -74,15 +91,15 @@ inline void qmm_tile(thread qmm_acc& acc, device const float* x, device const ui
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint kk = 0; kk < QMM_BK; kk += 8) {
-      simdgroup_float8x8 a[2], b[2];
-      for (uint i = 0; i < 2; i++) {
+      simdgroup_float8x8 a[S::MI], b[S::MJ];
+      for (uint i = 0; i < S::MI; i++) {
         simdgroup_load(a[i], xs, QMM_BK, ulong2(kk, sm + 8 * i));
       }
-      for (uint j = 0; j < 2; j++) {  // B[k][n] = W[n][k]: the W tile read transposed
+      for (uint j = 0; j < S::MJ; j++) {  // B[k][n] = W[n][k]: the W tile read transposed
         simdgroup_load(b[j], ws, QMM_BK, ulong2(sn + 8 * j, kk), true);
       }
-      for (uint i = 0; i < 2; i++) {
-        for (uint j = 0; j < 2; j++) {
+      for (uint i = 0; i < S::MI; i++) {
+        for (uint j = 0; j < S::MJ; j++) {
           simdgroup_multiply_accumulate(acc.m[i][j], a[i], b[j], acc.m[i][j]);
         }
       }
@@ -91,61 +108,51 @@ inline void qmm_tile(thread qmm_acc& acc, device const float* x, device const ui
   }
 }
 
-// qmm_stage stores acc into the 32 × 32 tile ys (row-major) and waits for the threadgroup.
-inline void qmm_stage(thread qmm_acc& acc, threadgroup float* ys, uint sg) {
-  const uint sm = (sg / 2) * 16, sn = (sg % 2) * 16;
-  for (uint i = 0; i < 2; i++) {
-    for (uint j = 0; j < 2; j++) {
-      simdgroup_store(acc.m[i][j], ys, QMM_BN, ulong2(sn + 8 * j, sm + 8 * i));
+// qmm_stage stores acc into the BM × BN tile ys (row-major) and waits for the threadgroup.
+template <uint BM>
+inline void qmm_stage(thread qmm_acc<BM>& acc, threadgroup float* ys, uint sg) {
+  typedef qmm_shape<BM> S;
+  const uint sm = (sg / S::SGC) * S::SR, sn = (sg % S::SGC) * S::SC;
+  for (uint i = 0; i < S::MI; i++) {
+    for (uint j = 0; j < S::MJ; j++) {
+      simdgroup_store(acc.m[i][j], ys, S::BN, ulong2(sn + 8 * j, sm + 8 * i));
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
-template <uint BITS>
-inline void qmm(device const float* x, device const uint* w, device const bfloat* scales, device const bfloat* biases,
-                device float* y, uint2 tg, uint tid, uint sg, threadgroup float* xs, threadgroup float* ws,
-                threadgroup float* ys) {
-  const uint m0 = tg.y * QMM_BM, n0 = tg.x * QMM_BN;
-  qmm_acc acc;
-  qmm_tile<BITS, false>(acc, x, nullptr, m0, min(uint(QMM_BM), QMM_M - m0), w, scales, biases, 0, n0, QMM_N, QMM_K, tid,
-                        sg, xs, ws);
-  qmm_stage(acc, ys, sg);
-  for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
-    const uint r = i / QMM_BN, c = i % QMM_BN;
+template <uint BITS, uint BM>
+[[kernel]] void qmm(device const uint* w [[buffer(0)]],         // [N][K·BITS/32] codes
+                    device const bfloat* scales [[buffer(1)]],  // [N][K/64]
+                    device const bfloat* biases [[buffer(2)]],  // [N][K/64]
+                    device const float* x [[buffer(3)]],        // [M][K]
+                    device float* y [[buffer(4)]],              // [M][N]
+                    uint2 tg [[threadgroup_position_in_grid]],
+                    uint tid [[thread_index_in_threadgroup]],
+                    uint sg [[simdgroup_index_in_threadgroup]]) {
+  typedef qmm_shape<BM> S;
+  threadgroup float xs[QMM_TILE];
+  threadgroup float ws[32768 / BM];  // BN·QMM_BK
+  threadgroup float ys[QMM_TILE];
+  const uint m0 = tg.y * BM, n0 = tg.x * S::BN;
+  qmm_acc<BM> acc;
+  qmm_tile<BITS, false, BM>(acc, x, nullptr, m0, min(BM, QMM_M - m0), w, scales, biases, 0, n0, QMM_N, QMM_K, tid, sg,
+                            xs, ws);
+  qmm_stage<BM>(acc, ys, sg);
+  for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
+    const uint r = i / S::BN, c = i % S::BN;
     if (m0 + r < QMM_M && n0 + c < QMM_N) {
       y[ulong(m0 + r) * QMM_N + n0 + c] = ys[i];
     }
   }
 }
 
-kernel void qmm_q4(device const uint* w [[buffer(0)]],         // [N][K·4/32] codes
-                   device const bfloat* scales [[buffer(1)]],  // [N][K/64]
-                   device const bfloat* biases [[buffer(2)]],  // [N][K/64]
-                   device const float* x [[buffer(3)]],        // [M][K]
-                   device float* y [[buffer(4)]],              // [M][N]
-                   uint2 tg [[threadgroup_position_in_grid]],
-                   uint tid [[thread_index_in_threadgroup]],
-                   uint sg [[simdgroup_index_in_threadgroup]]) {
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[QMM_TILE];
-  threadgroup float ys[QMM_TILE];
-  qmm<4>(x, w, scales, biases, y, tg, tid, sg, xs, ws, ys);
-}
-
-kernel void qmm_q8(device const uint* w [[buffer(0)]],         // [N][K·8/32] codes
-                   device const bfloat* scales [[buffer(1)]],  // [N][K/64]
-                   device const bfloat* biases [[buffer(2)]],  // [N][K/64]
-                   device const float* x [[buffer(3)]],        // [M][K]
-                   device float* y [[buffer(4)]],              // [M][N]
-                   uint2 tg [[threadgroup_position_in_grid]],
-                   uint tid [[thread_index_in_threadgroup]],
-                   uint sg [[simdgroup_index_in_threadgroup]]) {
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[QMM_TILE];
-  threadgroup float ys[QMM_TILE];
-  qmm<8>(x, w, scales, biases, y, tg, tid, sg, xs, ws, ys);
-}
+template [[host_name("qmm_q4")]] [[kernel]] decltype(qmm<4, 32>) qmm<4, 32>;
+template [[host_name("qmm_q8")]] [[kernel]] decltype(qmm<8, 32>) qmm<8, 32>;
+template [[host_name("qmm_q4_m16")]] [[kernel]] decltype(qmm<4, 16>) qmm<4, 16>;
+template [[host_name("qmm_q8_m16")]] [[kernel]] decltype(qmm<8, 16>) qmm<8, 16>;
+template [[host_name("qmm_q4_m8")]] [[kernel]] decltype(qmm<4, 8>) qmm<4, 8>;
+template [[host_name("qmm_q8_m8")]] [[kernel]] decltype(qmm<8, 8>) qmm<8, 8>;
 
 // simdgroup_layout_probe writes, per lane of one simdgroup, the two elements of
 // thread_elements() of a matrix loaded from labels (element (r, c) = r·8 + c): the selftest
@@ -161,27 +168,30 @@ kernel void simdgroup_layout_probe(device const float* labels [[buffer(0)]],  //
 }
 
 // moe_gate_up_mm is a prefill chunk's grouped GEMM for the routed experts' gate and up
-// projections with SwiGLU: block b of moe_sort's map ({expert e, first pair, pairs n}) computes,
-// for its n pairs and 32 of the I = QMM_N intermediate rows, act[pair] = silu(gate_e · x[tok]) ·
-// (up_e · x[tok]), gate_e and up_e being rows e·I .. of the stacked [E·I][K] tensors and x the
-// chunk's normed inputs [T][K]. Grid: (ceil(I / 32), blocks) threadgroups of 128; a block past the
-// map's end ({MOE_NONE, ...}) returns at once. The shared expert runs through it too, as one
-// expert over an identity map.
-kernel void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E·I][K·4/32]
-                           device const bfloat* gate_s [[buffer(1)]],
-                           device const bfloat* gate_b [[buffer(2)]],
-                           device const uint* up_w [[buffer(3)]],
-                           device const bfloat* up_s [[buffer(4)]],
-                           device const bfloat* up_b [[buffer(5)]],
-                           device const float* x [[buffer(6)]],            // [T][K]
-                           device const uint* tok [[buffer(7)]],           // [pairs] (moe_sort)
-                           device const uint4* blocks [[buffer(8)]],       // moe_sort's block map
-                           device float* act [[buffer(9)]],                // [pairs][I]
-                           uint2 tg [[threadgroup_position_in_grid]],
-                           uint tid [[thread_index_in_threadgroup]],
-                           uint sg [[simdgroup_index_in_threadgroup]]) {
+// projections with SwiGLU: block b of moe_sort's map ({expert e, first pair, pairs n}, n <= BM)
+// computes, for its n pairs and BN of the I = QMM_N intermediate rows, act[pair] =
+// silu(gate_e · x[tok]) · (up_e · x[tok]), gate_e and up_e being rows e·I .. of the stacked
+// [E·I][K] tensors and x the chunk's normed inputs [T][K]. Grid: (ceil(I / BN), blocks)
+// threadgroups of 128; a block past the map's end ({MOE_NONE, ...}) returns at once. The shared
+// expert runs through it too, as one expert over an identity map. BM is the map's block rows
+// (moe_sort's MOE_BM): moe_gate_up_mm 32, moe_gate_up_mm_b16 16, moe_gate_up_mm_b8 8.
+template <uint BM>
+[[kernel]] void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E·I][K·4/32]
+                               device const bfloat* gate_s [[buffer(1)]],
+                               device const bfloat* gate_b [[buffer(2)]],
+                               device const uint* up_w [[buffer(3)]],
+                               device const bfloat* up_s [[buffer(4)]],
+                               device const bfloat* up_b [[buffer(5)]],
+                               device const float* x [[buffer(6)]],            // [T][K]
+                               device const uint* tok [[buffer(7)]],           // [pairs] (moe_sort)
+                               device const uint4* blocks [[buffer(8)]],       // moe_sort's block map
+                               device float* act [[buffer(9)]],                // [pairs][I]
+                               uint2 tg [[threadgroup_position_in_grid]],
+                               uint tid [[thread_index_in_threadgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]]) {
+  typedef qmm_shape<BM> S;
   threadgroup float xs[QMM_TILE];
-  threadgroup float ws[QMM_TILE];
+  threadgroup float ws[32768 / BM];  // BN·QMM_BK
   threadgroup float yg[QMM_TILE];
   threadgroup float yu[QMM_TILE];
   const uint4 blk = blocks[tg.y];
@@ -189,14 +199,14 @@ kernel void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E
     return;  // the same for the whole threadgroup
   }
   const ulong w0 = ulong(blk.x) * QMM_N;
-  const uint n0 = tg.x * QMM_BN;
-  qmm_acc acc;
-  qmm_tile<4, true>(acc, x, tok, blk.y, blk.z, gate_w, gate_s, gate_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
-  qmm_stage(acc, yg, sg);
-  qmm_tile<4, true>(acc, x, tok, blk.y, blk.z, up_w, up_s, up_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
-  qmm_stage(acc, yu, sg);
-  for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
-    const uint r = i / QMM_BN, c = i % QMM_BN;
+  const uint n0 = tg.x * S::BN;
+  qmm_acc<BM> acc;
+  qmm_tile<4, true, BM>(acc, x, tok, blk.y, blk.z, gate_w, gate_s, gate_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
+  qmm_stage<BM>(acc, yg, sg);
+  qmm_tile<4, true, BM>(acc, x, tok, blk.y, blk.z, up_w, up_s, up_b, w0, n0, QMM_N, QMM_K, tid, sg, xs, ws);
+  qmm_stage<BM>(acc, yu, sg);
+  for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
+    const uint r = i / S::BN, c = i % S::BN;
     if (r < blk.z && n0 + c < QMM_N) {
       const float g = yg[i];
       act[ulong(blk.y + r) * QMM_N + n0 + c] = g * (1.0f / (1.0f + exp(-g))) * yu[i];
@@ -205,35 +215,44 @@ kernel void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E
 }
 
 // moe_down_mm is the routed experts' grouped down GEMM: block b of moe_sort's map computes, for
-// its n pairs (rows first .. first+n-1 of act, [pairs][I = QMM_K]) and 32 of the H = QMM_N
+// its n pairs (rows first .. first+n-1 of act, [pairs][I = QMM_K]) and BN of the H = QMM_N
 // output dims, y[pair] = w[pair] · (down_e · act[pair]), down_e being rows e·H .. of the stacked
-// [E·H][I] tensor. Grid: (ceil(H / 32), blocks) threadgroups of 128.
-kernel void moe_down_mm(device const uint* down_w [[buffer(0)]],    // [E·H][I·4/32]
-                        device const bfloat* down_s [[buffer(1)]],
-                        device const bfloat* down_b [[buffer(2)]],
-                        device const float* act [[buffer(3)]],      // [pairs][I]
-                        device const float* w [[buffer(4)]],        // [pairs] routing weights (moe_sort)
-                        device const uint4* blocks [[buffer(5)]],   // moe_sort's block map
-                        device float* y [[buffer(6)]],              // [pairs][H]
-                        uint2 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_index_in_threadgroup]],
-                        uint sg [[simdgroup_index_in_threadgroup]]) {
+// [E·H][I] tensor. Grid: (ceil(H / BN), blocks) threadgroups of 128. Instances as moe_gate_up_mm's.
+template <uint BM>
+[[kernel]] void moe_down_mm(device const uint* down_w [[buffer(0)]],    // [E·H][I·4/32]
+                            device const bfloat* down_s [[buffer(1)]],
+                            device const bfloat* down_b [[buffer(2)]],
+                            device const float* act [[buffer(3)]],      // [pairs][I]
+                            device const float* w [[buffer(4)]],        // [pairs] routing weights (moe_sort)
+                            device const uint4* blocks [[buffer(5)]],   // moe_sort's block map
+                            device float* y [[buffer(6)]],              // [pairs][H]
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+  typedef qmm_shape<BM> S;
   threadgroup float xs[QMM_TILE];
-  threadgroup float ws[QMM_TILE];
+  threadgroup float ws[32768 / BM];  // BN·QMM_BK
   threadgroup float ys[QMM_TILE];
   const uint4 blk = blocks[tg.y];
   if (blk.x == 0xffffffffu) {
     return;
   }
-  const uint n0 = tg.x * QMM_BN;
-  qmm_acc acc;
-  qmm_tile<4, false>(acc, act, nullptr, blk.y, blk.z, down_w, down_s, down_b, ulong(blk.x) * QMM_N, n0, QMM_N, QMM_K,
-                     tid, sg, xs, ws);
-  qmm_stage(acc, ys, sg);
-  for (uint i = tid; i < QMM_BM * QMM_BN; i += QMM_THREADS) {
-    const uint r = i / QMM_BN, c = i % QMM_BN;
+  const uint n0 = tg.x * S::BN;
+  qmm_acc<BM> acc;
+  qmm_tile<4, false, BM>(acc, act, nullptr, blk.y, blk.z, down_w, down_s, down_b, ulong(blk.x) * QMM_N, n0, QMM_N,
+                         QMM_K, tid, sg, xs, ws);
+  qmm_stage<BM>(acc, ys, sg);
+  for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
+    const uint r = i / S::BN, c = i % S::BN;
     if (r < blk.z && n0 + c < QMM_N) {
       y[ulong(blk.y + r) * QMM_N + n0 + c] = w[blk.y + r] * ys[i];
     }
   }
 }
+
+template [[host_name("moe_gate_up_mm")]] [[kernel]] decltype(moe_gate_up_mm<32>) moe_gate_up_mm<32>;
+template [[host_name("moe_gate_up_mm_b16")]] [[kernel]] decltype(moe_gate_up_mm<16>) moe_gate_up_mm<16>;
+template [[host_name("moe_gate_up_mm_b8")]] [[kernel]] decltype(moe_gate_up_mm<8>) moe_gate_up_mm<8>;
+template [[host_name("moe_down_mm")]] [[kernel]] decltype(moe_down_mm<32>) moe_down_mm<32>;
+template [[host_name("moe_down_mm_b16")]] [[kernel]] decltype(moe_down_mm<16>) moe_down_mm<16>;
+template [[host_name("moe_down_mm_b8")]] [[kernel]] decltype(moe_down_mm<8>) moe_down_mm<8>;

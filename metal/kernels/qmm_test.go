@@ -48,13 +48,14 @@ func runQMM(t *testing.T, lib *emu.Library, r *rand.Rand, c qmmCase, order emu.O
 	return refErr, exactErr
 }
 
-// TestQMM: edge tiles in both directions (tokens and rows not multiples of 32), one token, one
-// quantisation group, 8-bit, several K steps; every thread order.
+// TestQMM: edge tiles in both directions (tokens and rows not multiples of the tile), one token,
+// one quantisation group, 8-bit, several K steps, each tile height (QMMTileRows: 32 above 16
+// tokens, 16, 8); every thread order.
 func TestQMM(t *testing.T) {
 	lib := library(t, emu.Options{}, "qmm.metal")
 	r := rand.New(rand.NewPCG(71, 72))
 	var worstR, worstX float64
-	for _, c := range []qmmCase{{4, 37, 70, 128}, {4, 1, 32, 64}, {8, 64, 64, 192}, {4, 32, 33, 256}, {8, 5, 7, 64}} {
+	for _, c := range []qmmCase{{4, 37, 70, 128}, {4, 1, 32, 64}, {8, 64, 64, 192}, {4, 32, 33, 256}, {8, 5, 7, 64}, {4, 13, 70, 128}, {8, 16, 130, 64}, {4, 8, 300, 128}} {
 		for _, order := range emu.Orders {
 			t.Run(fmt.Sprintf("q%d_m%d_n%d_k%d_%v", c.bits, c.tokens, c.rows, c.cols, order), func(t *testing.T) {
 				re, xe := runQMM(t, lib, r, c, order)
@@ -78,6 +79,7 @@ func TestQMMASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "qmm.metal")
 	r := rand.New(rand.NewPCG(75, 76))
 	runQMM(t, lib, r, qmmCase{4, 33, 40, 64}, emu.Reverse) // the last rows and columns of every buffer
+	runQMM(t, lib, r, qmmCase{4, 7, 130, 64}, emu.Reverse) // the 8-row tile: 128 columns a tile
 }
 
 // TestLayoutProbe: the probe reports SimdgroupLayout on the emulator (the selftest runs it on a
