@@ -444,9 +444,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			b.qmv(wo, y, res, true)
 			for _, ch := range chs {
 				ch.norm(ch.zero, inNorm, eps)
-				for i, m := range []qmat{wqkv, wz, wb, wa} {
-					ch.qmm(m, ch.xn, []int{ch.qkv, ch.z, ch.gb, ch.ga}[i])
-				}
+				ch.qmmMulti([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
 				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
 					[]int{ch.qkv, taps, win}, nil, win, ch.u)
 				ch.call(kernels.GDNChunkCall(gs, eps, kernels.GDNSimdgroups, ch.n, kernels.GDNStepBuffers[int]{
@@ -500,9 +498,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			b.qmv(wo, attnOut, res, true)
 			for _, ch := range chs {
 				ch.norm(ch.zero, inNorm, eps)
-				ch.qmm(wq, ch.xn, ch.qg)
-				ch.qmm(wk, ch.xn, ch.k)
-				ch.qmm(wv, ch.xn, ch.v)
+				ch.qmmMulti([]qmat{wq, wk, wv}, ch.xn, ch.qg, ch.k, ch.v)
 				// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
 				var chunkWrites, chunkReads []plan.Range
 				for _, cache := range []int{kc, vc} {

@@ -12,6 +12,9 @@ const (
 	QMMTokens = 0 // uint QMM_M: rows of X and Y
 	QMMRows   = 1 // uint QMM_N: rows of W (output features)
 	QMMCols   = 2 // uint QMM_K: columns of W (input features), a multiple of 64
+	QMMRows1  = 3 // uint QMM_N1 (qmm_multi): rows of matrix 1; QMMRows2, QMMRows3 the next
+	QMMRows2  = 4
+	QMMRows3  = 5
 )
 
 // qmm geometry: a threadgroup of QMMThreads computes a bm × QMMTileCols(bm) tile of Y, bm being
@@ -79,6 +82,49 @@ func QMMCall[B any](bits, tokens, rows, cols int, b QMMBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: QMMKernel(bits, bm), Constants: map[int]any{QMMTokens: tokens, QMMRows: rows, QMMCols: cols}, Buffers: bs,
 		Threadgroups: [3]int{groupsFor(rows, QMMTileCols(bm)), groupsFor(tokens, bm), 1}, Group: grid(QMMThreads),
+	}
+}
+
+// QMMMultiKernel names qmm_multi's instance for a bit width and tile height.
+func QMMMultiKernel(bits, bm int) string {
+	if bm == 32 {
+		return fmt.Sprintf("qmm_multi_q%d", bits)
+	}
+	return fmt.Sprintf("qmm_multi_q%d_m%d", bits, bm)
+}
+
+// QMMMultiBuffers are qmm_multi's buffers, by role: matrix j's at QMVMultiMatrix(j) (codes,
+// scales, biases) and its output Y[j] after them, as qmv_multi binds them; X at QMVMultiX.
+type QMMMultiBuffers[B any] struct {
+	W []QMatrixBuffers[B]
+	Y []B // [tokens][rows[j]] float32
+	X B   // [tokens][cols] float32
+}
+
+// QMMMultiCall is qmm_multi_q<bits>: Y[j] = x·W[j]ᵀ for tokens rows of x over 1 to 4 matrices of
+// rows[j] × cols, in tiles of QMMTileRows(tokens) rows. An absent matrix's slots are bound to
+// matrix 0's buffers (never read).
+func QMMMultiCall[B any](bits, tokens, cols int, rows []int, b QMMMultiBuffers[B]) Call[B] {
+	if len(rows) < 1 || len(rows) > QMVMaxMatrices || len(b.W) != len(rows) || len(b.Y) != len(rows) {
+		panic(fmt.Sprintf("kernels: qmm_multi of %d matrices, %d weights, %d outputs", len(rows), len(b.W), len(b.Y)))
+	}
+	bm := QMMTileRows(tokens)
+	c := map[int]any{QMMTokens: tokens, QMMCols: cols}
+	bs := map[int]B{QMVMultiX: b.X}
+	tiles := 0
+	for j, idx := range []int{QMMRows, QMMRows1, QMMRows2, QMMRows3} {
+		k, n := 0, 0 // an absent matrix: no rows, matrix 0's buffers
+		if j < len(rows) {
+			k, n = j, rows[j]
+			tiles += groupsFor(n, QMMTileCols(bm))
+		}
+		c[idx] = n
+		b.W[k].bind(bs, QMVMultiMatrix(j))
+		bs[QMVMultiMatrix(j)+3] = b.Y[k]
+	}
+	return Call[B]{
+		Kernel: QMMMultiKernel(bits, bm), Constants: c, Buffers: bs,
+		Threadgroups: [3]int{tiles, groupsFor(tokens, bm), 1}, Group: grid(QMMThreads),
 	}
 }
 

@@ -111,3 +111,62 @@ func TestLayoutProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestQMMMulti: qmm_multi over stacks of 1 to 4 matrices (rows not multiples of any tile width,
+// a one-row matrix as the shared expert's gate is) equals QMM per matrix, at each tile height.
+func TestQMMMulti(t *testing.T) {
+	lib := library(t, emu.Options{}, "qmm.metal")
+	r := rand.New(rand.NewPCG(77, 78))
+	for i, c := range []struct {
+		bits, tokens, cols int
+		rows               []int
+	}{
+		{4, 37, 128, []int{70, 33, 1, 40}},
+		{8, 13, 64, []int{256, 1}},
+		{4, 5, 128, []int{130, 64, 8}},
+		{4, 64, 64, []int{32}},
+	} {
+		order := emu.Orders[i%len(emu.Orders)]
+		t.Run(fmt.Sprintf("q%d_m%d_%v_%v", c.bits, c.tokens, c.rows, order), func(t *testing.T) {
+			x := randFloats(r, c.tokens*c.cols, 2)
+			var b QMMMultiBuffers[*emu.Buffer]
+			var ms []*quant.Matrix
+			for _, n := range c.rows {
+				m := quant.Quantize(randFloats(r, n*c.cols, 0.05), n, c.cols, c.bits)
+				ms = append(ms, m)
+				y := emu.NewBuffer(4 * c.tokens * n)
+				y.Fill(0xFF)
+				b.W = append(b.W, qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)})
+				b.Y = append(b.Y, y)
+			}
+			b.X = emu.BufferOf(x)
+			mustDispatch(t, lib, QMMMultiCall(c.bits, c.tokens, c.cols, c.rows, b), order, uint64(i))
+			for j, m := range ms {
+				if e := relErr(b.Y[j].Float32s(), QMM(m, x, c.tokens)); !(e <= 2e-6) {
+					t.Errorf("matrix %d: relative error %.2g", j, e)
+				}
+			}
+		})
+	}
+}
+
+func TestQMMMultiASan(t *testing.T) {
+	lib := library(t, emu.Options{ASan: true}, "qmm.metal")
+	r := rand.New(rand.NewPCG(79, 80))
+	x := randFloats(r, 9*64, 1)
+	var b QMMMultiBuffers[*emu.Buffer]
+	var ms []*quant.Matrix
+	for _, n := range []int{40, 1, 17} {
+		m := quant.Quantize(randFloats(r, n*64, 0.05), n, 64, 4)
+		ms = append(ms, m)
+		b.W = append(b.W, qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)})
+		b.Y = append(b.Y, emu.NewBuffer(4*9*n))
+	}
+	b.X = emu.BufferOf(x)
+	mustDispatch(t, lib, QMMMultiCall(4, 9, 64, []int{40, 1, 17}, b), emu.Reverse, 1)
+	for j, m := range ms {
+		if e := relErr(b.Y[j].Float32s(), QMM(m, x, 9)); !(e <= 2e-6) {
+			t.Errorf("matrix %d: relative error %.2g", j, e)
+		}
+	}
+}
