@@ -34,7 +34,8 @@ type selftestCheck struct {
 	Error      string   `json:"error,omitempty"`
 }
 
-// selftestChunk is the end-to-end check's prefill chunk: its 21-token batched prompt runs one.
+// selftestChunk is the end-to-end check's largest prefill chunk: its 25-token batched prompt
+// runs one of 16 and one of 8 (gpu.Buckets), the 16- and 8-row tiles.
 const selftestChunk = 16
 
 // selftestGPU is the GPU decode backend the end-to-end check compares with engine/cpu: Metal on
@@ -42,13 +43,13 @@ const selftestChunk = 16
 func selftestGPU(w *model.Weights) (backend.Backend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
-		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunks: []int{selftestChunk}})
+		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunks: gpu.Buckets(selftestChunk)})
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunks: []int{selftestChunk}})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunks: gpu.Buckets(selftestChunk)})
 	if err != nil {
 		return nil, err
 	}

@@ -411,10 +411,19 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			[]int{s.ChunkTokens}, emb.all(), ch.res)
 	}
 
+	// The input norms first: a chunk's MoE combine normalises the residual for the next layer.
+	inNorms := make([]int, len(c.Layers))
+	for li := range c.Layers {
+		inNorms[li] = b.vector(fmt.Sprintf("layers.%d.input_layernorm", li), H, true, func(w *model.Weights) []float32 { return w.Layers[li].InputNorm })
+	}
 	for li, kind := range c.Layers {
 		p := fmt.Sprintf("layers.%d.", li)
 		layer := func(w *model.Weights) *model.Layer { return &w.Layers[li] }
-		inNorm := b.vector(p+"input_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).InputNorm })
+		inNorm := inNorms[li]
+		next := -1 // the next layer's input norm, for the chunk's combine (none after the last)
+		if li+1 < len(c.Layers) {
+			next = inNorms[li+1]
+		}
 		postNorm := b.vector(p+"post_attention_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).PostNorm })
 
 		if kind == config.LinearAttention {
@@ -443,7 +452,9 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(state), b.whole(y)})
 			b.qmv(wo, y, res, true)
 			for _, ch := range chs {
-				ch.norm(ch.zero, inNorm, eps)
+				if li == 0 { // later layers' input norm is the previous combine's
+					ch.norm(ch.zero, inNorm, eps)
+				}
 				ch.qmmMulti([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
 				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
 					[]int{ch.qkv, taps, win}, nil, win, ch.u)
@@ -497,7 +508,9 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				[]plan.Range{b.whole(attnOut)})
 			b.qmv(wo, attnOut, res, true)
 			for _, ch := range chs {
-				ch.norm(ch.zero, inNorm, eps)
+				if li == 0 { // later layers' input norm is the previous combine's
+					ch.norm(ch.zero, inNorm, eps)
+				}
 				ch.qmmMulti([]qmat{wq, wk, wv}, ch.xn, ch.qg, ch.k, ch.v)
 				// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
 				var chunkWrites, chunkReads []plan.Range
@@ -558,7 +571,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
 			[]plan.Range{b.whole(res)})
 		for _, ch := range chs {
-			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown)
+			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown, next, eps)
 		}
 	}
 

@@ -165,8 +165,9 @@ func (c *chunkBufs) norm(d, gain int, eps float32) {
 }
 
 // moe is the chunk's MoE block on xn, added into the residual: the router and shared gate
-// logits, routing, grouping by expert, the grouped GEMMs, the shared expert, the combine.
-func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate, shUp, shDown qmat) {
+// logits, routing, grouping by expert, the grouped GEMMs, the shared expert, the combine, which
+// also writes xn normalised with gain next (the next layer's input norm; -1: none).
+func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate, shUp, shDown qmat, next int, eps float32) {
 	n, pairs := c.n, c.n*ms.K
 	c.qmmMulti([]qmat{router, seg}, c.xn, c.logits, c.seg)
 	c.call(kernels.MoETopKChunkCall(ms, n, kernels.MoETopKBuffers[int]{Logits: c.logits, Shared: c.seg, IDs: c.ids, Weights: c.weights}),
@@ -194,6 +195,12 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, idBlocks, idBM, kernels.MoEDownMMBuffers[int]{
 		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
 		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
-	c.call(kernels.MoECombineCall(ms, n, kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}),
-		[]int{c.ids, c.weights, c.pos, c.ey, c.sh, c.res}, nil, c.res)
+	cb := kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}
+	reads := []int{c.ids, c.weights, c.pos, c.ey, c.sh, c.res}
+	if next < 0 {
+		c.call(kernels.MoECombineCall(ms, n, cb), reads, nil, c.res)
+		return
+	}
+	cb.Gain, cb.Out = next, c.xn
+	c.call(kernels.MoECombineNormCall(ms, n, eps, cb), append(reads, next), nil, c.res, c.xn)
 }

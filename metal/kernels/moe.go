@@ -486,7 +486,7 @@ func MoECombine(s MoEShape, ids []uint32, weights []float32, sorted MoESorted, y
 	}
 }
 
-// MoECombineBuffers are moe_combine's buffers, by role.
+// MoECombineBuffers are moe_combine's buffers, by role (Gain and Out: moe_combine_norm's).
 type MoECombineBuffers[B any] struct {
 	IDs     B // 0: [tokens][K]
 	Weights B // 1: [tokens][K+1] (the shared gate's sigmoid last)
@@ -494,6 +494,8 @@ type MoECombineBuffers[B any] struct {
 	Y       B // 3: [tokens·K][H] moe_down_mm's
 	Shared  B // 4: [tokens][H] the shared expert's output
 	Res     B // 5: [tokens][H], updated in place
+	Gain    B // 6: [H] bf16, the next layer's input norm
+	Out     B // 7: [tokens][H] the normed residual
 }
 
 // MoECombineThreads is moe_combine's threadgroup: a thread per hidden dim.
@@ -504,5 +506,16 @@ func MoECombineCall[B any](s MoEShape, tokens int, b MoECombineBuffers[B]) Call[
 	return Call[B]{
 		Kernel: "moe_combine", Constants: s.Constants(), Buffers: map[int]B{0: b.IDs, 1: b.Weights, 2: b.Pos, 3: b.Y, 4: b.Shared, 5: b.Res},
 		Threadgroups: [3]int{groupsFor(s.H, MoECombineThreads), tokens, 1}, Group: grid(MoECombineThreads),
+	}
+}
+
+// MoECombineNormCall is moe_combine_norm for tokens tokens: the combine, then the RMSNorm with
+// eps and b.Gain into b.Out, a threadgroup of MoECombineThreads per token (add_rmsnorm's
+// arithmetic at RMSNormThreads).
+func MoECombineNormCall[B any](s MoEShape, tokens int, eps float32, b MoECombineBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "moe_combine_norm", Constants: s.NormConstants(eps),
+		Buffers:      map[int]B{0: b.IDs, 1: b.Weights, 2: b.Pos, 3: b.Y, 4: b.Shared, 5: b.Res, 6: b.Gain, 7: b.Out},
+		Threadgroups: [3]int{1, tokens, 1}, Group: grid(MoECombineThreads),
 	}
 }

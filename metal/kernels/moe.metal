@@ -513,19 +513,15 @@ kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K
 // experts, in ascending expert id (engine/cpu's order), of y[pos[t·K + slot]] (moe_down_mm's
 // weighted rows), then the shared expert's row sh[t] times its gate weights[t][K] (the sigmoid
 // moe_topk wrote). Grid: (ceil(H / 256), T) threadgroups of 256, a thread per hidden dim.
-kernel void moe_combine(device const uint* ids [[buffer(0)]],        // [T][K]
-                        device const float* weights [[buffer(1)]],   // [T][K + 1]
-                        device const uint* pos [[buffer(2)]],        // [T·K] (moe_sort)
-                        device const float* y [[buffer(3)]],         // [T·K][H] sorted pairs' rows
-                        device const float* sh [[buffer(4)]],        // [T][H] the shared expert's
-                        device float* res [[buffer(5)]],             // [T][H], updated in place
-                        uint2 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_index_in_threadgroup]],
-                        uint ntg [[threads_per_threadgroup]]) {
-  const uint t = tg.y, d = tg.x * ntg + tid;
-  if (d >= MOE_H) {
-    return;
-  }
+//
+// moe_combine_norm does the same and then normalises the row for the next layer, out[t] =
+// res[t] · rsqrt(mean(res[t]²) + MOE_EPS) · gain, with add_rmsnorm's arithmetic (a thread per
+// 256th dim, simdgroup sums, then their sum), so the next layer's input norm is not a dispatch
+// of its own. Grid: (1, T) threadgroups of 256.
+
+// combine_dim is token t's MoE output at hidden dim d.
+inline float combine_dim(device const uint* ids, device const float* weights, device const uint* pos,
+                         device const float* y, device const float* sh, uint t, uint d) {
   // the token's slots by ascending expert id (K <= 32: a selection each round)
   float acc = 0.0f;
   uint last = 0, have = 0;
@@ -542,6 +538,64 @@ kernel void moe_combine(device const uint* ids [[buffer(0)]],        // [T][K]
     last = best;
     have = 1;
   }
-  acc += weights[t * (MOE_K + 1) + MOE_K] * sh[ulong(t) * MOE_H + d];
-  res[ulong(t) * MOE_H + d] += acc;
+  return acc + weights[t * (MOE_K + 1) + MOE_K] * sh[ulong(t) * MOE_H + d];
+}
+
+kernel void moe_combine(device const uint* ids [[buffer(0)]],        // [T][K]
+                        device const float* weights [[buffer(1)]],   // [T][K + 1]
+                        device const uint* pos [[buffer(2)]],        // [T·K] (moe_sort)
+                        device const float* y [[buffer(3)]],         // [T·K][H] sorted pairs' rows
+                        device const float* sh [[buffer(4)]],        // [T][H] the shared expert's
+                        device float* res [[buffer(5)]],             // [T][H], updated in place
+                        uint2 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint ntg [[threads_per_threadgroup]]) {
+  const uint t = tg.y, d = tg.x * ntg + tid;
+  if (d >= MOE_H) {
+    return;
+  }
+  res[ulong(t) * MOE_H + d] += combine_dim(ids, weights, pos, y, sh, t, d);
+}
+
+kernel void moe_combine_norm(device const uint* ids [[buffer(0)]],
+                             device const float* weights [[buffer(1)]],
+                             device const uint* pos [[buffer(2)]],
+                             device const float* y [[buffer(3)]],
+                             device const float* sh [[buffer(4)]],
+                             device float* res [[buffer(5)]],
+                             device const bfloat* gain [[buffer(6)]],  // [H] the next layer's input norm
+                             device float* out [[buffer(7)]],          // [T][H] the normed residual
+                             uint2 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint ntg [[threads_per_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float partial[32];  // one sum of squares per simdgroup
+  threadgroup float inv_rms;
+  const uint t = tg.y;
+  const ulong base = ulong(t) * MOE_H;
+  float ss = 0.0f;
+  for (uint d = tid; d < MOE_H; d += ntg) {
+    const float h = res[base + d] + combine_dim(ids, weights, pos, y, sh, t, d);
+    res[base + d] = h;
+    ss += h * h;
+  }
+  ss = simd_sum(ss);
+  if (lane == 0) {
+    partial[sg] = ss;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (sg == 0) {
+    float v = lane < nsg ? partial[lane] : 0.0f;
+    v = simd_sum(v);
+    if (lane == 0) {
+      inv_rms = rsqrt(v / float(MOE_H) + MOE_EPS);
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float r = inv_rms;
+  for (uint d = tid; d < MOE_H; d += ntg) {
+    out[base + d] = res[base + d] * r * float(gain[d]);  // this thread wrote res[base + d] above
+  }
 }

@@ -176,14 +176,15 @@ func qbufsOf(m *quant.Matrix) qbufs {
 
 // TestMoEChunk: a prefill chunk's whole MoE block on the GPU — moe_topk, moe_sort, the grouped
 // gate/up and down GEMMs, the shared expert through the same kernels over an identity map, and
-// moe_combine — adds to every token's residual what the decode block's reference
-// (MoEGateUp + MoEDownCombine) adds for that token alone.
+// moe_combine (or moe_combine_norm, whose normed rows are checked too) — adds to every token's
+// residual what the decode block's reference (MoEGateUp + MoEDownCombine) adds for that token
+// alone.
 func TestMoEChunk(t *testing.T) {
 	runMoEChunk(t, emu.Options{}, MoEShape{H: 128, E: 16, K: 4, I: 64, SI: 128}, 37, emu.Orders)
 }
 
 func TestMoEChunkASan(t *testing.T) {
-	runMoEChunk(t, emu.Options{ASan: true}, MoEShape{H: 64, E: 4, K: 2, I: 64, SI: 64}, 9, []emu.Order{emu.Shuffle})
+	runMoEChunk(t, emu.Options{ASan: true}, MoEShape{H: 64, E: 4, K: 2, I: 64, SI: 64}, 9, []emu.Order{emu.Shuffle, emu.Reverse})
 }
 
 func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu.Order) {
@@ -196,6 +197,7 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 	}
 	x, res := randFloats(r, n*s.H, 1), randFloats(r, n*s.H, 1)
 	logits, shared := randFloats(r, n*s.E, 2), randFloats(r, n, 1)
+	gain := randGain(r, s.H)
 	want := append([]float32(nil), res...)
 	for tk := range n {
 		ids, w := MoERoute(logits[tk*s.E:(tk+1)*s.E], shared[tk], s.K)
@@ -219,8 +221,17 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 		shAct, sh := emu.NewBuffer(4*n*s.SI), emu.NewBuffer(4*n*s.H)
 		mustDispatch(t, libQ, MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, MoEGateUpMMBuffers[*emu.Buffer]{Gate: qbufsOf(mo.SharedGate), Up: qbufsOf(mo.SharedUp), X: bx, Tok: emu.BufferOf(tokens), Blocks: emu.BufferOf(idBlocks), Act: shAct}), order, 5)
 		mustDispatch(t, libQ, MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, MoEDownMMBuffers[*emu.Buffer]{Down: qbufsOf(mo.SharedDown), Act: shAct, W: emu.BufferOf(ones), Blocks: emu.BufferOf(idBlocks), Y: sh}), order, 6)
+		// moe_combine, and moe_combine_norm (in every other order) with the next layer's norm
 		bres := emu.BufferOf(res)
-		mustDispatch(t, libM, MoECombineCall(s, n, MoECombineBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Pos: sb.Pos, Y: y, Shared: sh, Res: bres}), order, 7)
+		cb := MoECombineBuffers[*emu.Buffer]{IDs: ids, Weights: weights, Pos: sb.Pos, Y: y, Shared: sh, Res: bres}
+		norm := i%2 == 1
+		if norm {
+			cb.Gain, cb.Out = emu.BufferOf(gain), emu.NewBuffer(4*n*s.H)
+			cb.Out.Fill(0xFF)
+			mustDispatch(t, libM, MoECombineNormCall(s, n, 1e-6, cb), order, 7)
+		} else {
+			mustDispatch(t, libM, MoECombineCall(s, n, cb), order, 7)
+		}
 		// compare the MoE's contribution, relative to its largest element
 		got, contrib := make([]float32, len(res)), make([]float32, len(res))
 		for i := range res {
@@ -228,6 +239,16 @@ func runMoEChunk(t *testing.T, opts emu.Options, s MoEShape, n int, orders []emu
 		}
 		if e := relErr(got, contrib); !(e <= 5e-6) {
 			t.Fatalf("%v, blocks of %d: the chunk's MoE output differs from the per-token reference by %.2g (of its max)", order, bm, e)
+		}
+		if norm { // the normed row is AddRMSNorm's of the residual the kernel wrote
+			wantOut, zero := make([]float32, s.H), make([]float32, s.H)
+			for tk := range n {
+				row := bres.Float32s()[tk*s.H : (tk+1)*s.H]
+				AddRMSNorm(make([]float32, s.H), wantOut, row, zero, gain, 1e-6)
+				if e := relErr(cb.Out.Float32s()[tk*s.H:(tk+1)*s.H], wantOut); !(e <= 1e-6) {
+					t.Fatalf("%v: token %d's normed row differs from AddRMSNorm's by %.2g", order, tk, e)
+				}
+			}
 		}
 	}
 }

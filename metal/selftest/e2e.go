@@ -119,13 +119,13 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 	return worst, nil
 }
 
-// batchedPrefill feeds a 21-token prompt without its rows' logits — on a backend with a 16-token
-// chunk mode, one chunk through the batched prefill kernels, then the decode step for the rest —
-// and compares the last row and its greedy token with the CPU backend's.
+// batchedPrefill feeds a 25-token prompt without its rows' logits — on a backend with chunk modes
+// of 16 and 8 tokens, a chunk of each through the batched prefill kernels, then the decode step
+// for the last token — and compares the last row and its greedy token with the CPU backend's.
 func batchedPrefill(g backend.Backend, w *model.Weights, tol float64, worst *float64) error {
 	V := w.Config.VocabSize
 	var prompt []int
-	for i := range 21 {
+	for i := range 25 {
 		prompt = append(prompt, (11+i*97)%V)
 	}
 	gs, cs := g.NewSession(), backend.Backend(cpu.New(w)).NewSession()

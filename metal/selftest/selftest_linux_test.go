@@ -39,7 +39,7 @@ func device(t *testing.T) exec.Device {
 }
 
 func emuBackend(w *model.Weights) (backend.Backend, error) {
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: 64, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3, Chunks: []int{16}})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: 64, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3, Chunks: gpu.Buckets(16)})
 	if err != nil {
 		return nil, err
 	}
