@@ -116,14 +116,17 @@ func checks() []check {
 		{"argmax", "partial+final, 248320 ids, 128 groups", idTol, checkArgmax},
 		{"moe_chunk_routing", "moe_topk + moe_sort, 70 tokens, E 256, top-8", idTol, checkMoEChunkRouting},
 		{"moe_gate_up_mm", "grouped gate/up + SwiGLU, 40 tokens, E 8, top-2, I 512, H 2048", qmmTol, checkMoEGateUpMM},
-		{"moe_down_combine_mm", "grouped down + combine with the shared expert, 20 tokens, E 8, top-2, I 512, H 2048", qmmTol, checkMoEDownCombineMM},
+		{"moe_down_combine_mm", "grouped down + combine with the shared expert, 20 tokens, E 8, top-2, I 512, H 2048", qmmTol, func(e *env) (float64, error) { return checkMoEDownCombineMM(e, false) }},
+		{"moe_down_combine_norm_mm", "the same, the combine normalising the residual (moe_combine_norm)", qmmTol, func(e *env) (float64, error) { return checkMoEDownCombineMM(e, true) }},
 		{"sample", "penalties+select+final, 65536 ids, top-k 20 top-p 0.95 presence 1.5, 3 steps", idTol, checkSample},
 		{"logprob", "partial+final, 248320 ids, 20 alternatives", logprobTol, checkLogprob},
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
 		{"attn_prefill", "16/2 heads × 256, 20 tokens after 300 cached positions, pages of 256", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KVBF16) }},
 		{"attn_prefill_kv8", "8-bit KV cache, 16/2 heads × 256, 20 tokens after 300 cached positions", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KV8) }},
-		{"qmm_q4", "64 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4) }},
-		{"qmm_q8", "37 tokens × 70 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8) }},
+		{"qmm_q4", "64, 13 and 5 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4) }},
+		{"qmm_q8", "38, 7 and 3 tokens × 70 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8) }},
+		{"qmm_multi_q4", "64, 13 and 5 tokens × [1024 512 32 32] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMMMulti(e, 4, []int{1024, 512, 32, 32}) }},
+		{"qmm_multi_q8", "64, 13 and 5 tokens × [256 1] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMMMulti(e, 8, []int{256, 1}) }},
 	}
 }
 
@@ -293,7 +296,9 @@ func checkMoEGateUpMM(e *env) (float64, error) {
 	return worst, nil
 }
 
-func checkMoEDownCombineMM(e *env) (float64, error) {
+// checkMoEDownCombineMM runs moe_down_mm and moe_combine, or with norm moe_combine_norm (whose
+// normed rows must be add_rmsnorm's of the residual it wrote).
+func checkMoEDownCombineMM(e *env, norm bool) (float64, error) {
 	s := kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}
 	const n = 20
 	ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
@@ -310,7 +315,14 @@ func checkMoEDownCombineMM(e *env) (float64, error) {
 	db := kernels.MoEDownMMBuffers[int]{Down: b.qm("down", down), Act: b.in("act", act), W: b.in("w", sorted.W), Blocks: b.in("blocks", blocks), Y: b.out("y", 4*n*s.K*s.H)}
 	b.add(kernels.MoEDownMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, db), false)
 	cb := kernels.MoECombineBuffers[int]{IDs: b.in("ids", ids), Weights: b.in("weights", weights), Pos: b.in("pos", sorted.Pos), Y: db.Y, Shared: b.in("sh", sh), Res: b.inout("res", res)}
-	b.add(kernels.MoECombineCall(s, n, cb), true)
+	const eps = 1e-6
+	gain := randGain(e.r, s.H)
+	if norm {
+		cb.Gain, cb.Out = b.in("gain", gain), b.out("out", 4*n*s.H)
+		b.add(kernels.MoECombineNormCall(s, n, eps, cb), true)
+	} else {
+		b.add(kernels.MoECombineCall(s, n, cb), true)
+	}
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
@@ -321,7 +333,44 @@ func checkMoEDownCombineMM(e *env) (float64, error) {
 	}
 	want := slices.Clone(res)
 	kernels.MoECombine(s, ids, weights, sorted, y, sh, want, n)
-	return relErr(f32s(x.Bytes(cb.Res)), want), nil
+	got := f32s(x.Bytes(cb.Res))
+	worst := relErr(got, want)
+	if norm {
+		out, wantOut := f32s(x.Bytes(cb.Out)), make([]float32, n*s.H)
+		for t := range n {
+			row := got[t*s.H : (t+1)*s.H]
+			kernels.AddRMSNorm(make([]float32, s.H), wantOut[t*s.H:(t+1)*s.H], row, make([]float32, s.H), gain, eps)
+		}
+		worst = max(worst, relErr(out, wantOut))
+	}
+	return worst, nil
+}
+
+// checkQMMMulti runs qmm_multi over a stack of matrices at each tile height.
+func checkQMMMulti(e *env, bits int, rows []int) (float64, error) {
+	const cols = 2048
+	worst := 0.0
+	for _, tokens := range []int{64, 13, 5} {
+		xs := randFloats(e.r, tokens*cols, 2)
+		b := newPB()
+		var ms []qmatrix
+		bs := kernels.QMMMultiBuffers[int]{X: b.in("x", xs)}
+		for j, n := range rows {
+			m := randQ(e.r, n, cols, bits)
+			ms = append(ms, m)
+			bs.W = append(bs.W, b.qm(fmt.Sprintf("w%d", j), m))
+			bs.Y = append(bs.Y, b.out(fmt.Sprintf("y%d", j), 4*tokens*n))
+		}
+		b.add(kernels.QMMMultiCall(bits, tokens, cols, rows, bs), false)
+		x, err := b.run(e, 1, nil, nil)
+		if err != nil {
+			return math.NaN(), err
+		}
+		for j, m := range ms {
+			worst = max(worst, relErr(f32s(x.Bytes(bs.Y[j])), kernels.QMM(m, xs, tokens)))
+		}
+	}
+	return worst, nil
 }
 
 func checkLayout(e *env) (float64, error) {
