@@ -256,10 +256,12 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	return err
 }
 
-// The chips modelled for prefill: peak memory bandwidth and peak simdgroup-matrix throughput
-// (float; Apple GPUs since M1 run half and float simdgroup products at the same rate). M5's
-// neural accelerators are reachable only through Metal 4 tensor ops, which these kernels do not
-// use, so no M5 figure is given.
+// The chips modelled for prefill: peak memory bandwidth and the peak throughput the kernels'
+// simdgroup matrices run at (float; Apple GPUs since M1 run half and float simdgroup products at
+// the same rate, on the shader ALUs: cores × 128 lanes × 2 FLOP × clock). M5's neural
+// accelerators (about 70 TFLOP/s on an M5 Max) are reachable only through Metal 4 tensor ops,
+// which these kernels do not use, so M5 Max is modelled at its ALUs' rate (40 cores at about
+// 1.75 GHz).
 var prefillChips = []struct {
 	name      string
 	bandwidth float64 // bytes/s
@@ -269,9 +271,10 @@ var prefillChips = []struct {
 	{"M2 Max", 400e9, 13.6e12},
 	{"M3 Max", 400e9, 14.3e12},
 	{"M4 Max", 546e9, 17.2e12},
+	{"M5 Max", 614e9, 18e12},
 }
 
-const prefillModelHelp = "modeled tok/s = chunk / max(bytes / bandwidth, FLOPs / peak matrix throughput) per chip, at 100% of each peak: M1 Max 400 GB/s 10.6 TFLOP/s, M2 Max 400 GB/s 13.6, M3 Max 400 GB/s 14.3, M4 Max 546 GB/s 17.2; no M5 figure (its accelerators need Metal 4 tensor ops)"
+const prefillModelHelp = "modeled tok/s = chunk / max(bytes / bandwidth, FLOPs / peak simdgroup-matrix throughput) per chip, at 100% of each peak: M1 Max 400 GB/s 10.6 TFLOP/s, M2 Max 400 GB/s 13.6, M3 Max 400 GB/s 14.3, M4 Max 546 GB/s 17.2, M5 Max 614 GB/s 18 (its shader ALUs: the neural accelerators need Metal 4 tensor ops, which these kernels do not use); routing taken as uniform"
 
 // prefillPlanOutput is `lily bench --plan --prefill M --output json`.
 type prefillPlanOutput struct {
