@@ -38,7 +38,7 @@ type backendOptions struct {
 	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
 }
 
-const prefillChunkHelp = "the largest number of prompt tokens a batched prefill step takes on the GPU backends, then chunks of 512 and of 64 for what is left, and a remainder below that token by token (0: token by token; default on metal 4096 where its 1.2 GB of activations cost no context, else 512; 0 on emu, where the emulated matrix kernels are slower than the token loop)"
+const prefillChunkHelp = "the largest number of prompt tokens a batched prefill step takes on the GPU backends, then chunks of 512, 64 and 8 for what is left, and a remainder below that token by token (0: token by token; default on metal 4096 where its 1.2 GB of activations cost no context, else 512; 0 on emu, where the emulated matrix kernels are slower than the token loop)"
 
 // chunkOptions are a backend's prefill chunk sizes for the flag's value n: -1 is the backend's
 // default, on metal picked by memory (gpu.DefaultChunks), on emu none.
