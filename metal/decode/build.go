@@ -458,7 +458,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.qmmMulti([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
 				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
 					[]int{ch.qkv, taps, win}, nil, win, ch.u)
-				ch.call(kernels.GDNChunkCall(gs, eps, kernels.GDNSimdgroups, ch.n, kernels.GDNStepBuffers[int]{
+				ch.call(kernels.GDNChunkCall(gs, eps, ch.n, kernels.GDNStepBuffers[int]{
 					QKV: ch.u, Z: ch.z, A: ch.ga, Beta: ch.gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: ch.y}),
 					[]int{ch.u, ch.z, ch.ga, ch.gb, aLog, dtBias, normW, state}, nil, state, ch.y)
 				ch.qmm(wo, ch.y, ch.o)

@@ -17,9 +17,8 @@ const (
 	GDNTokens     = 5 // uint GDN_T_FC: gdn_chunk's tokens
 )
 
-// GDNChunkMaxCols is how many value columns a gdn_chunk simdgroup keeps in registers: DV must be
-// at most that many times the simdgroups per threadgroup.
-const GDNChunkMaxCols = 4
+// GDNChunkCols is how many value columns a gdn_chunk simdgroup holds (four lanes each).
+const GDNChunkCols = 8
 
 // GDNSimdgroups is the production threadgroup of gdn_step: 32 simdgroups (1024 threads), four
 // value columns each.
@@ -143,15 +142,21 @@ func GDNChunk(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32, tokens 
 	}
 }
 
-// GDNChunkCall is gdn_chunk: tokens tokens through every value head (a threadgroup each) in one
-// dispatch, simdgroups simdgroups per threadgroup, s.DV <= GDNChunkMaxCols·simdgroups. The
-// buffers are gdn_step's, with qkv, z, a, b and y holding a row per token.
-func GDNChunkCall[B any](s GDNShape, eps float32, simdgroups, tokens int, b GDNStepBuffers[B]) Call[B] {
-	if s.DV > GDNChunkMaxCols*simdgroups {
-		panic(fmt.Sprintf("kernels: gdn_chunk with %d value columns over %d simdgroups (at most %d each)", s.DV, simdgroups, GDNChunkMaxCols))
+// GDNChunkSimdgroups is gdn_chunk's simdgroups per threadgroup: GDNChunkCols value columns each
+// (16 for the model's DV of 128).
+func GDNChunkSimdgroups(s GDNShape) int { return (s.DV + GDNChunkCols - 1) / GDNChunkCols }
+
+// GDNChunkCall is gdn_chunk: tokens tokens through every value head (a threadgroup of
+// GDNChunkSimdgroups each) in one dispatch. The buffers are gdn_step's, with qkv, z, a, b and y
+// holding a row per token; its threadgroup memory is two halves of DV floats.
+func GDNChunkCall[B any](s GDNShape, eps float32, tokens int, b GDNStepBuffers[B]) Call[B] {
+	nsg := GDNChunkSimdgroups(s)
+	if nsg > 32 {
+		panic(fmt.Sprintf("kernels: gdn_chunk with %d value columns (at most %d)", s.DV, 32*GDNChunkCols))
 	}
-	c := GDNStepCall(s, eps, simdgroups, b)
+	c := GDNStepCall(s, eps, nsg, b)
 	c.Kernel = "gdn_chunk"
 	c.Constants[GDNTokens] = tokens
+	c.ThreadgroupMem = map[int]int{0: (8*s.DV + 15) &^ 15}
 	return c
 }

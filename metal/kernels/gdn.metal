@@ -130,13 +130,29 @@ kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + H
 
 // gdn_chunk: gdn_step for the GDN_T tokens of a prefill chunk in one dispatch, as a sequential
 // scan: the recurrence itself is serial in the tokens, so each threadgroup (one value head) keeps
-// its state in registers for the whole chunk (a simdgroup's up to GDN_MAX_COLS columns of DK
-// values, DK/32 per lane) and reads and writes it once, not once per token. Token t's inputs
-// are row t of qkv [T][2*HK*DK + HV*DV], z [T][HV*DV], a and b [T][HV]; its output row t of
-// y [T][HV*DV]. Per token: the same operations as gdn_step, then two barriers (the gated norm's
-// sum, and the reuse of o_tg and partial by the next token). Geometry as gdn_step, with
-// DV <= GDN_MAX_COLS * NSG (production: 128 columns over 32 simdgroups).
-#define GDN_MAX_COLS 4
+// its state in registers for the whole chunk and reads and writes it once, not once per token.
+// Token t's inputs are row t of qkv [T][2*HK*DK + HV*DV], z [T][HV*DV], a and b [T][HV]; its
+// output row t of y [T][HV*DV].
+//
+// Layout ("packed", after mlx-lm's scan): a simdgroup holds GDN_PACK_COLS value columns, four
+// lanes a column, each lane a quarter of the column's DK state values (up to 32). A column's dot
+// products then end in two simd_shuffle_xor steps among its four lanes instead of a 32-lane
+// simd_sum, and a simdgroup's eight columns advance side by side: per token the serial chain is
+// the q/k norms, k·s, and q·s, two shuffle steps each. The four lanes add the partial sums in
+// the same pairs ((0+1)+(2+3), addition being commutative), so they agree on every total. The
+// gated norm's sum over DV meets in threadgroup memory; o_tg ([[threadgroup(0)]], 2·DV floats)
+// and the partial sums alternate between two halves by token, so one barrier a token suffices
+// (a thread writes half p again only at token t+2, after every thread has passed token t+1's
+// barrier and so finished reading token t's half). Geometry: ceil(DV / 8) simdgroups, DK a
+// multiple of 32 up to 128.
+#define GDN_PACK_COLS 8
+#define GDN_PACK_MAX 32  // DK / 4
+
+// quad_sum adds v over the four lanes of a column, in the same pairs on each lane.
+inline float quad_sum(float v) {
+  v += simd_shuffle_xor(v, 1);
+  return v + simd_shuffle_xor(v, 2);
+}
 
 kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK + HV*DV]
                       device const float* z [[buffer(1)]],        // [T][HV*DV]
@@ -147,97 +163,88 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
                       device const float* norm_w [[buffer(6)]],   // [DV]
                       device float* state [[buffer(7)]],          // [HV][DV][DK]
                       device float* y [[buffer(8)]],              // [T][HV*DV]
-                      threadgroup float* o_tg [[threadgroup(0)]],  // [DV]
+                      threadgroup float* o_tg [[threadgroup(0)]],  // [2][DV]
                       uint head [[threadgroup_position_in_grid]],
                       uint tid [[thread_index_in_threadgroup]],
                       uint ntg [[threads_per_threadgroup]],
                       uint sg [[simdgroup_index_in_threadgroup]],
                       uint nsg [[simdgroups_per_threadgroup]],
                       uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float partial[32];  // Σ o² per simdgroup
+  threadgroup float partial[2][32];  // Σ o² per simdgroup, by token parity
 
-  const uint E = GDN_DK / 32;
+  const uint P = GDN_DK / 4;  // state values per lane
   const uint C = GDN_HK * 2 * GDN_DK + GDN_HV * GDN_DV;  // a token's qkv row
   const uint kh = head / (GDN_HV / GDN_HK);
   const float a_exp = exp(a_log[head]);
+  const uint quarter = lane % 4, j = sg * GDN_PACK_COLS + lane / 4;  // this lane's column
+  const bool live = j < GDN_DV;  // the last simdgroup's spare lanes compute zeros, write nothing
 
-  // This simdgroup's columns sg, sg + nsg, ... of the head's state, in registers.
-  float s[GDN_MAX_COLS][GDN_MAX_PER_LANE];
-  uint cols = 0;
-  for (uint j = sg; j < GDN_DV; j += nsg, cols++) {
-    device const float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
-    for (uint i = 0; i < E; i++) {
-      s[cols][i] = st[i];
-    }
+  float s[GDN_PACK_MAX];
+  device float* st = state + (ulong(head) * GDN_DV + (live ? j : 0)) * GDN_DK + quarter * P;
+  for (uint i = 0; i < P; i++) {
+    s[i] = live ? st[i] : 0.0f;
   }
 
   for (uint t = 0; t < GDN_T; t++) {
     device const float* row = qkv + ulong(t) * C;
-    device const float* q = row + kh * GDN_DK + lane * E;
-    device const float* k = row + GDN_HK * GDN_DK + kh * GDN_DK + lane * E;
-    device const float* v = row + 2 * GDN_HK * GDN_DK + head * GDN_DV;
-    float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+    device const float* q = row + kh * GDN_DK + quarter * P;
+    device const float* k = row + GDN_HK * GDN_DK + kh * GDN_DK + quarter * P;
+    float kr[GDN_PACK_MAX];
     float qss = 0.0f, kss = 0.0f;
-    for (uint i = 0; i < E; i++) {
-      qr[i] = q[i];
+    for (uint i = 0; i < P; i++) {
+      const float qi = q[i];
       kr[i] = k[i];
-      qss += qr[i] * qr[i];
+      qss += qi * qi;
       kss += kr[i] * kr[i];
     }
-    qss = simd_sum(qss);
-    kss = simd_sum(kss);
+    qss = quad_sum(qss);
+    kss = quad_sum(kss);
     const float qn = rsqrt(qss + 1e-6f) * rsqrt(float(GDN_DK));
     const float kn = rsqrt(kss + 1e-6f);
-    for (uint i = 0; i < E; i++) {
-      qr[i] *= qn;
-      kr[i] *= kn;
-    }
     const float beta = 1.0f / (1.0f + exp(-b[t * GDN_HV + head]));
     const float decay = exp(-a_exp * softplus(a[t * GDN_HV + head] + dt_bias[head]));
 
-    float oss = 0.0f;
-    uint c = 0;
-    for (uint j = sg; j < GDN_DV; j += nsg, c++) {
-      float kv = 0.0f;
-      for (uint i = 0; i < E; i++) {
-        s[c][i] *= decay;
-        kv += s[c][i] * kr[i];
-      }
-      kv = simd_sum(kv);
-      const float delta = (v[j] - kv) * beta;
-      float o = 0.0f;
-      for (uint i = 0; i < E; i++) {
-        s[c][i] += kr[i] * delta;
-        o += s[c][i] * qr[i];
-      }
-      o = simd_sum(o);
-      if (lane == 0) {
-        o_tg[j] = o;
-      }
-      oss += o * o;
+    float kv = 0.0f;
+    for (uint i = 0; i < P; i++) {
+      kr[i] *= kn;
+      s[i] *= decay;
+      kv += s[i] * kr[i];
     }
+    kv = quad_sum(kv);
+    const float v = live ? row[2 * GDN_HK * GDN_DK + head * GDN_DV + j] : 0.0f;
+    const float delta = (v - kv) * beta;
+    float o = 0.0f;
+    for (uint i = 0; i < P; i++) {
+      s[i] += kr[i] * delta;
+      o += s[i] * (q[i] * qn);
+    }
+    o = quad_sum(o);
+
+    const uint half_ = t & 1u;
+    threadgroup float* ot = o_tg + half_ * GDN_DV;
+    if (live && quarter == 0) {
+      ot[j] = o;
+    }
+    const float oss = simd_sum(live && quarter == 0 ? o * o : 0.0f);
     if (lane == 0) {
-      partial[sg] = oss;
+      partial[half_][sg] = oss;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     float total = 0.0f;
     for (uint i = 0; i < nsg; i++) {
-      total += partial[i];
+      total += partial[half_][i];
     }
     const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
-    for (uint j = tid; j < GDN_DV; j += ntg) {
-      const float zz = z[(ulong(t) * GDN_HV + head) * GDN_DV + j];
+    for (uint jj = tid; jj < GDN_DV; jj += ntg) {
+      const float zz = z[(ulong(t) * GDN_HV + head) * GDN_DV + jj];
       const float silu = zz * (1.0f / (1.0f + exp(-zz)));
-      y[(ulong(t) * GDN_HV + head) * GDN_DV + j] = norm_w[j] * (o_tg[j] * r) * silu;
+      y[(ulong(t) * GDN_HV + head) * GDN_DV + jj] = norm_w[jj] * (ot[jj] * r) * silu;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // o_tg and partial are read: the next token may write them
   }
 
-  cols = 0;
-  for (uint j = sg; j < GDN_DV; j += nsg, cols++) {
-    device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
-    for (uint i = 0; i < E; i++) {
-      st[i] = s[cols][i];
+  if (live) {
+    for (uint i = 0; i < P; i++) {
+      st[i] = s[i];
     }
   }
 }

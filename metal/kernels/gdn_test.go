@@ -107,7 +107,7 @@ func TestGDNStepASan(t *testing.T) {
 
 // runGDNChunk runs tokens tokens through gdn_chunk in one dispatch and through GDNChunk from the
 // same random state; it returns the relative errors of y (every token's row) and of the state.
-func runGDNChunk(t *testing.T, lib *emu.Library, r *rand.Rand, s GDNShape, nsg, tokens int, order emu.Order) (yErr, stateErr float64) {
+func runGDNChunk(t *testing.T, lib *emu.Library, r *rand.Rand, s GDNShape, tokens int, order emu.Order) (yErr, stateErr float64) {
 	t.Helper()
 	p := randGDNParams(r, s)
 	state := randFloats(r, s.StateLen(), 0.1)
@@ -118,36 +118,37 @@ func runGDNChunk(t *testing.T, lib *emu.Library, r *rand.Rand, s GDNShape, nsg, 
 	bY.Fill(0xFF)
 	y := make([]float32, tokens*s.HV*s.DV)
 	GDNChunk(s, p, state, y, qkv, z, a, b, tokens)
-	mustDispatch(t, lib, GDNChunkCall(s, p.Eps, nsg, tokens, GDNStepBuffers[*emu.Buffer]{
+	mustDispatch(t, lib, GDNChunkCall(s, p.Eps, tokens, GDNStepBuffers[*emu.Buffer]{
 		QKV: emu.BufferOf(qkv), Z: emu.BufferOf(z), A: emu.BufferOf(a), Beta: emu.BufferOf(b),
 		ALog: emu.BufferOf(p.ALog), DtBias: emu.BufferOf(p.DtBias), NormW: emu.BufferOf(p.NormW), State: bState, Y: bY,
 	}), order, uint64(tokens))
 	yErr, stateErr = relErr(bY.Float32s(), y), relErr(bState.Float32s(), state)
 	// errors compound over the chunk's tokens like decode steps': gdn_step's bound, per √tokens
 	if tol := 1e-5 * math.Sqrt(float64(tokens)); !(yErr <= tol && stateErr <= tol) {
-		t.Errorf("%+v nsg %d, %d tokens %v: relative error y %.2g, state %.2g", s, nsg, tokens, order, yErr, stateErr)
+		t.Errorf("%+v, %d tokens %v: relative error y %.2g, state %.2g", s, tokens, order, yErr, stateErr)
 	}
 	return yErr, stateErr
 }
 
-// TestGDNChunk: a chunk scanned in one dispatch equals token-by-token GDNStep (edge shapes:
-// uneven columns, three key rows per lane, more simdgroups than columns; one token; every order).
+// TestGDNChunk: a chunk scanned in one dispatch equals token-by-token GDNStep (edge shapes: a
+// last simdgroup with spare columns, each key dim, one token, tokens of both parities; every
+// order).
 func TestGDNChunk(t *testing.T) {
 	lib := library(t, emu.Options{}, "gdn.metal")
 	r := rand.New(rand.NewPCG(19, 20))
 	var worstY, worstS float64
 	for _, c := range []struct {
-		s           GDNShape
-		nsg, tokens int
+		s      GDNShape
+		tokens int
 	}{
-		{GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 2, 1},
-		{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 10, 9},
-		{GDNShape{HK: 2, HV: 2, DK: 96, DV: 16}, 4, 6},
-		{GDNShape{HK: 2, HV: 4, DK: 128, DV: 8}, 16, 5},
+		{GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 1},
+		{GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 9},
+		{GDNShape{HK: 2, HV: 2, DK: 96, DV: 12}, 6},
+		{GDNShape{HK: 2, HV: 4, DK: 128, DV: 3}, 5},
 	} {
 		for _, order := range emu.Orders {
-			t.Run(fmt.Sprintf("hk%d_hv%d_dk%d_dv%d_nsg%d_t%d_%v", c.s.HK, c.s.HV, c.s.DK, c.s.DV, c.nsg, c.tokens, order), func(t *testing.T) {
-				ye, se := runGDNChunk(t, lib, r, c.s, c.nsg, c.tokens, order)
+			t.Run(fmt.Sprintf("hk%d_hv%d_dk%d_dv%d_t%d_%v", c.s.HK, c.s.HV, c.s.DK, c.s.DV, c.tokens, order), func(t *testing.T) {
+				ye, se := runGDNChunk(t, lib, r, c.s, c.tokens, order)
 				worstY, worstS = max(worstY, ye), max(worstS, se)
 			})
 		}
@@ -155,16 +156,16 @@ func TestGDNChunk(t *testing.T) {
 	t.Logf("edge shapes: max relative error y %.2g, state %.2g", worstY, worstS)
 }
 
-// TestGDNChunkProduction: the model's heads in the 1024-thread geometry over 16 tokens.
+// TestGDNChunkProduction: the model's heads (16 simdgroups a value head) over 16 tokens.
 func TestGDNChunkProduction(t *testing.T) {
 	lib := library(t, emu.Options{}, "gdn.metal")
 	r := rand.New(rand.NewPCG(21, 22))
-	ye, se := runGDNChunk(t, lib, r, GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}, GDNSimdgroups, 16, emu.Shuffle)
+	ye, se := runGDNChunk(t, lib, r, GDNShape{HK: 16, HV: 32, DK: 128, DV: 128}, 16, emu.Shuffle)
 	t.Logf("model shape, 16 tokens: max relative error y %.2g, state %.2g", ye, se)
 }
 
 func TestGDNChunkASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "gdn.metal")
 	r := rand.New(rand.NewPCG(23, 24))
-	runGDNChunk(t, lib, r, GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 10, 3, emu.Reverse)
+	runGDNChunk(t, lib, r, GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, emu.Reverse)
 }

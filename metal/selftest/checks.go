@@ -102,7 +102,7 @@ func checks() []check {
 		{"add_rmsnorm", "hidden 2048", rmsTol, checkRMSNorm},
 		{"conv1d_step", "8192 channels", convTol, checkConv},
 		{"gdn_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDN},
-		{"gdn_chunk", "16/32 heads × 128, 8 tokens in one dispatch, 1024 threads", gdnTol, checkGDNChunk},
+		{"gdn_chunk", "16/32 heads × 128, 8 tokens in one dispatch, 512 threads (four lanes a column)", gdnTol, checkGDNChunk},
 		{"gdn_conv_step", "16/32 heads × 128, one token, 1024 threads", gdnTol, checkGDNConv},
 		{"attn_qk_rope_kv", "16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KVBF16) }},
 		{"attn_qk_rope_kv_kv8", "8-bit KV cache, 16/2 heads × 256, rotary 64, pos 300 of 512, pages of 256", ropeTol, func(e *env) (float64, error) { return checkRope(e, kernels.KV8) }},
@@ -514,7 +514,7 @@ func checkGDNChunk(e *env) (float64, error) {
 	b := newPB()
 	bs := kernels.GDNStepBuffers[int]{QKV: b.in("qkv", qkv), Z: b.in("z", z), A: b.in("a", a), Beta: b.in("b", bb), ALog: b.in("A_log", p.ALog),
 		DtBias: b.in("dt_bias", p.DtBias), NormW: b.in("norm", p.NormW), State: b.inout("state", state), Y: b.out("y", 4*tokens*s.HV*s.DV)}
-	b.add(kernels.GDNChunkCall(s, eps, kernels.GDNSimdgroups, tokens, bs), false)
+	b.add(kernels.GDNChunkCall(s, eps, tokens, bs), false)
 	x, err := b.run(e, 1, nil, nil)
 	if err != nil {
 		return math.NaN(), err
