@@ -455,13 +455,13 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				if li == 0 { // later layers' input norm is the previous combine's
 					ch.norm(ch.zero, inNorm, eps)
 				}
-				ch.qmmMulti([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
+				ch.qmm([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
 				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
 					[]int{ch.qkv, taps, win}, nil, win, ch.u)
 				ch.call(kernels.GDNChunkCall(gs, eps, ch.n, kernels.GDNStepBuffers[int]{
 					QKV: ch.u, Z: ch.z, A: ch.ga, Beta: ch.gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: ch.y}),
 					[]int{ch.u, ch.z, ch.ga, ch.gb, aLog, dtBias, normW, state}, nil, state, ch.y)
-				ch.qmm(wo, ch.y, ch.o)
+				ch.qmm([]qmat{wo}, ch.y, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}
 		} else {
@@ -511,7 +511,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				if li == 0 { // later layers' input norm is the previous combine's
 					ch.norm(ch.zero, inNorm, eps)
 				}
-				ch.qmmMulti([]qmat{wq, wk, wv}, ch.xn, ch.qg, ch.k, ch.v)
+				ch.qmm([]qmat{wq, wk, wv}, ch.xn, ch.qg, ch.k, ch.v)
 				// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
 				var chunkWrites, chunkReads []plan.Range
 				for _, cache := range []int{kc, vc} {
@@ -529,7 +529,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.callRanges(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
 					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
 					[]int{ch.qrot, s.StepBuf, s.Table, ch.qg}, chunkReads, []int{ch.ao}, nil)
-				ch.qmm(wo, ch.ao, ch.o)
+				ch.qmm([]qmat{wo}, ch.ao, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}
 		}

@@ -136,25 +136,20 @@ func (c *chunkBufs) logitsRows(head qmat, finalNorm int, eps float32) {
 	modes := c.modes
 	c.modes = []string{ChunkModes(c.n).Logits}
 	c.norm(c.zero, finalNorm, eps)
-	c.qmm(head, c.xn, c.b.s.ChunkLogits)
+	c.qmm([]qmat{head}, c.xn, c.b.s.ChunkLogits)
 	c.modes = modes
 }
 
-// qmm is y = x·Wᵀ over the chunk's rows.
-func (c *chunkBufs) qmm(m qmat, x, y int) {
-	c.call(kernels.QMMCall(m.bits, c.n, m.rows, m.cols, kernels.QMMBuffers[int]{W: m.bufs(), X: x, Y: y}), []int{x}, m.all(), y)
-}
-
-// qmmMulti is ys[j] = x·W[j]ᵀ over the chunk's rows for a stack of matrices of one bit width, in
-// one dispatch.
-func (c *chunkBufs) qmmMulti(ms []qmat, x int, ys ...int) {
+// qmm is ys[j] = x·W[j]ᵀ over the chunk's rows for a stack of one to four matrices of one bit
+// width, in one dispatch.
+func (c *chunkBufs) qmm(ms []qmat, x int, ys ...int) {
 	var w []kernels.QMatrixBuffers[int]
 	var rows []int
 	var reads []plan.Range
 	for _, m := range ms {
 		w, rows, reads = append(w, m.bufs()), append(rows, m.rows), append(reads, m.all()...)
 	}
-	c.call(kernels.QMMMultiCall(ms[0].bits, c.n, ms[0].cols, rows, kernels.QMMMultiBuffers[int]{W: w, Y: ys, X: x}), []int{x}, reads, ys...)
+	c.call(kernels.QMMCall(ms[0].bits, c.n, ms[0].cols, rows, kernels.QMMBuffers[int]{W: w, Y: ys, X: x}), []int{x}, reads, ys...)
 }
 
 // norm adds d into the chunk's residual and normalises it into xn with gain.
@@ -169,7 +164,7 @@ func (c *chunkBufs) norm(d, gain int, eps float32) {
 // also writes xn normalised with gain next (the next layer's input norm; -1: none).
 func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate, shUp, shDown qmat, next int, eps float32) {
 	n, pairs := c.n, c.n*ms.K
-	c.qmmMulti([]qmat{router, seg}, c.xn, c.logits, c.seg)
+	c.qmm([]qmat{router, seg}, c.xn, c.logits, c.seg)
 	c.call(kernels.MoETopKChunkCall(ms, n, kernels.MoETopKBuffers[int]{Logits: c.logits, Shared: c.seg, IDs: c.ids, Weights: c.weights}),
 		[]int{c.logits, c.seg}, nil, c.ids, c.weights)
 	c.call(kernels.MoESortCall(ms, n, c.bm, kernels.MoESortBuffers[int]{IDs: c.ids, Weights: c.weights, Offs: c.offs, Tok: c.tok, W: c.w, Blocks: c.blocks, Pos: c.pos}),

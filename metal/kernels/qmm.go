@@ -12,7 +12,7 @@ const (
 	QMMTokens = 0 // uint QMM_M: rows of X and Y
 	QMMRows   = 1 // uint QMM_N: rows of W (output features)
 	QMMCols   = 2 // uint QMM_K: columns of W (input features), a multiple of 64
-	QMMRows1  = 3 // uint QMM_N1 (qmm_multi): rows of matrix 1; QMMRows2, QMMRows3 the next
+	QMMRows1  = 3 // uint QMM_N1: rows of matrix 1 (0: none); QMMRows2, QMMRows3 the next
 	QMMRows2  = 4
 	QMMRows3  = 5
 )
@@ -66,47 +66,20 @@ func QMM(m *quant.Matrix, x []float32, tokens int) []float32 {
 	return y
 }
 
-// QMMBuffers are qmm's buffers, by role.
+// QMMBuffers are qmm's buffers, by role: matrix j's at QMVMultiMatrix(j) (codes, scales,
+// biases) and its output Y[j] after them, as qmv_multi binds them; X at QMVMultiX.
 type QMMBuffers[B any] struct {
-	W QMatrixBuffers[B] // 0-2: [rows, cols]
-	X B                 // 3: [tokens][cols] float32
-	Y B                 // 4: [tokens][rows] float32
-}
-
-// QMMCall is qmm_q<bits>: y = x·Wᵀ for tokens rows of x over a rows × cols matrix, in tiles of
-// QMMTileRows(tokens) rows.
-func QMMCall[B any](bits, tokens, rows, cols int, b QMMBuffers[B]) Call[B] {
-	bm := QMMTileRows(tokens)
-	bs := map[int]B{3: b.X, 4: b.Y}
-	b.W.bind(bs, 0)
-	return Call[B]{
-		Kernel: QMMKernel(bits, bm), Constants: map[int]any{QMMTokens: tokens, QMMRows: rows, QMMCols: cols}, Buffers: bs,
-		Threadgroups: [3]int{groupsFor(rows, QMMTileCols(bm)), groupsFor(tokens, bm), 1}, Group: grid(QMMThreads),
-	}
-}
-
-// QMMMultiKernel names qmm_multi's instance for a bit width and tile height.
-func QMMMultiKernel(bits, bm int) string {
-	if bm == 32 {
-		return fmt.Sprintf("qmm_multi_q%d", bits)
-	}
-	return fmt.Sprintf("qmm_multi_q%d_m%d", bits, bm)
-}
-
-// QMMMultiBuffers are qmm_multi's buffers, by role: matrix j's at QMVMultiMatrix(j) (codes,
-// scales, biases) and its output Y[j] after them, as qmv_multi binds them; X at QMVMultiX.
-type QMMMultiBuffers[B any] struct {
 	W []QMatrixBuffers[B]
 	Y []B // [tokens][rows[j]] float32
 	X B   // [tokens][cols] float32
 }
 
-// QMMMultiCall is qmm_multi_q<bits>: Y[j] = x·W[j]ᵀ for tokens rows of x over 1 to 4 matrices of
-// rows[j] × cols, in tiles of QMMTileRows(tokens) rows. An absent matrix's slots are bound to
-// matrix 0's buffers (never read).
-func QMMMultiCall[B any](bits, tokens, cols int, rows []int, b QMMMultiBuffers[B]) Call[B] {
+// QMMCall is qmm_q<bits>: Y[j] = x·W[j]ᵀ for tokens rows of x over 1 to 4 matrices of rows[j] ×
+// cols, in tiles of QMMTileRows(tokens) rows. An absent matrix's slots are bound to matrix 0's
+// buffers (never read).
+func QMMCall[B any](bits, tokens, cols int, rows []int, b QMMBuffers[B]) Call[B] {
 	if len(rows) < 1 || len(rows) > QMVMaxMatrices || len(b.W) != len(rows) || len(b.Y) != len(rows) {
-		panic(fmt.Sprintf("kernels: qmm_multi of %d matrices, %d weights, %d outputs", len(rows), len(b.W), len(b.Y)))
+		panic(fmt.Sprintf("kernels: qmm of %d matrices, %d weights, %d outputs", len(rows), len(b.W), len(b.Y)))
 	}
 	bm := QMMTileRows(tokens)
 	c := map[int]any{QMMTokens: tokens, QMMCols: cols}
@@ -123,7 +96,7 @@ func QMMMultiCall[B any](bits, tokens, cols int, rows []int, b QMMMultiBuffers[B
 		bs[QMVMultiMatrix(j)+3] = b.Y[k]
 	}
 	return Call[B]{
-		Kernel: QMMMultiKernel(bits, bm), Constants: c, Buffers: bs,
+		Kernel: QMMKernel(bits, bm), Constants: c, Buffers: bs,
 		Threadgroups: [3]int{tiles, groupsFor(tokens, bm), 1}, Group: grid(QMMThreads),
 	}
 }

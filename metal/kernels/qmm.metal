@@ -1,6 +1,6 @@
 // qmm.metal: Y = X·Wᵀ for a chunk of M tokens (batched prefill): X [M][K] float32 activations,
 // W an MLX affine-quantized [N][K] matrix (engine/quant's format, as qmv.metal reads it), Y
-// [M][N] float32. The dequantisation is fused into the tile loads: each threadgroup dequantises
+// [M][N] float32 (qmm takes up to four W over one X). The dequantisation is fused into the tile loads: each threadgroup dequantises
 // its W tile into threadgroup memory, never into device memory.
 //
 // Tiling: a threadgroup of 4 simdgroups (128 threads) computes a BM × BN tile of Y, BM·BN = 1024,
@@ -20,7 +20,7 @@ using namespace metal;
 constant uint QMM_M [[function_constant(0)]];  // tokens (rows of X and Y)
 constant uint QMM_N [[function_constant(1)]];  // output features (rows of W)
 constant uint QMM_K [[function_constant(2)]];  // input features, a multiple of 64
-constant uint QMM_N1_FC [[function_constant(3)]];  // qmm_multi: rows of matrices 1, 2 and 3 (0 or absent: none)
+constant uint QMM_N1_FC [[function_constant(3)]];  // qmm: rows of matrices 1, 2 and 3 (0 or absent: none)
 constant uint QMM_N2_FC [[function_constant(4)]];
 constant uint QMM_N3_FC [[function_constant(5)]];
 constant uint QMM_N1 = is_function_constant_defined(QMM_N1_FC) ? QMM_N1_FC : 0u;
@@ -127,57 +127,32 @@ inline void qmm_stage(thread qmm_acc<BM>& acc, threadgroup float* ys, uint sg) {
   threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
+// qmm is Y[j] = X·W[j]ᵀ for one to four matrices over the same X (a projection stack: the
+// DeltaNet layer's qkv|z|b|a, attention's q|k|v, the router and the shared expert's gate), each
+// into its own Y: the grid's columns are matrix 0's tiles, then matrix 1's, and so on (rows
+// QMM_N, QMM_N1, QMM_N2, QMM_N3; an absent matrix has none), so X is read by one dispatch
+// instead of one per matrix.
 template <uint BITS, uint BM>
-[[kernel]] void qmm(device const uint* w [[buffer(0)]],         // [N][K·BITS/32] codes
-                    device const bfloat* scales [[buffer(1)]],  // [N][K/64]
-                    device const bfloat* biases [[buffer(2)]],  // [N][K/64]
-                    device const float* x [[buffer(3)]],        // [M][K]
-                    device float* y [[buffer(4)]],              // [M][N]
+[[kernel]] void qmm(device const uint* w0 [[buffer(0)]],     // [N][K·BITS/32] codes
+                    device const bfloat* s0 [[buffer(1)]],  // [N][K/64]
+                    device const bfloat* b0 [[buffer(2)]],  // [N][K/64]
+                    device float* y0 [[buffer(3)]],         // [M][N]
+                    device const uint* w1 [[buffer(4)]],    // matrices 1-3 likewise
+                    device const bfloat* s1 [[buffer(5)]],
+                    device const bfloat* b1 [[buffer(6)]],
+                    device float* y1 [[buffer(7)]],
+                    device const uint* w2 [[buffer(8)]],
+                    device const bfloat* s2 [[buffer(9)]],
+                    device const bfloat* b2 [[buffer(10)]],
+                    device float* y2 [[buffer(11)]],
+                    device const uint* w3 [[buffer(12)]],
+                    device const bfloat* s3 [[buffer(13)]],
+                    device const bfloat* b3 [[buffer(14)]],
+                    device float* y3 [[buffer(15)]],
+                    device const float* x [[buffer(16)]],   // [M][K]
                     uint2 tg [[threadgroup_position_in_grid]],
                     uint tid [[thread_index_in_threadgroup]],
                     uint sg [[simdgroup_index_in_threadgroup]]) {
-  typedef qmm_shape<BM> S;
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[32768 / BM];  // BN·QMM_BK
-  threadgroup float ys[QMM_TILE];
-  const uint m0 = tg.y * BM, n0 = tg.x * S::BN;
-  qmm_acc<BM> acc;
-  qmm_tile<BITS, false, BM>(acc, x, nullptr, m0, min(BM, QMM_M - m0), w, scales, biases, 0, n0, QMM_N, QMM_K, tid, sg,
-                            xs, ws);
-  qmm_stage<BM>(acc, ys, sg);
-  for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
-    const uint r = i / S::BN, c = i % S::BN;
-    if (m0 + r < QMM_M && n0 + c < QMM_N) {
-      y[ulong(m0 + r) * QMM_N + n0 + c] = ys[i];
-    }
-  }
-}
-
-// qmm_multi is qmm for up to four matrices over the same X (a projection stack: the DeltaNet
-// layer's qkv|z|b|a, attention's q|k|v, the router and the shared expert's gate), each into its
-// own Y: the grid's columns are matrix 0's tiles, then matrix 1's, and so on (rows QMM_N,
-// QMM_N1, QMM_N2, QMM_N3), so X is read by one dispatch instead of one per matrix.
-template <uint BITS, uint BM>
-[[kernel]] void qmm_multi(device const uint* w0 [[buffer(0)]],
-                          device const bfloat* s0 [[buffer(1)]],
-                          device const bfloat* b0 [[buffer(2)]],
-                          device float* y0 [[buffer(3)]],
-                          device const uint* w1 [[buffer(4)]],
-                          device const bfloat* s1 [[buffer(5)]],
-                          device const bfloat* b1 [[buffer(6)]],
-                          device float* y1 [[buffer(7)]],
-                          device const uint* w2 [[buffer(8)]],
-                          device const bfloat* s2 [[buffer(9)]],
-                          device const bfloat* b2 [[buffer(10)]],
-                          device float* y2 [[buffer(11)]],
-                          device const uint* w3 [[buffer(12)]],
-                          device const bfloat* s3 [[buffer(13)]],
-                          device const bfloat* b3 [[buffer(14)]],
-                          device float* y3 [[buffer(15)]],
-                          device const float* x [[buffer(16)]],  // [M][K]
-                          uint2 tg [[threadgroup_position_in_grid]],
-                          uint tid [[thread_index_in_threadgroup]],
-                          uint sg [[simdgroup_index_in_threadgroup]]) {
   typedef qmm_shape<BM> S;
   threadgroup float xs[QMM_TILE];
   threadgroup float ws[32768 / BM];  // BN·QMM_BK
@@ -220,12 +195,6 @@ template [[host_name("qmm_q4_m16")]] [[kernel]] decltype(qmm<4, 16>) qmm<4, 16>;
 template [[host_name("qmm_q8_m16")]] [[kernel]] decltype(qmm<8, 16>) qmm<8, 16>;
 template [[host_name("qmm_q4_m8")]] [[kernel]] decltype(qmm<4, 8>) qmm<4, 8>;
 template [[host_name("qmm_q8_m8")]] [[kernel]] decltype(qmm<8, 8>) qmm<8, 8>;
-template [[host_name("qmm_multi_q4")]] [[kernel]] decltype(qmm_multi<4, 32>) qmm_multi<4, 32>;
-template [[host_name("qmm_multi_q8")]] [[kernel]] decltype(qmm_multi<8, 32>) qmm_multi<8, 32>;
-template [[host_name("qmm_multi_q4_m16")]] [[kernel]] decltype(qmm_multi<4, 16>) qmm_multi<4, 16>;
-template [[host_name("qmm_multi_q8_m16")]] [[kernel]] decltype(qmm_multi<8, 16>) qmm_multi<8, 16>;
-template [[host_name("qmm_multi_q4_m8")]] [[kernel]] decltype(qmm_multi<4, 8>) qmm_multi<4, 8>;
-template [[host_name("qmm_multi_q8_m8")]] [[kernel]] decltype(qmm_multi<8, 8>) qmm_multi<8, 8>;
 
 // simdgroup_layout_probe writes, per lane of one simdgroup, the two elements of
 // thread_elements() of a matrix loaded from labels (element (r, c) = r·8 + c): the selftest

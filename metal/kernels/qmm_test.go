@@ -24,7 +24,7 @@ func runQMM(t *testing.T, lib *emu.Library, r *rand.Rand, c qmmCase, order emu.O
 	y := emu.NewBuffer(4 * c.tokens * c.rows)
 	y.Fill(0xFF) // an element no thread writes stays NaN
 	w := qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)}
-	mustDispatch(t, lib, QMMCall(c.bits, c.tokens, c.rows, c.cols, QMMBuffers[*emu.Buffer]{W: w, X: emu.BufferOf(x), Y: y}), order, uint64(c.tokens))
+	mustDispatch(t, lib, QMMCall(c.bits, c.tokens, c.cols, []int{c.rows}, QMMBuffers[*emu.Buffer]{W: []qbufs{w}, X: emu.BufferOf(x), Y: []*emu.Buffer{y}}), order, uint64(c.tokens))
 	got := y.Float32s()
 	row := make([]float32, c.cols)
 	var diff, scale float64
@@ -112,9 +112,9 @@ func TestLayoutProbe(t *testing.T) {
 	}
 }
 
-// TestQMMMulti: qmm_multi over stacks of 1 to 4 matrices (rows not multiples of any tile width,
+// TestQMMStack: qmm over stacks of 1 to 4 matrices (rows not multiples of any tile width,
 // a one-row matrix as the shared expert's gate is) equals QMM per matrix, at each tile height.
-func TestQMMMulti(t *testing.T) {
+func TestQMMStack(t *testing.T) {
 	lib := library(t, emu.Options{}, "qmm.metal")
 	r := rand.New(rand.NewPCG(77, 78))
 	for i, c := range []struct {
@@ -129,7 +129,7 @@ func TestQMMMulti(t *testing.T) {
 		order := emu.Orders[i%len(emu.Orders)]
 		t.Run(fmt.Sprintf("q%d_m%d_%v_%v", c.bits, c.tokens, c.rows, order), func(t *testing.T) {
 			x := randFloats(r, c.tokens*c.cols, 2)
-			var b QMMMultiBuffers[*emu.Buffer]
+			var b QMMBuffers[*emu.Buffer]
 			var ms []*quant.Matrix
 			for _, n := range c.rows {
 				m := quant.Quantize(randFloats(r, n*c.cols, 0.05), n, c.cols, c.bits)
@@ -140,7 +140,7 @@ func TestQMMMulti(t *testing.T) {
 				b.Y = append(b.Y, y)
 			}
 			b.X = emu.BufferOf(x)
-			mustDispatch(t, lib, QMMMultiCall(c.bits, c.tokens, c.cols, c.rows, b), order, uint64(i))
+			mustDispatch(t, lib, QMMCall(c.bits, c.tokens, c.cols, c.rows, b), order, uint64(i))
 			for j, m := range ms {
 				if e := relErr(b.Y[j].Float32s(), QMM(m, x, c.tokens)); !(e <= 2e-6) {
 					t.Errorf("matrix %d: relative error %.2g", j, e)
@@ -150,11 +150,11 @@ func TestQMMMulti(t *testing.T) {
 	}
 }
 
-func TestQMMMultiASan(t *testing.T) {
+func TestQMMStackASan(t *testing.T) {
 	lib := library(t, emu.Options{ASan: true}, "qmm.metal")
 	r := rand.New(rand.NewPCG(79, 80))
 	x := randFloats(r, 9*64, 1)
-	var b QMMMultiBuffers[*emu.Buffer]
+	var b QMMBuffers[*emu.Buffer]
 	var ms []*quant.Matrix
 	for _, n := range []int{40, 1, 17} {
 		m := quant.Quantize(randFloats(r, n*64, 0.05), n, 64, 4)
@@ -163,7 +163,7 @@ func TestQMMMultiASan(t *testing.T) {
 		b.Y = append(b.Y, emu.NewBuffer(4*9*n))
 	}
 	b.X = emu.BufferOf(x)
-	mustDispatch(t, lib, QMMMultiCall(4, 9, 64, []int{40, 1, 17}, b), emu.Reverse, 1)
+	mustDispatch(t, lib, QMMCall(4, 9, 64, []int{40, 1, 17}, b), emu.Reverse, 1)
 	for j, m := range ms {
 		if e := relErr(b.Y[j].Float32s(), QMM(m, x, 9)); !(e <= 2e-6) {
 			t.Errorf("matrix %d: relative error %.2g", j, e)

@@ -123,10 +123,10 @@ func checks() []check {
 		{"simdgroup_layout", "8×8 matrix, lane → elements", layoutTol, checkLayout},
 		{"attn_prefill", "16/2 heads × 256, 20 tokens after 300 cached positions, pages of 256", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KVBF16) }},
 		{"attn_prefill_kv8", "8-bit KV cache, 16/2 heads × 256, 20 tokens after 300 cached positions", attnTol, func(e *env) (float64, error) { return checkAttnPrefill(e, kernels.KV8) }},
-		{"qmm_q4", "64, 13 and 5 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4) }},
-		{"qmm_q8", "38, 7 and 3 tokens × 70 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8) }},
-		{"qmm_multi_q4", "64, 13 and 5 tokens × [1024 512 32 32] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMMMulti(e, 4, []int{1024, 512, 32, 32}) }},
-		{"qmm_multi_q8", "64, 13 and 5 tokens × [256 1] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMMMulti(e, 8, []int{256, 1}) }},
+		{"qmm_q4", "64, 13 and 5 tokens × 512 × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4, []int{512}) }},
+		{"qmm_q8", "64, 13 and 5 tokens × 70 × 2048 (edge tiles)", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8, []int{70}) }},
+		{"qmm_q4_stack", "64, 13 and 5 tokens × [1024 512 32 32] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 4, []int{1024, 512, 32, 32}) }},
+		{"qmm_q8_stack", "64, 13 and 5 tokens × [256 1] × 2048", qmmTol, func(e *env) (float64, error) { return checkQMM(e, 8, []int{256, 1}) }},
 	}
 }
 
@@ -346,22 +346,23 @@ func checkMoEDownCombineMM(e *env, norm bool) (float64, error) {
 	return worst, nil
 }
 
-// checkQMMMulti runs qmm_multi over a stack of matrices at each tile height.
-func checkQMMMulti(e *env, bits int, rows []int) (float64, error) {
+// checkQMM runs qmm over a stack of matrices at each tile height (kernels.QMMTileRows: 32, 16
+// and 8 rows).
+func checkQMM(e *env, bits int, rows []int) (float64, error) {
 	const cols = 2048
 	worst := 0.0
 	for _, tokens := range []int{64, 13, 5} {
 		xs := randFloats(e.r, tokens*cols, 2)
 		b := newPB()
 		var ms []qmatrix
-		bs := kernels.QMMMultiBuffers[int]{X: b.in("x", xs)}
+		bs := kernels.QMMBuffers[int]{X: b.in("x", xs)}
 		for j, n := range rows {
 			m := randQ(e.r, n, cols, bits)
 			ms = append(ms, m)
 			bs.W = append(bs.W, b.qm(fmt.Sprintf("w%d", j), m))
 			bs.Y = append(bs.Y, b.out(fmt.Sprintf("y%d", j), 4*tokens*n))
 		}
-		b.add(kernels.QMMMultiCall(bits, tokens, cols, rows, bs), false)
+		b.add(kernels.QMMCall(bits, tokens, cols, rows, bs), false)
 		x, err := b.run(e, 1, nil, nil)
 		if err != nil {
 			return math.NaN(), err
@@ -399,28 +400,6 @@ func checkLayout(e *env) (float64, error) {
 		}
 	}
 	return float64(wrong), first
-}
-
-// checkQMM runs qmm at each tile height (kernels.QMMTileRows: 32, 16 and 8 rows).
-func checkQMM(e *env, bits int) (float64, error) {
-	cols, worst := 2048, 0.0
-	for _, tokens := range []int{64, 13, 5} {
-		rows := 512
-		if bits == 8 {
-			tokens, rows = tokens*3/5, 70 // edge tiles in both directions: 38, 7 and 3 tokens
-		}
-		m := randQ(e.r, rows, cols, bits)
-		xs := randFloats(e.r, tokens*cols, 2)
-		b := newPB()
-		bs := kernels.QMMBuffers[int]{W: b.qm("w", m), X: b.in("x", xs), Y: b.out("y", 4*tokens*rows)}
-		b.add(kernels.QMMCall(bits, tokens, rows, cols, bs), false)
-		x, err := b.run(e, 1, nil, nil)
-		if err != nil {
-			return math.NaN(), err
-		}
-		worst = max(worst, relErr(f32s(x.Bytes(bs.Y)), kernels.QMM(m, xs, tokens)))
-	}
-	return worst, nil
 }
 
 func checkEmbed(e *env) (float64, error) {
