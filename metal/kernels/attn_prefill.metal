@@ -16,8 +16,8 @@
 //
 // q holds the rotated queries, [ceil(T/8)·8][NQ][HD]: rows past T may hold anything (they are
 // computed and not stored). out is [T][NQ·HD] (o_proj's input), qg [T][NQ][2·HD] (the gates).
-// Threadgroup memory: 2·8·HD floats (K and V tiles) + per simdgroup an 8×8 staging tile and 24
-// floats of softmax state, sized for the largest shape: 27 KiB.
+// Threadgroup memory: 2·8·(HD+4) floats (K and V tiles) + per simdgroup an 8×8 staging tile and
+// 24 floats of softmax state, sized for the largest shape: 27 KiB.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -35,7 +35,11 @@ constant uint ATTN_T [[function_constant(10)]];       // tokens in the chunk
 #define AP_MAX_HD 256
 #define AP_MAX_BLOCKS 32  // AP_MAX_HD / 8
 #define AP_MAX_G 32
-#define AP_KV_TILE 2048   // AP_BK · AP_MAX_HD floats
+#define AP_KV_TILE 2080   // AP_BK · (AP_MAX_HD + 4) floats
+// The K and V tiles' row stride: HD + 4 floats, so that an 8×8 simdgroup_load's rows (or, for
+// Kᵀ, its columns) start in different banks of 4 (HD, a multiple of 32, would put them all in
+// one); the 4 floats after each row are never written or read.
+#define AP_LD (ATTN_HD + 4)
 #define AP_STAGE 2048     // AP_MAX_G · 64 floats
 
 // The float value of dim d of pool row prow of kv head kvh (a bf16 value, or code · scale).
@@ -60,8 +64,8 @@ kernel void attn_prefill(device const float* q [[buffer(0)]],        // [ceil(T/
                          uint ntg [[threads_per_threadgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]],
                          uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float kt[AP_KV_TILE];  // [AP_BK][HD]
-  threadgroup float vt[AP_KV_TILE];  // [AP_BK][HD]
+  threadgroup float kt[AP_KV_TILE];  // [AP_BK][AP_LD]
+  threadgroup float vt[AP_KV_TILE];  // [AP_BK][AP_LD]
   threadgroup float stage[AP_STAGE];  // per simdgroup [8][8]: S, then P, then O's blocks
   threadgroup float rm[AP_STAGE / 8];    // per simdgroup [8] running max
   threadgroup float rl[AP_STAGE / 8];    // per simdgroup [8] running sum
@@ -96,15 +100,15 @@ kernel void attn_prefill(device const float* q [[buffer(0)]],        // [ceil(T/
         kv = ap_kv(k_cache, kvh, prow, d);
         vv = ap_kv(v_cache, kvh, prow, d);
       }
-      kt[i] = kv;
-      vt[i] = vv;
+      kt[j * AP_LD + d] = kv;
+      vt[j * AP_LD + d] = vv;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     for (uint b = 0; b < NB; b++) {
       simdgroup_float8x8 kb;
-      simdgroup_load(kb, kt + b * 8, ATTN_HD, ulong2(0, 0), true);  // Kᵀ: [dims of block b][keys]
+      simdgroup_load(kb, kt + b * 8, AP_LD, ulong2(0, 0), true);  // Kᵀ: [dims of block b][keys]
       simdgroup_multiply_accumulate(s, qm[b], kb, s);
     }
     simdgroup_store(s, st, 8);
@@ -139,7 +143,7 @@ kernel void attn_prefill(device const float* q [[buffer(0)]],        // [ceil(T/
     for (uint b = 0; b < NB; b++) {
       om[b].thread_elements() *= c;
       simdgroup_float8x8 vb;
-      simdgroup_load(vb, vt + b * 8, ATTN_HD);
+      simdgroup_load(vb, vt + b * 8, AP_LD);
       simdgroup_multiply_accumulate(om[b], p, vb, om[b]);
     }
   }

@@ -29,7 +29,12 @@ constant uint QMM_N3 = is_function_constant_defined(QMM_N3_FC) ? QMM_N3_FC : 0u;
 
 #define QMM_BK 32
 #define QMM_THREADS 128
-#define QMM_TILE 1024  // BM·BN floats, and the most BM·QMM_BK takes (4 KiB)
+#define QMM_TILE 1024  // BM·BN floats (4 KiB)
+// The X and W tiles' row stride in threadgroup memory: QMM_BK + 4 floats, so that the 8 rows an
+// 8×8 simdgroup_load reads start in 8 different banks of 4 (with a stride of 32 they would all
+// start in the same bank); the 4 floats after each row are never written or read.
+#define QMM_LD 36
+#define QMM_XS 1152  // the X tile: BM·QMM_LD floats for BM <= 32
 
 // qmm_shape is a tile height's layout: BN columns; SGR × SGC simdgroups, each SR × SC as MI × MJ
 // 8×8 matrices.
@@ -52,8 +57,8 @@ struct qmm_acc {
 
 // qmm_tile accumulates a BM × BN tile of X·Wᵀ into acc: the tile's rows are rows m0 .. m0+m-1 of
 // x ([.][K]; with GATHER, rows rows[m0 + r] instead), its columns W's rows w0 + n0 .. w0+n0+BN-1
-// (those at or past n_lim read as 0). All 128 threads call it; xs holds BM·QMM_BK floats, ws
-// BN·QMM_BK.
+// (those at or past n_lim read as 0). All 128 threads call it; xs holds BM·QMM_LD floats, ws
+// BN·QMM_LD.
 template <uint BITS, bool GATHER, uint BM>
 inline void qmm_tile(thread qmm_acc<BM>& acc, device const float* x, device const uint* rows, uint m0, uint m,
                      device const uint* w, device const bfloat* scales, device const bfloat* biases, ulong w0,
@@ -75,12 +80,12 @@ inline void qmm_tile(thread qmm_acc<BM>& acc, device const float* x, device cons
         const ulong row = GATHER ? ulong(rows[m0 + r]) : ulong(m0 + r);
         v = x[row * K + k0 + c];
       }
-      xs[i] = v;
+      xs[r * QMM_LD + c] = v;
     }
     for (uint i = tid; i < S::BN * QMM_BK / VPW; i += QMM_THREADS) {
       const uint r = i / (QMM_BK / VPW), wi = i % (QMM_BK / VPW);
       const uint n = n0 + r, k = k0 + wi * VPW;
-      threadgroup float* dst = ws + r * QMM_BK + wi * VPW;
+      threadgroup float* dst = ws + r * QMM_LD + wi * VPW;
       if (n < n_lim) {
         const ulong wr = w0 + n;
         const uint word = w[wr * (K / VPW) + k / VPW];
@@ -99,10 +104,10 @@ inline void qmm_tile(thread qmm_acc<BM>& acc, device const float* x, device cons
     for (uint kk = 0; kk < QMM_BK; kk += 8) {
       simdgroup_float8x8 a[S::MI], b[S::MJ];
       for (uint i = 0; i < S::MI; i++) {
-        simdgroup_load(a[i], xs, QMM_BK, ulong2(kk, sm + 8 * i));
+        simdgroup_load(a[i], xs, QMM_LD, ulong2(kk, sm + 8 * i));
       }
       for (uint j = 0; j < S::MJ; j++) {  // B[k][n] = W[n][k]: the W tile read transposed
-        simdgroup_load(b[j], ws, QMM_BK, ulong2(sn + 8 * j, kk), true);
+        simdgroup_load(b[j], ws, QMM_LD, ulong2(sn + 8 * j, kk), true);
       }
       for (uint i = 0; i < S::MI; i++) {
         for (uint j = 0; j < S::MJ; j++) {
@@ -154,8 +159,8 @@ template <uint BITS, uint BM>
                     uint tid [[thread_index_in_threadgroup]],
                     uint sg [[simdgroup_index_in_threadgroup]]) {
   typedef qmm_shape<BM> S;
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[32768 / BM];  // BN·QMM_BK
+  threadgroup float xs[QMM_XS];
+  threadgroup float ws[36864 / BM];  // BN·QMM_LD
   threadgroup float ys[QMM_TILE];
   const uint t0 = (QMM_N + S::BN - 1) / S::BN;
   const uint t1 = t0 + (QMM_N1 + S::BN - 1) / S::BN;
@@ -232,8 +237,8 @@ template <uint BM>
                                uint tid [[thread_index_in_threadgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]]) {
   typedef qmm_shape<BM> S;
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[32768 / BM];  // BN·QMM_BK
+  threadgroup float xs[QMM_XS];
+  threadgroup float ws[36864 / BM];  // BN·QMM_LD
   threadgroup float yg[QMM_TILE];
   threadgroup float yu[QMM_TILE];
   const uint4 blk = blocks[tg.y];
@@ -272,8 +277,8 @@ template <uint BM>
                             uint tid [[thread_index_in_threadgroup]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
   typedef qmm_shape<BM> S;
-  threadgroup float xs[QMM_TILE];
-  threadgroup float ws[32768 / BM];  // BN·QMM_BK
+  threadgroup float xs[QMM_XS];
+  threadgroup float ws[36864 / BM];  // BN·QMM_LD
   threadgroup float ys[QMM_TILE];
   const uint4 blk = blocks[tg.y];
   if (blk.x == 0xffffffffu) {
