@@ -37,8 +37,9 @@ constant uint ATTN_T [[function_constant(10)]];       // tokens in the chunk
 #define AP_MAX_G 32
 #define AP_KV_TILE 2080   // AP_BK · (AP_MAX_HD + 4) floats
 // The K and V tiles' row stride: HD + 4 floats, so that an 8×8 simdgroup_load's rows (or, for
-// Kᵀ, its columns) start in different banks of 4 (HD, a multiple of 32, would put them all in
-// one); the 4 floats after each row are never written or read.
+// Kᵀ, its columns) start in different banks of a 32-bank memory (HD, a multiple of 32, would
+// start them all in one; see qmm.metal's QMM_LD); the 4 floats after each row are never written
+// or read.
 #define AP_LD (ATTN_HD + 4)
 #define AP_STAGE 2048     // AP_MAX_G · 64 floats
 

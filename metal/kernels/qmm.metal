@@ -30,9 +30,11 @@ constant uint QMM_N3 = is_function_constant_defined(QMM_N3_FC) ? QMM_N3_FC : 0u;
 #define QMM_BK 32
 #define QMM_THREADS 128
 #define QMM_TILE 1024  // BM·BN floats (4 KiB)
-// The X and W tiles' row stride in threadgroup memory: QMM_BK + 4 floats, so that the 8 rows an
-// 8×8 simdgroup_load reads start in 8 different banks of 4 (with a stride of 32 they would all
-// start in the same bank); the 4 floats after each row are never written or read.
+// The X and W tiles' row stride in threadgroup memory: QMM_BK + 4 floats, so that on a memory of
+// 32 four-byte banks (the usual design; Apple does not document its own) the 8 rows an 8×8
+// simdgroup_load reads start in 8 different banks, where a stride of 32 would start them all in
+// one, as MLX pads its tiles; the 4 floats after each row are never written or read. Not yet
+// measured on a Mac.
 #define QMM_LD 36
 #define QMM_XS 1152  // the X tile: BM·QMM_LD floats for BM <= 32
 
