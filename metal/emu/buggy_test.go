@@ -80,6 +80,57 @@ func TestMissingBarrierCaughtByOrder(t *testing.T) {
 	}
 }
 
+// A simdgroup that reuses threadgroup memory after a SIMD-group call, trusting the other
+// simdgroup to have read it by then, passes in the forward, reverse and shuffled orders (every
+// thread reads before any goes past its next SIMD-group call) and fails in Ahead, where one
+// simdgroup runs to the next barrier first; the double-buffered version passes in every order.
+func TestReuseAfterSimdCallCaughtByAhead(t *testing.T) {
+	l := testLib(t, Options{}, "buggy.metal")
+	const n = 64
+	want := make([]float32, n)
+	for tid := range n {
+		var acc float32
+		other := (tid + 32) % n
+		for r := range 4 {
+			var v float32 // simd_sum of the other simdgroup's tid·4 + r
+			for l := range 32 {
+				v += float32((other/32*32+l)*4 + r)
+			}
+			acc = acc*2 + v + float32(other%32)
+		}
+		want[tid] = acc
+	}
+	run := func(kernel string, order Order, seed uint64) (bad int) {
+		out := NewBuffer(4 * n)
+		err := mustPipeline(t, l, kernel, nil).Dispatch(Dispatch{Threadgroups: [3]int{1}, Group: [3]int{n},
+			Buffers: map[int]Binding{0: {Buffer: out}}, Order: order, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range out.Float32s() {
+			if v != want[i] {
+				bad++
+			}
+		}
+		return bad
+	}
+	for _, order := range Orders {
+		if bad := run("exchange_double", order, 1); bad != 0 {
+			t.Errorf("double-buffered, %v order: %d wrong outputs", order, bad)
+		}
+	}
+	for _, order := range []Order{Forward, Reverse, Shuffle} {
+		if bad := run("exchange_single", order, 1); bad != 0 {
+			t.Errorf("single-buffered, %v order: %d wrong outputs; expected the bug to hide here", order, bad)
+		}
+	}
+	for seed := range uint64(4) {
+		if bad := run("exchange_single", Ahead, seed); bad == 0 {
+			t.Errorf("single-buffered, ahead order, seed %d: not caught", seed)
+		}
+	}
+}
+
 // Reading threadgroup memory nobody wrote gives the poison (NaN), which the test sees.
 func TestPoisonedThreadgroupMemory(t *testing.T) {
 	l := testLib(t, Options{}, "buggy.metal")

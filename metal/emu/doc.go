@@ -28,10 +28,14 @@ const (
 	Forward Order = iota // thread 0 first
 	Reverse              // the last thread first
 	Shuffle              // a new seeded permutation every round
+	// Ahead runs one simdgroup, drawn with the seed, through all its SIMD-group calls up to the
+	// next barrier before another starts: code that counts on other simdgroups having read
+	// threadgroup memory by the time one of its SIMD-group calls returns fails in it.
+	Ahead
 )
 
 // Orders lists every order, for tests that run a kernel in each.
-var Orders = []Order{Forward, Reverse, Shuffle}
+var Orders = []Order{Forward, Reverse, Shuffle, Ahead}
 
 func (o Order) String() string {
 	switch o {
@@ -41,6 +45,8 @@ func (o Order) String() string {
 		return "reverse"
 	case Shuffle:
 		return "shuffle"
+	case Ahead:
+		return "ahead"
 	}
 	return "order?"
 }

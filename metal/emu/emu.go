@@ -322,7 +322,7 @@ type Dispatch struct {
 	// ThreadgroupMem sets the byte length of [[threadgroup(n)]] parameters (a multiple of 16,
 	// as setThreadgroupMemoryLength requires).
 	ThreadgroupMem map[int]int
-	// Order is the thread order within threadgroups; Seed seeds Shuffle.
+	// Order is the thread order within threadgroups; Seed seeds Shuffle and Ahead.
 	Order Order
 	Seed  uint64
 }

@@ -146,8 +146,8 @@ func TestGoldenHF(t *testing.T) {
 	}
 }
 
-// TestGoldenOrders runs a shorter prefix with the barrier-free groups and the threads in Reverse
-// and Shuffle order: a missing barrier or a race in a kernel shows as a wrong row.
+// TestGoldenOrders runs a shorter prefix with the barrier-free groups and the threads in Reverse,
+// Shuffle and Ahead order: a missing barrier or a race in a kernel shows as a wrong row.
 func TestGoldenOrders(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -155,6 +155,7 @@ func TestGoldenOrders(t *testing.T) {
 	}{
 		{"reverse", EmuOptions{MaxCtx: 256, Threads: emu.Reverse, GroupOrder: emu.Reverse}},
 		{"shuffle", EmuOptions{MaxCtx: 256, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 7}},
+		{"ahead", EmuOptions{MaxCtx: 256, Threads: emu.Ahead, GroupOrder: emu.Shuffle, Seed: 9}},
 	} {
 		for _, dir := range goldenDirs(t) {
 			t.Run(c.name+"/"+filepath.Base(dir), func(t *testing.T) {
@@ -194,9 +195,13 @@ func TestChunkPrefillHF(t *testing.T) {
 			t.Fatal(err)
 		}
 		V, P := g.VocabSize, len(g.PromptIDs)
-		for _, sizes := range [][]int{{16}, {32}, {24, 16, 8}} {
+		for i, sizes := range [][]int{{16}, {32}, {24, 16, 8}} {
 			t.Run(fmt.Sprintf("%s/chunks%v", filepath.Base(dir), sizes), func(t *testing.T) {
-				e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunks: sizes})
+				o := EmuOptions{MaxCtx: 256, Chunks: sizes}
+				if i == 2 { // the chunk kernels with one simdgroup running ahead (emu.Ahead)
+					o.Threads, o.Seed = emu.Ahead, 11
+				}
+				e := newEmu(t, w, o)
 				defer e.Close()
 				s := e.NewSession().(*EmuSession)
 				defer s.Close()

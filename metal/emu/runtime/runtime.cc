@@ -1,8 +1,9 @@
 // runtime.cc: runs the threadgroups of a dispatch on the calling OS thread. Each GPU thread is a
 // fiber with its own stack; a fiber runs until it reaches a threadgroup barrier, a SIMD-group
 // function or its end, then the scheduler decides who may continue. Threadgroup memory is fresh
-// and filled with 0xFF for every group. The order fibers run in (forward, reverse, shuffled) is
-// chosen per dispatch, so code that needs a barrier it does not have shows up in some order.
+// and filled with 0xFF for every group. The order fibers run in (forward, reverse, shuffled, or
+// one simdgroup ahead of the others) is chosen per dispatch, so code that needs a barrier it does
+// not have shows up in some order.
 //
 // The C API at the bottom is what Go calls (through purego, or through runner.cc in a child
 // process for AddressSanitizer builds).
@@ -54,7 +55,7 @@ void register_kernel(const KernelDesc* k) { registry().push_back(k); }
 
 // ---- launch description (mirrored by metal/emu/dispatch.go) ---------------------------------
 
-enum Order : uint32_t { kForward = 0, kReverse = 1, kShuffle = 2 };
+enum Order : uint32_t { kForward = 0, kReverse = 1, kShuffle = 2, kAhead = 3 };
 
 struct Launch {
   uint64_t kernel;                     // index into the registry
@@ -568,6 +569,40 @@ static void free_group_memory(Worker* w) {
   w->tg_bytes = 0;
 }
 
+// run_ahead is one round of kAhead: the simdgroup *ahead runs its runnable lanes; once it has
+// none (it waits at a barrier or has ended), a simdgroup with runnable lanes is drawn at random
+// to run next (-1: none is left). So between two barriers one simdgroup goes through all its
+// SIMD-group calls before another starts, as a GPU may schedule them: code that relies on other
+// simdgroups having read threadgroup memory by the time a SIMD-group call returns fails here.
+static void run_ahead(Worker* w, int* ahead, uint64_t* rng) {
+  auto lanes_of = [&](int sg, uint32_t* lo, uint32_t* hi) {
+    *lo = uint32_t(sg) * kSimdWidth;
+    *hi = std::min(w->n, *lo + kSimdWidth);
+  };
+  auto runnable = [&](int sg) {
+    uint32_t lo, hi;
+    lanes_of(sg, &lo, &hi);
+    for (uint32_t i = lo; i < hi; i++)
+      if (w->fibers[i].state == kRunnable) return true;
+    return false;
+  };
+  if (*ahead < 0 || !runnable(*ahead)) {
+    std::vector<int> ready;
+    for (uint32_t sg = 0; sg < w->nsg; sg++)
+      if (runnable(int(sg))) ready.push_back(int(sg));
+    *ahead = ready.empty() ? -1 : ready[splitmix(*rng) % ready.size()];
+  }
+  if (*ahead < 0) return;
+  uint32_t lo, hi;
+  lanes_of(*ahead, &lo, &hi);
+  for (uint32_t i = lo; i < hi; i++) {
+    Fiber& f = w->fibers[i];
+    if (f.state != kRunnable) continue;
+    resume(w, &f);
+    if (w->failed) return;
+  }
+}
+
 static bool run_group(Worker* w, uint32_t linear) {
   const Launch* L = w->L;
   Dim3 gid{linear % L->groups[0], (linear / L->groups[0]) % L->groups[1],
@@ -630,20 +665,26 @@ static bool run_group(Worker* w, uint32_t linear) {
 
   std::vector<uint32_t> order(n);
   uint64_t rng = L->seed * 0x2545F4914F6CDD1Dull ^ (uint64_t(linear) << 32) ^ 0x5851F42D4C957F2Dull;
+  int ahead = -1;  // kAhead: the simdgroup running ahead of the others
   for (;;) {
-    for (uint32_t i = 0; i < n; i++) order[i] = L->order == kReverse ? n - 1 - i : i;
-    if (L->order == kShuffle)
-      for (uint32_t i = n; i > 1; i--) std::swap(order[i - 1], order[splitmix(rng) % i]);
-    for (uint32_t i : order) {
-      Fiber& f = w->fibers[i];
-      if (f.state != kRunnable) continue;
-      resume(w, &f);
-      if (w->failed) break;
+    if (L->order == kAhead) {
+      run_ahead(w, &ahead, &rng);
+    } else {
+      for (uint32_t i = 0; i < n; i++) order[i] = L->order == kReverse ? n - 1 - i : i;
+      if (L->order == kShuffle)
+        for (uint32_t i = n; i > 1; i--) std::swap(order[i - 1], order[splitmix(rng) % i]);
+      for (uint32_t i : order) {
+        Fiber& f = w->fibers[i];
+        if (f.state != kRunnable) continue;
+        resume(w, &f);
+        if (w->failed) break;
+      }
     }
     if (w->failed) break;
     bool released = false;
     if (!release_simd(w, &released)) break;
     if (released) continue;
+    if (L->order == kAhead && ahead >= 0) continue;  // another simdgroup still has to run
     bool done = false;
     if (!release_barrier(w, &done) || done) break;
   }

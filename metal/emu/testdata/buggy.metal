@@ -132,3 +132,36 @@ kernel void wild_write(device float* out [[buffer(0)]],
                        uint gid [[thread_position_in_grid]]) {
   out[gid + 0x10000000u] = 1.0f;
 }
+
+// exchange_single passes a value to the other simdgroup each round through one threadgroup
+// array, with one barrier a round. BUG: a simdgroup that runs ahead writes round r+1's value
+// (after a SIMD-group call) before the other simdgroup has read round r's.
+kernel void exchange_single(device float* out [[buffer(0)]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float slot[64];
+  float acc = 0.0f;
+  for (uint r = 0; r < 4; r++) {
+    const float v = simd_sum(float(tid * 4 + r));
+    slot[tid] = v + float(lane);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    acc = acc * 2.0f + slot[(tid + 32) % 64];
+  }
+  out[tid] = acc;
+}
+
+// exchange_double is exchange_single with a half of the array per round parity: one barrier a
+// round suffices, since a simdgroup writes a half again only after the next barrier.
+kernel void exchange_double(device float* out [[buffer(0)]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float slot[128];
+  float acc = 0.0f;
+  for (uint r = 0; r < 4; r++) {
+    const float v = simd_sum(float(tid * 4 + r));
+    slot[(r & 1) * 64 + tid] = v + float(lane);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    acc = acc * 2.0f + slot[(r & 1) * 64 + (tid + 32) % 64];
+  }
+  out[tid] = acc;
+}
