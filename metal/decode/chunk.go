@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
@@ -24,6 +25,7 @@ type chunkBufs struct {
 	act, ey, shAct, sh             int // [n·K][I], [n·K][H], [n][SI], [n][H]
 	idTok, idBlocks, ones, nBlocks int // the shared expert's identity map; moe_sort's block count
 	bm                             int // the routed experts' block rows (MoEShape.BlockRows)
+	idBM, idN                      int // the identity map's block rows and blocks
 }
 
 // chunkBuffers declares the chunk mode's buffers for n tokens (and the token ids' buffer).
@@ -55,7 +57,7 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 	c.tok = b.buffer("chunk.moe.tok", 4*int64(n*ms.K), plan.Activations)
 	c.w = act("moe.w", n*ms.K)
 	// the most blocks any size up to n asks for: blocks of the shortest height
-	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(ms.MoEBlocks(n, kernels.QMMTileHeights[len(kernels.QMMTileHeights)-1])), plan.Activations)
+	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(ms.MoEBlocks(n, slices.Min(kernels.QMMTileHeights))), plan.Activations)
 	c.pos = b.buffer("chunk.moe.pos", 4*int64(n*ms.K), plan.Activations)
 	c.act, c.ey = act("moe.act", n*ms.K*ms.I), act("moe.y", n*ms.K*H)
 	c.shAct, c.sh = act("moe.shared_act", n*ms.SI), act("moe.shared", n*H)
@@ -80,7 +82,9 @@ func (c *chunkBufs) modesOf(n int) []string {
 // identityBlocks adds the shared expert's block map for the chunk's size, in the dense GEMMs'
 // tile height (kernels.QMMTileRows).
 func (c *chunkBufs) identityBlocks() {
-	_, _, blocks := kernels.MoEIdentity(c.n, kernels.QMMTileRows(c.n))
+	c.idBM = kernels.QMMTileRows(c.n)
+	_, _, blocks := kernels.MoEIdentity(c.n, c.idBM)
+	c.idN = len(blocks) / 4
 	c.idBlocks = c.b.buffer(fmt.Sprintf("chunk%d.moe.id_blocks", c.n), 4*int64(len(blocks)), plan.Control)
 	c.b.s.consts = append(c.b.s.consts, constSrc{c.idBlocks, BytesOf(blocks)})
 }
@@ -182,12 +186,10 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, c.bm, kernels.MoEDownMMBuffers[int]{
 		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
 		[]int{c.act, c.w, c.blocks}, dReads, c.ey)
-	idBM := kernels.QMMTileRows(n)
-	idBlocks := (n + idBM - 1) / idBM
-	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, idBlocks, idBM, kernels.MoEGateUpMMBuffers[int]{
+	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
 		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)
-	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, idBlocks, idBM, kernels.MoEDownMMBuffers[int]{
+	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEDownMMBuffers[int]{
 		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
 		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
 	cb := kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}

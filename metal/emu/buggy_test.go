@@ -27,6 +27,16 @@ func lineOf(t *testing.T, s string) string {
 	return ""
 }
 
+// mismatches counts the elements of got that differ from want.
+func mismatches(got, want []float32) (bad int) {
+	for i, v := range got {
+		if v != want[i] {
+			bad++
+		}
+	}
+	return bad
+}
+
 func ramp(n int) []float32 {
 	s := make([]float32, n)
 	for i := range s {
@@ -49,19 +59,14 @@ func TestMissingBarrierCaughtByOrder(t *testing.T) {
 			want[i] += in[i-1]
 		}
 	}
-	run := func(kernel string, order Order) (bad int) {
+	run := func(kernel string, order Order) int {
 		out := NewBuffer(4 * n)
 		err := mustPipeline(t, l, kernel, nil).Dispatch(Dispatch{Threadgroups: [3]int{n / group}, Group: [3]int{group},
 			Buffers: map[int]Binding{0: {Buffer: BufferOf(in)}, 1: {Buffer: out}}, Order: order, Seed: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, v := range out.Float32s() {
-			if v != want[i] {
-				bad++
-			}
-		}
-		return bad
+		return mismatches(out.Float32s(), want)
 	}
 	for _, order := range Orders {
 		if bad := run("neighbour_sum", order); bad != 0 {
@@ -100,19 +105,14 @@ func TestReuseAfterSimdCallCaughtByAhead(t *testing.T) {
 		}
 		want[tid] = acc
 	}
-	run := func(kernel string, order Order, seed uint64) (bad int) {
+	run := func(kernel string, order Order, seed uint64) int {
 		out := NewBuffer(4 * n)
 		err := mustPipeline(t, l, kernel, nil).Dispatch(Dispatch{Threadgroups: [3]int{1}, Group: [3]int{n},
 			Buffers: map[int]Binding{0: {Buffer: out}}, Order: order, Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, v := range out.Float32s() {
-			if v != want[i] {
-				bad++
-			}
-		}
-		return bad
+		return mismatches(out.Float32s(), want)
 	}
 	for _, order := range Orders {
 		if bad := run("exchange_double", order, 1); bad != 0 {

@@ -157,6 +157,6 @@ func GDNChunkCall[B any](s GDNShape, eps float32, tokens int, b GDNStepBuffers[B
 	c := GDNStepCall(s, eps, nsg, b)
 	c.Kernel = "gdn_chunk"
 	c.Constants[GDNTokens] = tokens
-	c.ThreadgroupMem = map[int]int{0: (8*s.DV + 15) &^ 15}
+	c.ThreadgroupMem = map[int]int{0: 2 * s.ThreadgroupMem()}
 	return c
 }

@@ -21,8 +21,8 @@ const (
 // one of QMMTileHeights.
 const QMMThreads = 128
 
-// QMMTileHeights are the tile heights qmm.metal is instanced for (BM: 32 is qmm_q4, 16 and 8 the
-// _m16 and _m8 instances, and the grouped GEMMs' _b16 and _b8).
+// QMMTileHeights are the tile heights qmm.metal is instanced for (BM: 32 is qmm_q4 and
+// moe_gate_up_mm, 16 and 8 their _m16 and _m8 instances).
 var QMMTileHeights = []int{32, 16, 8}
 
 // QMMTileCols is the tile width for a tile height: the tile is always 1,024 elements.
@@ -40,20 +40,16 @@ func QMMTileRows(tokens int) int {
 	return 32
 }
 
-// QMMKernel names the kernel for a bit width and tile height.
-func QMMKernel(bits, bm int) string {
-	if bm == 32 {
-		return fmt.Sprintf("qmm_q%d", bits)
-	}
-	return fmt.Sprintf("qmm_q%d_m%d", bits, bm)
-}
+// QMMKernel names qmm's instance for a bit width and tile height.
+func QMMKernel(bits, bm int) string { return tileKernel(fmt.Sprintf("qmm_q%d", bits), bm) }
 
-// groupedKernel names a grouped GEMM's instance for a block map of bm rows a block.
-func groupedKernel(name string, bm int) string {
+// tileKernel names a qmm.metal kernel's instance for a tile height: the name itself for 32 rows,
+// else the name and _m16 or _m8.
+func tileKernel(name string, bm int) string {
 	if bm == 32 {
 		return name
 	}
-	return fmt.Sprintf("%s_b%d", name, bm)
+	return fmt.Sprintf("%s_m%d", name, bm)
 }
 
 // QMM is the Go reference of qmm_q4/qmm_q8: engine/quant's matrix-vector product for each of the
@@ -157,7 +153,7 @@ func MoEGateUpMMCall[B any](hidden, inter, pairs, blocks, bm int, b MoEGateUpMMB
 	b.Gate.bind(bs, 0)
 	b.Up.bind(bs, 3)
 	return Call[B]{
-		Kernel: groupedKernel("moe_gate_up_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: inter, QMMCols: hidden}, Buffers: bs,
+		Kernel: tileKernel("moe_gate_up_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: inter, QMMCols: hidden}, Buffers: bs,
 		Threadgroups: [3]int{groupsFor(inter, QMMTileCols(bm)), blocks, 1}, Group: grid(QMMThreads),
 	}
 }
@@ -195,7 +191,7 @@ func MoEDownMMCall[B any](hidden, inter, pairs, blocks, bm int, b MoEDownMMBuffe
 	bs := map[int]B{3: b.Act, 4: b.W, 5: b.Blocks, 6: b.Y}
 	b.Down.bind(bs, 0)
 	return Call[B]{
-		Kernel: groupedKernel("moe_down_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: hidden, QMMCols: inter}, Buffers: bs,
+		Kernel: tileKernel("moe_down_mm", bm), Constants: map[int]any{QMMTokens: pairs, QMMRows: hidden, QMMCols: inter}, Buffers: bs,
 		Threadgroups: [3]int{groupsFor(hidden, QMMTileCols(bm)), blocks, 1}, Group: grid(QMMThreads),
 	}
 }

@@ -223,7 +223,7 @@ kernel void simdgroup_layout_probe(device const float* labels [[buffer(0)]],  //
 // [E·I][K] tensors and x the chunk's normed inputs [T][K]. Grid: (ceil(I / BN), blocks)
 // threadgroups of 128; a block past the map's end ({MOE_NONE, ...}) returns at once. The shared
 // expert runs through it too, as one expert over an identity map. BM is the map's block rows
-// (moe_sort's MOE_BM): moe_gate_up_mm 32, moe_gate_up_mm_b16 16, moe_gate_up_mm_b8 8.
+// (moe_sort's MOE_BM): moe_gate_up_mm 32, moe_gate_up_mm_m16 16, moe_gate_up_mm_m8 8.
 template <uint BM>
 [[kernel]] void moe_gate_up_mm(device const uint* gate_w [[buffer(0)]],        // [E·I][K·4/32]
                                device const bfloat* gate_s [[buffer(1)]],
@@ -300,8 +300,8 @@ template <uint BM>
 }
 
 template [[host_name("moe_gate_up_mm")]] [[kernel]] decltype(moe_gate_up_mm<32>) moe_gate_up_mm<32>;
-template [[host_name("moe_gate_up_mm_b16")]] [[kernel]] decltype(moe_gate_up_mm<16>) moe_gate_up_mm<16>;
-template [[host_name("moe_gate_up_mm_b8")]] [[kernel]] decltype(moe_gate_up_mm<8>) moe_gate_up_mm<8>;
+template [[host_name("moe_gate_up_mm_m16")]] [[kernel]] decltype(moe_gate_up_mm<16>) moe_gate_up_mm<16>;
+template [[host_name("moe_gate_up_mm_m8")]] [[kernel]] decltype(moe_gate_up_mm<8>) moe_gate_up_mm<8>;
 template [[host_name("moe_down_mm")]] [[kernel]] decltype(moe_down_mm<32>) moe_down_mm<32>;
-template [[host_name("moe_down_mm_b16")]] [[kernel]] decltype(moe_down_mm<16>) moe_down_mm<16>;
-template [[host_name("moe_down_mm_b8")]] [[kernel]] decltype(moe_down_mm<8>) moe_down_mm<8>;
+template [[host_name("moe_down_mm_m16")]] [[kernel]] decltype(moe_down_mm<16>) moe_down_mm<16>;
+template [[host_name("moe_down_mm_m8")]] [[kernel]] decltype(moe_down_mm<8>) moe_down_mm<8>;
