@@ -148,8 +148,8 @@ kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + H
 #define GDN_PACK_COLS 8
 #define GDN_PACK_MAX 32  // DK / 4
 
-// quad_sum adds v over the four lanes of a column, in the same pairs on each lane.
-inline float quad_sum(float v) {
+// column_sum adds v over the four lanes of a column, in the same pairs on each lane.
+inline float column_sum(float v) {
   v += simd_shuffle_xor(v, 1);
   return v + simd_shuffle_xor(v, 2);
 }
@@ -197,8 +197,8 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
       qss += qi * qi;
       kss += kr[i] * kr[i];
     }
-    qss = quad_sum(qss);
-    kss = quad_sum(kss);
+    qss = column_sum(qss);
+    kss = column_sum(kss);
     const float qn = rsqrt(qss + 1e-6f) * rsqrt(float(GDN_DK));
     const float kn = rsqrt(kss + 1e-6f);
     const float beta = 1.0f / (1.0f + exp(-b[t * GDN_HV + head]));
@@ -210,7 +210,7 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
       s[i] *= decay;
       kv += s[i] * kr[i];
     }
-    kv = quad_sum(kv);
+    kv = column_sum(kv);
     const float v = live ? row[2 * GDN_HK * GDN_DK + head * GDN_DV + j] : 0.0f;
     const float delta = (v - kv) * beta;
     float o = 0.0f;
@@ -218,7 +218,7 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
       s[i] += kr[i] * delta;
       o += s[i] * (q[i] * qn);
     }
-    o = quad_sum(o);
+    o = column_sum(o);
 
     const uint half_ = t & 1u;
     threadgroup float* ot = o_tg + half_ * GDN_DV;

@@ -126,6 +126,23 @@ var reservedNames = func() map[string]bool {
 	return m
 }()
 
+// libraryNames are the SIMD-group and quad-group functions metal_stdlib declares: a kernel file's
+// own function of the same name compiles on the emulator (whose versions are templates, which a
+// plain function outranks) but may make its calls ambiguous on a Mac under `using namespace
+// metal` (not tried: a name the product has no need to share).
+var libraryNames = func() map[string]bool {
+	m := map[string]bool{}
+	for _, g := range []string{"simd_", "quad_"} {
+		for _, f := range []string{"sum", "product", "min", "max", "and", "or", "xor", "prefix_inclusive_sum",
+			"prefix_exclusive_sum", "prefix_inclusive_product", "prefix_exclusive_product", "shuffle", "shuffle_up",
+			"shuffle_down", "shuffle_xor", "shuffle_rotate_up", "shuffle_rotate_down", "shuffle_and_fill_up",
+			"shuffle_and_fill_down", "broadcast", "broadcast_first", "ballot", "all", "any", "is_first", "is_helper_thread"} {
+			m[g+f] = true
+		}
+	}
+	return m
+}()
+
 // notTypeLike are identifiers that, before a reserved name, do not make it a declaration:
 // expression keywords (return half(x)), conversion operators and the qualifiers of an unnamed
 // parameter (f(const uint)).
@@ -140,14 +157,18 @@ var declEnd = map[string]bool{"=": true, ";": true, ",": true, "(": true, ")": t
 
 func (l *linter) reserved() {
 	for i, t := range l.toks {
-		if !t.ident || !reservedNames[t.text] {
+		if !t.ident || !reservedNames[t.text] && !libraryNames[t.text] {
 			continue
 		}
 		prev := l.at(i - 1)
 		define := prev == "define" && l.at(i-2) == "#"
 		typeLike := l.ident(i-1) && !notTypeLike[prev]
 		pointer := l.at(i+1) == "(" && (l.at(i+2) == "*" || l.at(i+2) == "&") // float (*f)(float): the type
-		if define || (typeLike && declEnd[l.at(i+1)] && !pointer) {
+		switch {
+		case !define && !(typeLike && declEnd[l.at(i+1)] && !pointer):
+		case libraryNames[t.text]:
+			l.report(i, "%q is a Metal library function: a declaration of it may make its calls ambiguous on a Mac: rename it", t.text)
+		default:
 			l.report(i, "%q is a reserved word in Metal and cannot be declared: rename it", t.text)
 		}
 	}

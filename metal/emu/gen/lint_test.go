@@ -30,7 +30,8 @@ kernel void clean(device const half* in [[buffer(0)]],
   threadgroup float scratch[32];
   const half2 h = half2(in[gid], in[gid]);
   const uint halves = N > 1 ? uint(N) / 2u : 0u;
-  float v = float(h.x) * (*(&scratch[0])) + EPS + TABLE[0];
+  float v = float(h.x) * (*(&scratch[0])) + EPS + TABLE[0] + simd_sum(1.0f);
+  v += quad_sum(v);
   out[gid] = v + float(halves) + (gid < HALF_N ? 1.0f : 0.0f) + float(sizeof(uint)) + (float)n;
 }
 `
@@ -57,6 +58,7 @@ func TestLintCatchesPlanted(t *testing.T) {
 		{"alias", "using half4 = float4;", `"half4" is a reserved word`},
 		{"template parameter", "template <typename half> half id(half x) { return x; }", `"half" is a reserved word`},
 		{"macro", "#define bfloat float", `"bfloat" is a reserved word`},
+		{"library function", "inline float quad_sum(float v) { return v + simd_shuffle_xor(v, 1); }", `"quad_sum" is a Metal library function`},
 		{"double", "inline double widen(float x) { return x; }", "MSL has no double"},
 		{"direct recursion", "inline uint fact(uint n) { return n < 2u ? 1u : n * fact(n - 1u); }", "fact calls itself"},
 		{"overload calling its namesake (reported too)", "inline float twice(half x) { return twice(float(x)); }", "twice calls itself"},
