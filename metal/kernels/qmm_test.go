@@ -113,7 +113,7 @@ func TestLayoutProbe(t *testing.T) {
 }
 
 // TestQMMStack: qmm over stacks of 1 to 4 matrices (rows not multiples of any tile width,
-// a one-row matrix as the shared expert's gate is) equals QMM per matrix, at each tile height.
+// a one-row matrix as the shared expert's gate is) equals QMM per matrix, at each tile height, in every order.
 func TestQMMStack(t *testing.T) {
 	lib := library(t, emu.Options{}, "qmm.metal")
 	r := rand.New(rand.NewPCG(77, 78))
@@ -126,27 +126,28 @@ func TestQMMStack(t *testing.T) {
 		{4, 5, 128, []int{130, 64, 8}},
 		{4, 64, 64, []int{32}},
 	} {
-		order := emu.Orders[i%len(emu.Orders)]
-		t.Run(fmt.Sprintf("q%d_m%d_%v_%v", c.bits, c.tokens, c.rows, order), func(t *testing.T) {
-			x := randFloats(r, c.tokens*c.cols, 2)
-			var b QMMBuffers[*emu.Buffer]
-			var ms []*quant.Matrix
-			for _, n := range c.rows {
-				m := quant.Quantize(randFloats(r, n*c.cols, 0.05), n, c.cols, c.bits)
-				ms = append(ms, m)
-				y := emu.NewBuffer(4 * c.tokens * n)
-				y.Fill(0xFF)
-				b.W = append(b.W, qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)})
-				b.Y = append(b.Y, y)
-			}
-			b.X = emu.BufferOf(x)
-			mustDispatch(t, lib, QMMCall(c.bits, c.tokens, c.cols, c.rows, b), order, uint64(i))
-			for j, m := range ms {
-				if e := relErr(b.Y[j].Float32s(), QMM(m, x, c.tokens)); !(e <= 2e-6) {
-					t.Errorf("matrix %d: relative error %.2g", j, e)
+		for _, order := range emu.Orders {
+			t.Run(fmt.Sprintf("q%d_m%d_%v_%v", c.bits, c.tokens, c.rows, order), func(t *testing.T) {
+				x := randFloats(r, c.tokens*c.cols, 2)
+				var b QMMBuffers[*emu.Buffer]
+				var ms []*quant.Matrix
+				for _, n := range c.rows {
+					m := quant.Quantize(randFloats(r, n*c.cols, 0.05), n, c.cols, c.bits)
+					ms = append(ms, m)
+					y := emu.NewBuffer(4 * c.tokens * n)
+					y.Fill(0xFF)
+					b.W = append(b.W, qbufs{Words: emu.BufferOf(m.Words), Scales: emu.BufferOf(m.Scales), Biases: emu.BufferOf(m.Biases)})
+					b.Y = append(b.Y, y)
 				}
-			}
-		})
+				b.X = emu.BufferOf(x)
+				mustDispatch(t, lib, QMMCall(c.bits, c.tokens, c.cols, c.rows, b), order, uint64(i))
+				for j, m := range ms {
+					if e := relErr(b.Y[j].Float32s(), QMM(m, x, c.tokens)); !(e <= 2e-6) {
+						t.Errorf("matrix %d: relative error %.2g", j, e)
+					}
+				}
+			})
+		}
 	}
 }
 
