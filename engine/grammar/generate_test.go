@@ -76,7 +76,7 @@ func TestAcceptanceJSONSchema(t *testing.T) {
 		g := mustSchema(t, src)
 		budget := 200
 		if i%5 == 4 {
-			budget = g.MinTokens() + r.Intn(20) // tight budgets too
+			budget = g.MinTokens(v) + r.Intn(20) // tight budgets too
 		}
 		ids, ended := generate(t, g, v, r, budget)
 		text := decode(v, ids)
@@ -166,7 +166,7 @@ func TestAcceptanceToolCalls(t *testing.T) {
 		}
 		budget := 200
 		if i%5 == 4 {
-			budget = g.MinTokens() + r.Intn(20)
+			budget = g.MinTokens(v) + r.Intn(20)
 		}
 		ids, ended := generate(t, g, v, r, budget)
 		text := prefix + decode(v, ids)

@@ -16,10 +16,19 @@
 //
 // # Termination
 //
-// Every grammar state knows the fewest bytes that complete it (rem). A token is allowed only if
-// after it the completion still fits: rem ≤ budget-2 (one token per byte at worst, then the EOS).
-// So even a model of random weights ends with a complete output within max_tokens, without caps
-// on strings, arrays or numbers. EOS ids are allowed exactly when the output is complete.
+// Every grammar state knows a number of tokens that surely completes it (rem): the sum, over the
+// frames of the stack, of the fewest tokens of the vocabulary that complete each frame's piece on
+// its own. Narrow leaves (literals, enums, punctuation) and the key texts of objects count the
+// vocabulary's tokens exactly, a token counting only where all its bytes stay in the piece; wide
+// leaves (free strings, raw values, patterns) and numbers count bytes, each byte being a token of
+// a byte-level vocabulary (tokens.go). Pieces are tokenized separately, so rem bounds the true
+// minimum from above, and from any incomplete state some token lowers it by one (the first of the
+// cheapest completion of the piece on top). A token is allowed only if after it the completion
+// still fits: rem ≤ budget-2 (rem tokens, then the EOS). So even a model of random weights ends
+// with a complete output within max_tokens, without caps on strings, arrays or numbers. EOS ids
+// are allowed exactly when the output is complete (rem = 0). A Grammar is compiled with byte
+// costs; NewMatcher and MinTokens use a copy whose costs are in the tokens of their vocabulary,
+// built once per vocabulary.
 //
 // # Output form
 //
@@ -73,6 +82,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"sync"
 )
 
 type kind uint8
@@ -155,6 +165,7 @@ type node struct {
 	dfa          *dfa
 	minCh, maxCh int32
 	dist         [][]int32 // dist[j][s], j ≤ minCh
+	tdist        []int32   // in a vocabulary's copy, narrow uncounted leaves: fewest tokens from each state to a final one
 	// kNum
 	num *numSpec
 	// kSeq, kChoice
@@ -172,9 +183,11 @@ type node struct {
 	one, hasClose bool
 	reach         []uint64 // per key state: the entries it can still lead to, words each
 	words         int
-	entryLen      []int32 // bytes of each entry's text (without the optional space)
-	reqFrom       []int32 // reqFrom[i]: first required property ≥ i, len(props) if none
-	after         []int32 // kObject: after[i+1] min bytes to finish once property i is done; kSeq: after[i] from child i on
+	entryLen      []int32   // bytes of each entry's text (without the optional space)
+	texts         []string  // each entry's text
+	entryTok      [][]int32 // in a vocabulary's copy: entryTok[e][k], fewest tokens that write texts[e][k:]
+	reqFrom       []int32   // reqFrom[i]: first required property ≥ i, len(props) if none
+	after         []int32   // kObject: after[i+1] min cost to finish once property i is done; kSeq: after[i] from child i on
 	// kSpecial
 	special int32
 	// derived
@@ -189,10 +202,19 @@ type Grammar struct {
 	nodes    []node
 	root     int32
 	specials []string // added tokens the grammar names, by text
+	// A compiled grammar counts bytes; forVocab makes copies that count a vocabulary's tokens.
+	base  *Grammar // of a copy: the compiled grammar
+	vocab *Vocab   // of a copy: its vocabulary
+	views sync.Map // of a compiled grammar: *Vocab → *Grammar
 }
 
-// MinTokens is the fewest tokens a complete output takes, the EOS included.
-func (g *Grammar) MinTokens() int { return int(g.nodes[g.root].minLen) + 1 }
+// MinTokens is the number of tokens of v that surely fits a complete output, the EOS included:
+// the least max_tokens NewMatcher accepts. It bounds the shortest output from above (see
+// Termination).
+func (g *Grammar) MinTokens(v *Vocab) int {
+	w := g.forVocab(v)
+	return int(w.nodes[w.root].minLen) + 1
+}
 
 func (g *Grammar) add(n node) int32 {
 	g.nodes = append(g.nodes, n)
@@ -303,7 +325,10 @@ func (n *node) stepLeaf(f *frame, s int) act {
 }
 
 func (n *node) remLeaf(f *frame) int32 {
-	if n.dist == nil {
+	switch {
+	case n.tdist != nil:
+		return n.tdist[f.st]
+	case n.dist == nil:
 		return n.dfa.dist[f.st]
 	}
 	return n.dist[max(0, n.minCh-f.a)][f.st]
@@ -373,7 +398,7 @@ func (g *Grammar) stepList(n *node, f *frame, s int) (act, int32) {
 	return aReject, 0
 }
 
-// itemsCost is the min bytes of items i … i+k-1.
+// itemsCost is the min cost of items i … i+k-1.
 func (g *Grammar) itemsCost(n *node, i, k int32) int32 {
 	var c int32
 	for j := i; j < i+k; j++ {
@@ -545,12 +570,21 @@ func (g *Grammar) remObject(n *node, f *frame) int32 {
 		if !n.allows(f, e) || n.reach[int(v)*n.words+e>>6]>>(e&63)&1 == 0 {
 			continue
 		}
-		best = min(best, satAdd(max(0, n.entryLen[e]-n.keys.depth[v]), g.entryCont(n, e)))
+		best = min(best, satAdd(n.textRem(e, n.keys.depth[v]), g.entryCont(n, e)))
 	}
 	return best
 }
 
-// entryCont is the min bytes after entry e's text: its value, suffix and the rest.
+// textRem is the min cost of entry e's text from byte k on (k may count the optional space).
+func (n *node) textRem(e int, k int32) int32 {
+	if n.entryTok != nil {
+		t := n.entryTok[e]
+		return t[min(int(k), len(t)-1)]
+	}
+	return max(0, n.entryLen[e]-k)
+}
+
+// entryCont is the min cost after entry e's text: its value, suffix and the rest.
 func (g *Grammar) entryCont(n *node, e int) int32 {
 	if e == len(n.props) {
 		return 0
@@ -563,7 +597,8 @@ func (g *Grammar) entryCont(n *node, e int) int32 {
 	return satAdd(g.minOf(p.val), g.minOf(p.suffix), after)
 }
 
-// rem is the min bytes that complete frame f, given that the frames above it complete.
+// rem is the min cost (bytes in a compiled grammar, tokens in a vocabulary's copy) that completes
+// frame f, given that the frames above it complete.
 func (g *Grammar) rem(f *frame) int32 {
 	n := &g.nodes[f.n]
 	switch n.kind {
@@ -816,13 +851,13 @@ func (g *Grammar) minLen(n *node) int32 {
 	return inf
 }
 
-// objectAfter fills after[i+1]: the min bytes to finish once property i is done.
+// objectAfter fills after[i+1]: the min cost to finish once property i is done.
 func (g *Grammar) objectAfter(n *node) {
 	np := len(n.props)
 	for i := np - 1; i >= -1; i-- {
 		best := inf
 		if n.hasClose && int(n.reqFrom[i+1]) == np {
-			best = n.entryLen[np]
+			best = n.textRem(np, 0)
 		}
 		if n.one && i >= 0 {
 			best = 0
@@ -833,7 +868,7 @@ func (g *Grammar) objectAfter(n *node) {
 		}
 		if !n.one || i < 0 {
 			for j := i + 1; j < np && j <= int(n.reqFrom[i+1]); j++ {
-				best = min(best, satAdd(sep, n.entryLen[j], g.entryCont(n, j)))
+				best = min(best, satAdd(sep, n.textRem(j, 0), g.entryCont(n, j)))
 			}
 		}
 		n.after[i+1] = best
@@ -903,7 +938,7 @@ func (g *Grammar) object(props []prop, key func(string) string, space bool, clos
 	if err != nil {
 		return 0, err
 	}
-	n.keys = d
+	n.keys, n.texts = d, words
 	n.entryLen = make([]int32, len(props)+1)
 	for i, w := range words {
 		n.entryLen[i] = int32(len(w))

@@ -27,9 +27,10 @@ func (e *BudgetError) Error() string {
 }
 
 // NewMatcher starts a generation of at most maxTokens tokens (the EOS included); it fails with a
-// *BudgetError when even the shortest valid output does not fit, or when the vocabulary lacks an
-// added token the grammar needs.
+// *BudgetError when maxTokens is below MinTokens(v), or when the vocabulary lacks an added token
+// the grammar needs or cannot write any valid output.
 func (g *Grammar) NewMatcher(v *Vocab, maxTokens int) (*Matcher, error) {
+	g = g.forVocab(v)
 	m := &Matcher{g: g, v: v, stk: []frame{{n: g.root}}}
 	for _, s := range g.specials {
 		id, ok := v.added[s]
@@ -38,7 +39,10 @@ func (g *Grammar) NewMatcher(v *Vocab, maxTokens int) (*Matcher, error) {
 		}
 		m.spec = append(m.spec, int32(id))
 	}
-	if need := g.MinTokens(); maxTokens < need {
+	if g.nodes[g.root].minLen >= inf {
+		return nil, errors.New("grammar: the vocabulary's tokens cannot write any valid output")
+	}
+	if need := g.MinTokens(v); maxTokens < need {
 		return nil, &BudgetError{Need: need, Have: maxTokens}
 	}
 	return m, nil
@@ -50,7 +54,8 @@ func (m *Matcher) Done() bool { return m.g.remStack(m.stk) == 0 }
 // Ended reports whether an EOS was accepted.
 func (m *Matcher) Ended() bool { return m.ended }
 
-// MinTokens is the fewest tokens that complete the output from here, the EOS included.
+// MinTokens is the number of tokens that surely completes the output from here, the EOS
+// included (an upper bound on the fewest, see Termination).
 func (m *Matcher) MinTokens() int {
 	if m.ended {
 		return 0
@@ -151,7 +156,7 @@ func (m *Matcher) Mask(allowed []uint64, budget int) bool {
 	return false
 }
 
-// restRem is the min bytes of all frames but a leaf on top (which the walk steps in place).
+// restRem is the min cost of all frames but a leaf on top (which the walk steps in place).
 func (m *Matcher) restRem(stk []frame) int32 {
 	if len(stk) == 0 || m.g.nodes[stk[len(stk)-1].n].kind != kLeaf {
 		return 0
@@ -161,7 +166,7 @@ func (m *Matcher) restRem(stk []frame) int32 {
 
 // walk sets the ids of trie nodes lo … hi-1 (siblings and their subtrees) that stk accepts, a
 // subtree at a time: a rejected byte skips all tokens under it. While a leaf is on top its state
-// changes in place (rest: the min bytes of the frames below it); other steps copy the stack.
+// changes in place (rest: the min cost of the frames below it); other steps copy the stack.
 func (m *Matcher) walk(out []uint64, t *trie, lo, hi int32, stk []frame, limit int32, depth int, rest int32) {
 	if len(m.bufs) <= depth {
 		m.bufs = append(m.bufs, nil)

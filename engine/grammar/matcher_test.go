@@ -83,7 +83,7 @@ func TestMaskMatchesAccept(t *testing.T) {
 	mask := make([]uint64, v.MaskWords())
 	checked := 0
 	for gi, g := range grammars {
-		budget := g.MinTokens() + 40
+		budget := g.MinTokens(v) + 40
 		m, err := g.NewMatcher(v, budget)
 		if err != nil {
 			t.Fatal(err)
@@ -227,11 +227,13 @@ func TestTinyBudgets(t *testing.T) {
 	_, v := qwen(t)
 	src := `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string","minLength":3},"c":{"type":"array","items":{"type":"boolean"},"minItems":2},"d":{"enum":["x","yy"]},"e":{"type":"string"}},"required":["a","b","c","d","e"]}`
 	g := mustSchema(t, src)
-	if want := len(`{"a":0,"b":"aaa","c":[true,true],"d":"x","e":""}`) + 1; g.MinTokens() != want {
-		t.Errorf("MinTokens = %d, want %d", g.MinTokens(), want)
+	// One token per byte: the bytes of the shortest output. Qwen's tokens write its keys and
+	// literals in fewer.
+	if want := len(`{"a":0,"b":"aaa","c":[true,true],"d":"x","e":""}`) + 1; g.MinTokens(byteVocab) != want || g.MinTokens(v) >= want {
+		t.Errorf("MinTokens = %d bytes, %d Qwen tokens; want %d bytes and fewer tokens", g.MinTokens(byteVocab), g.MinTokens(v), want)
 	}
 	var be *BudgetError
-	if _, err := g.NewMatcher(v, g.MinTokens()-1); !errors.As(err, &be) || be.Need != g.MinTokens() {
+	if _, err := g.NewMatcher(v, g.MinTokens(v)-1); !errors.As(err, &be) || be.Need != g.MinTokens(v) {
 		t.Errorf("NewMatcher with too small a budget: %v", err)
 	}
 	if _, err := mustTools(t, ToolsRequired, "").NewMatcher(v, 2); err == nil {
@@ -240,7 +242,7 @@ func TestTinyBudgets(t *testing.T) {
 	val := validator(t, src)
 	r := rand.New(rand.NewSource(4))
 	for extra := range 12 {
-		budget := g.MinTokens() + extra
+		budget := g.MinTokens(v) + extra
 		ids, ended := generate(t, g, v, r, budget)
 		if !ended || len(ids)+1 > budget {
 			t.Fatalf("budget %d: ended %v after %d tokens", budget, ended, len(ids))
