@@ -36,8 +36,10 @@
 // value loses one leading and one trailing "\n" and is converted by the JSON
 // schema type of its parameter (see convert.go). NAME and K must be non-empty,
 // without whitespace or '<', and end with '>' within 256 bytes; otherwise the
-// text is not a tag. A "<tool_call>" that is followed (after whitespace) by
-// neither a valid "<function=NAME>" nor a JSON call is content text.
+// text is not a tag. Content never carries Qwen's markup tokens: a
+// "<tool_call>" that is followed (after whitespace) by neither a valid
+// "<function=NAME>" nor a JSON call is dropped, as are "</tool_call>",
+// "<think>" and "</think>" there (the last with up to two "\n" after it).
 //
 // A parameter value ends at the first of:
 //
@@ -66,11 +68,11 @@
 //	                                          - open parameter value: the value runs to the end (minus a
 //	                                            partial closing tag) and is kept
 //	                                          - missing </function> / </tool_call>: the call is closed ("}")
-//	                                          - open <function= header or a lone <tool_call>: not a call
-//	                                            yet, so the raw text is content
+//	                                          - <tool_call> then an open <function= header: dropped
 //	</parameter> missing                      value ends before "\n<parameter=" or a closing </function>
 //	</function> inside a value                not an end tag unless the closing sequence above follows
 //	<tool_call><function= inside reasoning    ends the reasoning without </think>
+//	markup tokens in content                  dropped (see Content and tool calls)
 //	tool name not in the request's tools      still returned; its values are strings
 //	</function> missing before next call      the call ends at the next <tool_call> / <function=
 //	stray text between parameters            dropped
@@ -135,17 +137,16 @@ func Parse(text string, opt Options) Result {
 	return s.Result()
 }
 
-// Tags. <tool_call>, </tool_call>, <think> and </think> are single tokens; the
-// others are plain text to the tokenizer.
+// Tags (markup.go).
 const (
-	tThink    = "<think>"
-	tThinkEnd = "</think>"
-	tCall     = "<tool_call>"
-	tCallEnd  = "</tool_call>"
-	tFunc     = "<function="
-	tFuncEnd  = "</function>"
-	tParam    = "<parameter="
-	tParamEnd = "</parameter>"
+	tThink    = ThinkOpen
+	tThinkEnd = ThinkEnd
+	tCall     = CallOpen
+	tCallEnd  = CallEnd
+	tFunc     = FuncOpen
+	tFuncEnd  = FuncEnd
+	tParam    = ParamOpen
+	tParamEnd = ParamEnd
 
 	ws      = " \t\r\n"
 	maxName = 256 // longest function or parameter name; bounds what a header holds back
@@ -349,7 +350,7 @@ func (s *Stream) step() bool {
 			s.afterCall = false
 			return true
 		}
-		k := findTag(b, tCall, tFunc)
+		k := findTag(b, tCall, tFunc, tThink, tThinkEnd, tCallEnd)
 		// Hold the whitespace before a possible call: it is dropped if one follows.
 		if t := len(strings.TrimRight(b[:k], ws)); t > 0 {
 			n := s.avail(b[:t], t == len(b))
@@ -363,11 +364,20 @@ func (s *Stream) step() bool {
 			}
 			return false
 		}
-		v, n := s.callStart(b[k:], final)
+		r := b[k:]
+		if match(r, tCall) == mNone && match(r, tFunc) == mNone {
+			return s.stray(b, k)
+		}
+		v, n := s.callStart(r, final)
 		switch v {
 		case vWait:
 			return false
 		case vNo:
+			if match(r, tCall) == mFull { // a <tool_call> that opens no call
+				s.text(&s.content, b[:k])
+				s.eat(s.noCall(r))
+				return true
+			}
 			s.text(&s.content, b[:k+1])
 		case vYes:
 			s.eat(k + n)
@@ -450,6 +460,48 @@ func (s *Stream) step() bool {
 		return true
 	}
 	return false
+}
+
+// stray handles b[k:], which starts a <think>, </think> or </tool_call> (or may, with more
+// text): markup that has no place in content. The tag is dropped, as the whitespace the real one
+// carries after it (up to two "\n" after </think>; what follows a </tool_call> as after a call).
+func (s *Stream) stray(b string, k int) bool {
+	for _, tag := range []string{tThink, tThinkEnd, tCallEnd} {
+		if match(b[k:], tag) != mFull {
+			continue
+		}
+		s.text(&s.content, b[:k])
+		s.eat(len(tag))
+		switch tag {
+		case tThinkEnd:
+			s.nl, s.st = 0, stAfterThink
+		case tCallEnd:
+			s.afterCall = true
+		}
+		return true
+	}
+	if !s.final { // a partial tag at the end
+		return false
+	}
+	s.text(&s.content, b[:k+1])
+	return true
+}
+
+// noCall is how much of b, a "<tool_call>" that opens no call, to drop: the tag, and at the end of
+// output also an unfinished "<function=NAME" header after it (a call the length limit cut off).
+func (s *Stream) noCall(b string) int {
+	rest := b[len(tCall):]
+	h := rest[countWS(rest):]
+	if s.final && (match(h, tFunc) == mPart || match(h, tFunc) == mFull && headerOpen(h)) {
+		return len(b)
+	}
+	return len(tCall)
+}
+
+// headerOpen reports whether b, which starts with "<function=", ends before its header does.
+func headerOpen(b string) bool {
+	_, _, v := header(b, tFunc)
+	return v == vWait
 }
 
 // callStart decides whether b, which starts with a possible "<tool_call>" or

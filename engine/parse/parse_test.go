@@ -53,8 +53,10 @@ var cases = []struct {
 	{"one newline stripped", true, "a</think>\nb ", Result{Reasoning: "a", Content: "b "}},
 	{"truncated reasoning", true, "still thinking <tool", Result{Reasoning: "still thinking <tool"}},
 	{"truncated end tag", true, "abc</thi", Result{Reasoning: "abc</thi"}},
-	{"think text when thinking off", false, "<think>x</think>y", Result{Content: "<think>x</think>y"}},
-	{"second think block is content", true, "a</think>\n\nb</think>c", Result{Reasoning: "a", Content: "b</think>c"}},
+	{"think tags when thinking off are dropped", false, "<think>x</think>y", Result{Content: "xy"}},
+	{"a second </think> is dropped", true, "a</think>\n\nb</think>c", Result{Reasoning: "a", Content: "bc"}},
+	{"stray </think> takes its newlines", false, "b\n</think>\n\nc", Result{Content: "b\nc"}},
+	{"stray </tool_call> is dropped", false, "a</tool_call>\nb", Result{Content: "a\nb"}},
 	{"tags in reasoning stay text", true, "use <function=x> or <tool_call>{ or <tool_call> later</think>\n\nok",
 		Result{Reasoning: "use <function=x> or <tool_call>{ or <tool_call> later", Content: "ok"}},
 	{"unicode", true, "思考 é\n</think>\n\n答案 ✓", Result{Reasoning: "思考 é\n", Content: "答案 ✓"}},
@@ -85,8 +87,8 @@ var cases = []struct {
 		Result{ToolCalls: []ToolCall{tc(0, "run", `{"code":"ls"}`)}}},
 	{"hermes no arguments, no end tag", false, "<tool_call>\n{\"name\": \"noargs\"}",
 		Result{ToolCalls: []ToolCall{tc(0, "noargs", `{}`)}}},
-	{"hermes invalid is content", false, "<tool_call>\n{\"nam\": 1}\n</tool_call>", Result{Content: "<tool_call>\n{\"nam\": 1}\n</tool_call>"}},
-	{"hermes unterminated is content", false, "<tool_call>\n{\"name\": \"run\", ", Result{Content: "<tool_call>\n{\"name\": \"run\", "}},
+	{"hermes invalid is content, without the tags", false, "<tool_call>\n{\"nam\": 1}\n</tool_call>", Result{Content: "\n{\"nam\": 1}\n"}},
+	{"hermes unterminated is content, without the tag", false, "<tool_call>\n{\"name\": \"run\", ", Result{Content: "\n{\"name\": \"run\", "}},
 	{"text after call", false, "<tool_call>\n<function=noargs>\n</function>\n</tool_call>\n\nAll done.",
 		Result{Content: "All done.", ToolCalls: []ToolCall{tc(0, "noargs", `{}`)}}},
 	{"text before and after call", false, "Checking.\n\n<tool_call>\n<function=noargs>\n</function>\n</tool_call>\nDone.",
@@ -101,9 +103,10 @@ var cases = []struct {
 		Result{ToolCalls: []ToolCall{tc(0, "run", `{"code": "x"}`)}}},
 	{"missing tool_call end", false, "<tool_call>\n<function=run>\n<parameter=code>\nx\n</parameter>\n</function>\n</tool_",
 		Result{ToolCalls: []ToolCall{tc(0, "run", `{"code": "x"}`)}}},
-	{"open function header is content", false, "Hi\n<tool_call>\n<function=get_wea", Result{Content: "Hi\n<tool_call>\n<function=get_wea"}},
-	{"lone tool_call is content", false, "Hi <tool_call>", Result{Content: "Hi <tool_call>"}},
-	{"tool_call literal in content", false, "The <tool_call> tag starts calls.", Result{Content: "The <tool_call> tag starts calls."}},
+	{"a call cut off in its header is dropped", false, "Hi\n<tool_call>\n<function=get_wea", Result{Content: "Hi\n"}},
+	{"a call cut off before its header is dropped", false, "Hi\n<tool_call>\n<func", Result{Content: "Hi\n"}},
+	{"lone tool_call is dropped", false, "Hi <tool_call>", Result{Content: "Hi "}},
+	{"tool_call token in prose is dropped", false, "The <tool_call> tag starts calls.", Result{Content: "The  tag starts calls."}},
 	{"bad function name is content", false, "<function=a b>x", Result{Content: "<function=a b>x"}},
 	{"param end missing before param", false, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
 		Result{ToolCalls: []ToolCall{tc(0, "get_weather", `{"city": "Oslo", "days": 2}`)}}},
@@ -254,7 +257,7 @@ func TestStreamLatency(t *testing.T) {
 		{true, []step{{"<thi", "", ""}, {"nk>\nA b", "", "A b"}, {" <", "", " "}, {"/think", "", ""}, {">\n", "", ""}, {"\nHi <", "Hi", ""}, {"b>", " <b>", ""}}},
 		{true, []step{{"x <tool_call>\n", "", "x "}, {" <func", "", ""}, {"tion=run>\n", "", ""}}},
 		{true, []step{{"x <tool_call>\n", "", "x "}, {"hm", "", "<tool_call>\nhm"}}},
-		{false, []step{{"a\n\n", "a", ""}, {"b <tool_call", "\n\nb", ""}, {"> x", " <tool_call> x", ""}}},
+		{false, []step{{"a\n\n", "a", ""}, {"b <tool_call", "\n\nb", ""}, {"> x", "  x", ""}}},
 		{false, []step{{"é\xe4\xbd", "é", ""}, {"\xa0!", "你!", ""}}},
 	} {
 		s := NewStream(opts(tt.think))
@@ -385,7 +388,7 @@ func (g *gen) output(think bool) (string, Result) {
 	}
 	calls := g.rng.IntN(4)
 	if g.rng.IntN(2) == 0 {
-		c := "x" + g.text(g.rng.IntN(30), "<tool_call>", "<function=")
+		c := "x" + g.text(g.rng.IntN(30), "<tool_call>", "<function=", "<think>", "</think>", "</tool_call>")
 		in.WriteString(c + "\n\n")
 		want.Content = c + "\n\n"
 		if calls > 0 {
@@ -457,4 +460,25 @@ func FuzzStream(f *testing.F) {
 		}
 		checkChunks(t, chunks, think)
 	})
+}
+
+// TestContentHasNoMarkup: whatever the model writes, content never carries Qwen's markup
+// tokens, parsed whole or streamed in chunks.
+func TestContentHasNoMarkup(t *testing.T) {
+	g := gen{rand.New(rand.NewPCG(5, 6))}
+	pieces := append([]string{"<tool_call>", "</tool_call>", "<think>", "</think>", "\n<function=f>\n", "<function=", "\n\n"}, textPieces...)
+	for range 2000 {
+		var b strings.Builder
+		for range 1 + g.rng.IntN(12) {
+			b.WriteString(pieces[g.rng.IntN(len(pieces))])
+		}
+		in, think := b.String(), g.rng.IntN(2) == 0
+		r := Parse(in, opts(think))
+		for _, tag := range []string{tCall, tCallEnd, tThink, tThinkEnd} {
+			if strings.Contains(r.Content, tag) {
+				t.Fatalf("input %q (thinking %v): content %q holds %s", in, think, r.Content, tag)
+			}
+		}
+		checkChunks(t, randomChunks(g.rng, in, 1+g.rng.IntN(8)), think)
+	}
 }
