@@ -337,11 +337,13 @@ func logSumExp(x []float32) float32 {
 	return m + float32(math.Log(sum))
 }
 
+// topCandidates is the k most likely tokens; a token of probability zero (masked to -Inf by a
+// grammar) is no alternative, so fewer than k may come back.
 func topCandidates(x []float32, k int, logZ float32) []Candidate {
 	k = min(k, len(x))
 	top := make([]Candidate, 0, k+1)
 	for i, v := range x {
-		if len(top) == k && v <= top[k-1].Logprob {
+		if math.IsInf(float64(v), -1) || len(top) == k && v <= top[k-1].Logprob {
 			continue
 		}
 		c := Candidate{ID: i, Logprob: v}

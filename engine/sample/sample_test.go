@@ -176,6 +176,28 @@ func TestLogprobs(t *testing.T) {
 	}
 }
 
+// TestLogprobsMasked: a token a grammar masked out has probability zero: it is never an
+// alternative (its logprob would be -Inf, which JSON cannot carry), and every reported value is finite.
+func TestLogprobsMasked(t *testing.T) {
+	x := logits(0, 2, 1, -3, 5)
+	allowed := []uint64{1<<0 | 1<<3} // ids 0 and 3
+	for _, temp := range []float32{0, 1} {
+		s := New(Params{Temperature: temp, TopLogprobs: 4, Seed: seed(1)}, nil)
+		c := s.NextAllowed(x, allowed)
+		if c.ID != 0 && c.ID != 3 {
+			t.Fatalf("T %g: chose %d outside the mask", temp, c.ID)
+		}
+		if len(c.Top) != 2 {
+			t.Fatalf("T %g: %d alternatives %+v, want the 2 allowed ones", temp, len(c.Top), c.Top)
+		}
+		for _, a := range append(c.Top, Candidate{c.ID, c.Logprob}) {
+			if math.IsInf(float64(a.Logprob), 0) || math.IsNaN(float64(a.Logprob)) {
+				t.Fatalf("T %g: non-finite logprob %+v", temp, a)
+			}
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	bad := []Params{
 		{Temperature: -1}, {Temperature: 3}, {TopK: -2}, {TopP: 1.5}, {MinP: -0.1},
