@@ -412,7 +412,7 @@ func (s *Server) countTokens(c *gin.Context) {
 		abortWith(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"input_tokens": len(m.Tokenizer.Encode(text))})
+	reply(c, http.StatusOK, gin.H{"input_tokens": len(m.Tokenizer.Encode(text))})
 }
 
 // messagesCall carries one Messages answer's state.
@@ -454,12 +454,11 @@ func input(args string) json.RawMessage {
 }
 
 func (mc *messagesCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
-	o, parser, err := mc.s.runTurn(ctx, mc.m, p, nil)
+	o, r, err := mc.s.runTurn(ctx, mc.m, p, nil)
 	if err != nil {
 		failPlain(c, ctx, err)
 		return
 	}
-	r := parser.Result()
 	content := []any{}
 	if r.Reasoning != "" {
 		shown := r.Reasoning
@@ -479,7 +478,7 @@ func (mc *messagesCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 		content = append(content, gin.H{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": input(tc.Arguments)})
 	}
 	reason, seq := mc.stopReason(o)
-	c.JSON(http.StatusOK, gin.H{"id": mc.id, "type": "message", "role": "assistant", "model": mc.m.ID, "content": content,
+	reply(c, http.StatusOK, gin.H{"id": mc.id, "type": "message", "role": "assistant", "model": mc.m.ID, "content": content,
 		"stop_reason": reason, "stop_sequence": seq, "usage": anthUsage(o)})
 }
 

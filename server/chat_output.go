@@ -174,7 +174,7 @@ func (cc *chatCall) stream(c *gin.Context, ctx context.Context, p *turnPlan, inc
 }
 
 func (cc *chatCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
-	outcome, parser, err := cc.s.runTurn(ctx, cc.m, p, func(_ []parse.Delta, piece textPiece) error {
+	outcome, r, err := cc.s.runTurn(ctx, cc.m, p, func(_ []parse.Delta, piece textPiece) error {
 		cc.lp = append(cc.lp, cc.logprobEntries(piece.Tokens)...)
 		return nil
 	})
@@ -182,7 +182,6 @@ func (cc *chatCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 		failPlain(c, ctx, err)
 		return
 	}
-	r := parser.Result()
 	msg := map[string]any{"role": "assistant", "content": nil}
 	if r.Content != "" {
 		msg["content"] = r.Content
@@ -207,7 +206,7 @@ func (cc *chatCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 	if cc.logprobs {
 		lp = map[string]any{"content": cc.lp}
 	}
-	c.JSON(http.StatusOK, gin.H{
+	reply(c, http.StatusOK, gin.H{
 		"id": cc.id, "object": "chat.completion", "created": cc.created, "model": cc.m.ID,
 		"choices": []any{gin.H{"index": 0, "message": msg, "logprobs": lp, "finish_reason": cc.finishReason(outcome)}},
 		"usage":   usageOf(outcome),

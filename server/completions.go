@@ -67,7 +67,7 @@ func (s *Server) completions(c *gin.Context) {
 		abortWith(c, err)
 		return
 	}
-	g, err := planCompletion(m, &req)
+	g, stops, err := planCompletion(m, &req)
 	if err != nil {
 		abortWith(c, err)
 		return
@@ -93,7 +93,7 @@ func (s *Server) completions(c *gin.Context) {
 	}
 	ctx, ticket := a.admitted()
 	g.prompt, g.ticket = prompt, ticket
-	tc := &textCall{s: s, m: m, id: newID("cmpl-"), created: time.Now().Unix(), lp: &textLogprobs{on: g.logprobs, tok: m.Tokenizer}}
+	tc := &textCall{s: s, m: m, id: newID("cmpl-"), created: time.Now().Unix(), lp: &textLogprobs{on: g.logprobs, tok: m.Tokenizer}, stops: stops}
 	if req.Stream {
 		tc.stream(c, ctx, g, req.Echo, promptText, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 	} else {
@@ -101,24 +101,25 @@ func (s *Server) completions(c *gin.Context) {
 	}
 }
 
-// planCompletion validates a text completion's options.
-func planCompletion(m *Model, req *completionRequest) (genRequest, error) {
+// planCompletion validates a text completion's options; it returns the stop strings apart.
+func planCompletion(m *Model, req *completionRequest) (genRequest, []string, error) {
 	var g genRequest
 	if req.Suffix != nil && *req.Suffix != "" {
-		return g, badRequest("suffix is not supported", "suffix")
+		return g, nil, badRequest("suffix is not supported", "suffix")
 	}
-	var err error
-	if g.params, g.stops, err = req.params(qwenDefaults(false), m.Tokenizer.VocabSize()); err != nil {
-		return g, err
+	params, stops, err := req.params(qwenDefaults(false), m.Tokenizer.VocabSize())
+	if err != nil {
+		return g, nil, err
 	}
+	g.params = params
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > 5 {
-			return g, badRequest("logprobs must be between 0 and 5", "logprobs")
+			return g, nil, badRequest("logprobs must be between 0 and 5", "logprobs")
 		}
 		g.params.Logprobs, g.params.TopLogprobs = true, *req.Logprobs
 	}
 	g.logprobs, g.topLogprobs = req.Logprobs != nil, g.params.TopLogprobs
-	return g, nil
+	return g, stops, nil
 }
 
 // textCall carries one text completion's output state.
@@ -128,6 +129,21 @@ type textCall struct {
 	id      string
 	created int64
 	lp      *textLogprobs
+	stops   []string // a text completion's stop strings apply to the raw text
+}
+
+// generate runs g, passing out the text no stop string can still claim.
+func (tc *textCall) generate(ctx context.Context, g genRequest, out func(textPiece) error) (genOutcome, error) {
+	st := &stopper{stops: tc.stops}
+	o, err := tc.s.generate(ctx, tc.m, g, func(p textPiece) (bool, error) {
+		p, done := st.piece(p)
+		return done, out(p)
+	})
+	if err == nil && st.hit == "" { // the end: what the stopper held is final
+		err = out(st.flush())
+	}
+	o.stopSeq = st.hit
+	return o, err
 }
 
 func (tc *textCall) chunk(text string, finish *string) gin.H {
@@ -140,7 +156,10 @@ func (tc *textCall) stream(c *gin.Context, ctx context.Context, g genRequest, ec
 	if echo {
 		w.data(tc.chunk(promptText, nil))
 	}
-	outcome, err := tc.s.generate(ctx, tc.m, g, func(p textPiece) error {
+	outcome, err := tc.generate(ctx, g, func(p textPiece) error {
+		if p.Text == "" && len(p.Tokens) == 0 {
+			return nil
+		}
 		tc.lp.add(p)
 		return w.data(tc.chunk(p.Text, nil))
 	})
@@ -161,7 +180,7 @@ func (tc *textCall) once(c *gin.Context, ctx context.Context, g genRequest, echo
 	if echo {
 		text.WriteString(promptText)
 	}
-	outcome, err := tc.s.generate(ctx, tc.m, g, func(p textPiece) error {
+	outcome, err := tc.generate(ctx, g, func(p textPiece) error {
 		tc.lp.add(p)
 		text.WriteString(p.Text)
 		return nil
@@ -173,7 +192,7 @@ func (tc *textCall) once(c *gin.Context, ctx context.Context, g genRequest, echo
 	finish := outcome.finish
 	resp := tc.chunk(text.String(), &finish)
 	resp["usage"] = usageOf(outcome)
-	c.JSON(http.StatusOK, resp)
+	reply(c, http.StatusOK, resp)
 }
 
 // textLogprobs accumulates the legacy completions logprobs object.

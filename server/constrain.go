@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/lilyformac/lily/engine/grammar"
+	"github.com/lilyformac/lily/engine/parse"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/steer"
 )
@@ -50,9 +51,9 @@ func grammarTools(p *turnPlan) []grammar.Tool {
 // the prompt opens the reasoning block, and the grammar. With a grammar, the reasoning is cut
 // in time for the shortest valid answer to fit in max_tokens.
 func (p *turnPlan) steer(m *Model) (func() runner.Steer, error) {
-	end, hasEnd := m.Tokenizer.TokenID("</think>")
+	end, hasEnd := m.Tokenizer.TokenID(parse.ThinkEnd)
 	thinking := hasEnd && p.promptEndsInThink()
-	closing := m.Tokenizer.Encode("\n</think>\n\n")
+	closing := m.Tokenizer.Encode(parse.ThinkClose)
 	budget := p.budget
 	if p.grammar == nil && (!thinking || budget == 0) {
 		return nil, nil
@@ -64,9 +65,9 @@ func (p *turnPlan) steer(m *Model) (func() runner.Steer, error) {
 			return nil, err
 		}
 		if thinking { // reasoning must close in time for the shortest answer
-			room := p.g.maxTokens - p.grammar.MinTokens() - len(closing)
+			room := p.g.maxTokens - p.grammar.MinTokens(v) - len(closing)
 			if room < 1 {
-				return nil, badRequest(fmt.Sprintf("max_tokens %d leaves no room for reasoning before the shortest answer in the requested format (%d tokens): raise it, or turn thinking off", p.g.maxTokens, p.grammar.MinTokens()), "max_tokens")
+				return nil, badRequest(fmt.Sprintf("max_tokens %d leaves no room for reasoning before the shortest answer in the requested format (%d tokens): raise it, or turn thinking off", p.g.maxTokens, p.grammar.MinTokens(v)), "max_tokens")
 			}
 			budget = min(cmp.Or(budget, room), room)
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -63,14 +64,39 @@ func abortWith(c *gin.Context, err error) {
 		ae = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 	}
 	setRetryAfter(c, ae)
+	c.Abort()
+	reply(c, ae.Status, errorBody(c, ae))
+}
+
+// errorBody is ae in the shape of the request's dialect.
+func errorBody(c *gin.Context, ae *apiError) any {
 	switch path := c.Request.URL.Path; {
 	case strings.HasPrefix(path, "/v1/messages"):
-		c.AbortWithStatusJSON(ae.Status, anthError(ae))
+		return anthError(ae)
 	case strings.HasPrefix(path, "/api/"):
-		c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae.Message})
-	default:
-		c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
+		return gin.H{"error": ae.Message}
 	}
+	return gin.H{"error": ae}
+}
+
+// reply writes v as a JSON response. It encodes v before it writes anything, so a response is
+// always a JSON answer or a JSON error: a value that cannot be encoded (a NaN, say) becomes a 500
+// saying so, never a status with an empty body.
+func reply(c *gin.Context, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		ae := &apiError{Status: http.StatusInternalServerError, Message: "the response could not be encoded: " + err.Error(), Type: "server_error"}
+		status, b = ae.Status, must(json.Marshal(errorBody(c, ae)))
+	}
+	c.Data(status, "application/json; charset=utf-8", b)
+}
+
+// must is for encodings that cannot fail (strings and ints only).
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // anthError is err in Anthropic's shape: {"type": "error", "error": {"type", "message"}}, the

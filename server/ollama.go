@@ -37,7 +37,7 @@ var ollamaForever = time.Date(2999, 12, 31, 0, 0, 0, 0, time.UTC).Format(time.RF
 
 // ollamaRoutes adds the Ollama endpoints to the group that checks the API key.
 func (s *Server) ollamaRoutes(api *gin.RouterGroup) {
-	version := func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"version": ollamaVersion}) }
+	version := func(c *gin.Context) { reply(c, http.StatusOK, gin.H{"version": ollamaVersion}) }
 	api.GET("/api/version", version)
 	api.HEAD("/api/version", version) // HEAD too, as Ollama answers it (clients probe with it)
 	api.GET("/api/tags", s.ollamaTags)
@@ -96,7 +96,7 @@ func (s *Server) ollamaModelOf(m *Model) ollamaModel {
 
 func (s *Server) ollamaTags(c *gin.Context) {
 	if m := s.ready(c); m != nil {
-		c.JSON(http.StatusOK, gin.H{"models": []ollamaModel{s.ollamaModelOf(m)}})
+		reply(c, http.StatusOK, gin.H{"models": []ollamaModel{s.ollamaModelOf(m)}})
 	}
 }
 
@@ -108,7 +108,7 @@ func (s *Server) ollamaPS(c *gin.Context) {
 		e.ModifiedAt, e.Capabilities, e.ExpiresAt, e.SizeVRAM = "", nil, ollamaForever, &m.Size
 		models = append(models, e)
 	}
-	c.JSON(http.StatusOK, gin.H{"models": models})
+	reply(c, http.StatusOK, gin.H{"models": models})
 }
 
 // ollamaShow describes the served model, whatever name is asked for; model_info carries what
@@ -126,7 +126,7 @@ func (s *Server) ollamaShow(c *gin.Context) {
 		abortWith(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"modelfile": "", "parameters": "", "template": "", "details": ollamaDetailsOf(m),
+	reply(c, http.StatusOK, gin.H{"modelfile": "", "parameters": "", "template": "", "details": ollamaDetailsOf(m),
 		"model_info":   gin.H{"general.architecture": ollamaArch, "general.basename": m.ID, ollamaArch + ".context_length": m.Context},
 		"capabilities": ollamaCapabilities, "modified_at": s.started.UTC().Format(time.RFC3339)})
 }
@@ -414,7 +414,7 @@ func (s *Server) ollamaLoaded(c *gin.Context, o *ollamaCommon, chat bool) {
 	if ollamaUnloads(o.KeepAlive) {
 		p.DoneReason = "unload"
 	}
-	c.JSON(http.StatusOK, p)
+	reply(c, http.StatusOK, p)
 }
 
 // ollamaAnswer answers a planned chat or generate turn, streamed unless stream is false.
@@ -488,13 +488,12 @@ func (oc *ollamaCall) done(p ollamaPart, o genOutcome) ollamaPart {
 }
 
 func (oc *ollamaCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
-	o, parser, err := oc.s.runTurn(ctx, oc.m, p, nil)
+	o, r, err := oc.s.runTurn(ctx, oc.m, p, nil)
 	if err != nil {
 		failPlain(c, ctx, err)
 		return
 	}
-	r := parser.Result()
-	c.JSON(http.StatusOK, oc.done(oc.part(r.Content, r.Reasoning, r.ToolCalls), o))
+	reply(c, http.StatusOK, oc.done(oc.part(r.Content, r.Reasoning, r.ToolCalls), o))
 }
 
 // stream sends the answer as JSON lines; a failure is a last {"error": …} line.

@@ -324,7 +324,7 @@ func (s *Server) getResponse(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusNotFound, Message: "no stored response has the id " + c.Param("id"), Type: "invalid_request_error"})
 		return
 	}
-	c.Data(http.StatusOK, "application/json", st.response)
+	c.Data(http.StatusOK, "application/json; charset=utf-8", st.response)
 }
 
 // deleteResponse answers DELETE /v1/responses/{id}.
@@ -333,5 +333,5 @@ func (s *Server) deleteResponse(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusNotFound, Message: "no stored response has the id " + c.Param("id"), Type: "invalid_request_error"})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"id": c.Param("id"), "object": "response", "deleted": true})
+	reply(c, http.StatusOK, gin.H{"id": c.Param("id"), "object": "response", "deleted": true})
 }

@@ -119,12 +119,11 @@ func orEmpty(raw json.RawMessage) any {
 }
 
 func (rc *responseCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
-	o, parser, err := rc.s.runTurn(ctx, rc.m, p, nil)
+	o, r, err := rc.s.runTurn(ctx, rc.m, p, nil)
 	if err != nil {
 		failPlain(c, ctx, err)
 		return
 	}
-	r := parser.Result()
 	obj := rc.object("completed", rc.items(r), &o)
 	body, err := json.Marshal(obj)
 	if err != nil {
@@ -132,7 +131,7 @@ func (rc *responseCall) once(c *gin.Context, ctx context.Context, p *turnPlan) {
 		return
 	}
 	rc.store(body, r)
-	c.Data(http.StatusOK, "application/json", body)
+	c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 }
 
 // store keeps the response (unless store is false) with the conversation it ends, for GET and
@@ -308,7 +307,7 @@ func (rc *responseCall) stream(c *gin.Context, ctx context.Context, p *turnPlan)
 		return
 	}
 	is := &itemStream{w: w, rc: rc}
-	o, parser, err := rc.s.runTurn(ctx, rc.m, p, eachDelta(is.send))
+	o, r, err := rc.s.runTurn(ctx, rc.m, p, eachDelta(is.send))
 	if err != nil {
 		failed := rc.object("failed", is.output, nil)
 		ae := asAPIError(generationError(ctx, err))
@@ -325,7 +324,7 @@ func (rc *responseCall) stream(c *gin.Context, ctx context.Context, p *turnPlan)
 	}
 	obj := rc.object("completed", is.output, &o)
 	if body, err := json.Marshal(obj); err == nil {
-		rc.store(body, parser.Result())
+		rc.store(body, r)
 	}
 	w.seqEvent("response."+obj["status"].(string), gin.H{"response": obj})
 }

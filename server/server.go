@@ -277,7 +277,7 @@ func (s *Server) health(c *gin.Context) {
 	case s.life.Err() != nil:
 		status, e = "shutting_down", errShuttingDown
 	case s.model.Load() != nil:
-		c.JSON(http.StatusOK, gin.H{"status": "ok"})
+		reply(c, http.StatusOK, gin.H{"status": "ok"})
 		return
 	default:
 		var failed bool
@@ -286,7 +286,8 @@ func (s *Server) health(c *gin.Context) {
 		}
 	}
 	setRetryAfter(c, e)
-	c.AbortWithStatusJSON(e.Status, gin.H{"status": status, "error": e})
+	c.Abort()
+	reply(c, e.Status, gin.H{"status": status, "error": e})
 }
 
 // status is what the menu-bar app reads: the startup phase (from Config.Status) plus the served
@@ -312,7 +313,7 @@ func (s *Server) status(c *gin.Context) {
 	}
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
 	out["queue_depth"] = s.sched.depth()
-	c.JSON(http.StatusOK, out)
+	reply(c, http.StatusOK, out)
 }
 
 // retry restarts a failed startup; the client follows progress on /status.
@@ -325,7 +326,7 @@ func (s *Server) retry(c *gin.Context) {
 		abortWith(c, &apiError{Status: http.StatusConflict, Message: err.Error(), Type: "invalid_request_error"})
 		return
 	}
-	c.JSON(http.StatusAccepted, gin.H{"status": "retrying"})
+	reply(c, http.StatusAccepted, gin.H{"status": "retrying"})
 }
 
 // modelCard is a model in OpenAI's shape and Anthropic's at once (no key means different
@@ -352,7 +353,7 @@ func (s *Server) listModels(c *gin.Context) {
 	if m == nil {
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []modelCard{s.card(m)}, "has_more": false, "first_id": m.ID, "last_id": m.ID})
+	reply(c, http.StatusOK, gin.H{"object": "list", "data": []modelCard{s.card(m)}, "has_more": false, "first_id": m.ID, "last_id": m.ID})
 }
 
 // getModel answers for any id: Lily serves one model under whatever name the client uses.
@@ -365,7 +366,7 @@ func (s *Server) getModel(c *gin.Context) {
 	if id := strings.TrimPrefix(c.Param("id"), "/"); id != "" {
 		card.ID = id
 	}
-	c.JSON(http.StatusOK, card)
+	reply(c, http.StatusOK, card)
 }
 
 // decodeBody reads a JSON request body into v with OpenAI-style errors. The body must be one

@@ -116,7 +116,12 @@ func (w *sseWriter) seqEvent(name string, fields map[string]any) error {
 func (w *sseWriter) seqEventLocked(name string, fields map[string]any) []byte {
 	fields["type"], fields["sequence_number"] = name, w.seq
 	w.seq++
-	b, _ := json.Marshal(fields)
+	b, err := json.Marshal(fields)
+	if err != nil { // never an event without its data: the stream says what went wrong instead
+		name = "error"
+		b = must(json.Marshal(gin.H{"type": name, "sequence_number": fields["sequence_number"], "code": "server_error",
+			"message": "an event could not be encoded: " + err.Error(), "param": nil}))
+	}
 	return append(append([]byte("event: "+name+"\ndata: "), b...), '\n', '\n')
 }
 

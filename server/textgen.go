@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -18,7 +19,6 @@ type genRequest struct {
 	prompt      []int
 	maxTokens   int
 	params      sample.Params
-	stops       []string
 	topLogprobs int                 // alternatives per token when logprobs are on
 	logprobs    bool                // report per-token logprobs
 	checkpoints []int               // prompt lengths where the prefix cache should keep the prefill's state
@@ -33,7 +33,7 @@ type tokenLogprob struct {
 	Top     []sample.Candidate
 }
 
-// textPiece is output text that is final: no stop string can still cut it.
+// textPiece is a piece of output text and the tokens it completes.
 type textPiece struct {
 	Text   string
 	Tokens []tokenLogprob // logprobs of the tokens whose text this piece completes
@@ -43,16 +43,15 @@ type textPiece struct {
 type genOutcome struct {
 	res     runner.Result
 	finish  string // "stop" or "length"
-	stopSeq string // the stop string that ended generation ("": none did)
+	stopSeq string // the stop string that ended the output ("": none did)
 	// reasoningTokens are the generated tokens whose text was reasoning (runTurn counts them; a
 	// token whose text straddles </think> counts as reasoning).
 	reasoningTokens int
 }
 
-// generate runs g on m, passing final text pieces to out. Stop strings end generation and are
-// never emitted, not even partly: text that might begin a stop string is held back until it
-// cannot.
-func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(textPiece) error) (genOutcome, error) {
+// generate runs g on m, passing each token's text to out as it comes (with its logprobs); out
+// may end the generation (a stop string). The outcome's finish is then "stop".
+func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(textPiece) (bool, error)) (genOutcome, error) {
 	if s.observe != nil {
 		s.observe(g)
 	}
@@ -62,40 +61,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	defer g.ticket.release()
 	admitted := time.Now()
 	stream := m.Tokenizer.NewStream()
-	var pending strings.Builder
-	var pendingLP []tokenLogprob
-	pendingN := 0
-	stopped, stopSeq := false, ""
-	first := true
-
-	release := func(text string) error {
-		if text == "" && len(pendingLP) == 0 {
-			return nil
-		}
-		p := textPiece{Text: text, Tokens: pendingLP, Count: pendingN}
-		pendingLP, pendingN = nil, 0
-		return out(p)
-	}
-	// flushSafe emits the part of pending that no stop string can still claim.
-	flushSafe := func(final bool) (bool, error) {
-		text := pending.String()
-		if i, which := firstStop(text, g.stops); i >= 0 {
-			pending.Reset()
-			stopSeq = which
-			return true, release(text[:i])
-		}
-		keep := 0
-		if !final {
-			keep = stopPrefixSuffix(text, g.stops)
-		}
-		if keep == len(text) && !final {
-			return false, nil
-		}
-		pending.Reset()
-		pending.WriteString(text[len(text)-keep:])
-		return false, release(text[:len(text)-keep])
-	}
-
+	stopped, first := false, true
 	req := runner.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints}
 	if g.steer != nil {
 		req.Steer = g.steer()
@@ -108,14 +74,12 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 		if slices.Contains(m.StopIDs, tok.ID) {
 			return false, nil // end of turn: the runner stops; nothing to show
 		}
-		text := stream.Add(tok.ID)
-		pendingN++
+		p := textPiece{Text: stream.Add(tok.ID), Count: 1}
 		if g.logprobs {
-			pendingLP = append(pendingLP, tokenLogprob{Text: m.Tokenizer.Decode([]int{tok.ID}), Logprob: tok.Logprob, Top: tok.Top})
+			p.Tokens = []tokenLogprob{logprobOf(m, tok)}
 		}
-		pending.WriteString(text)
 		var err error
-		stopped, err = flushSafe(false)
+		stopped, err = out(p)
 		return stopped, err
 	})
 	s.metrics.promptTokens.Add(float64(res.PromptTokens))
@@ -127,9 +91,8 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	if res.Decode > 0 && len(res.Tokens) > 1 {
 		s.metrics.setDecodeRate(float64(len(res.Tokens)-1) / res.Decode.Seconds())
 	}
-	if !stopped {
-		pending.WriteString(stream.Flush())
-		if stopped, err = flushSafe(true); err != nil {
+	if rest := stream.Flush(); rest != "" && !stopped {
+		if stopped, err = out(textPiece{Text: rest}); err != nil {
 			return genOutcome{res: res}, err
 		}
 	}
@@ -137,8 +100,69 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	if stopped {
 		finish = "stop"
 	}
-	return genOutcome{res: res, finish: finish, stopSeq: stopSeq}, nil
+	return genOutcome{res: res, finish: finish}, nil
 }
+
+// logprobOf is a generated token's logprob entry. A logprob of -Inf (a token of probability zero
+// under a grammar's mask, forced by a steer) is written as OpenAI writes it, -9999: JSON has no
+// infinity.
+func logprobOf(m *Model, tok runner.Token) tokenLogprob {
+	finite := func(lp float32) float32 {
+		if math.IsInf(float64(lp), 0) || lp != lp {
+			return -9999
+		}
+		return lp
+	}
+	e := tokenLogprob{Text: m.Tokenizer.Decode([]int{tok.ID}), Logprob: finite(tok.Logprob)}
+	for _, c := range tok.Top {
+		e.Top = append(e.Top, sample.Candidate{ID: c.ID, Logprob: finite(c.Logprob)})
+	}
+	return e
+}
+
+// stopper is the one stop-string policy: it passes text on as soon as no stop string can still
+// claim it, holds back a tail that might begin one, and at the first stop string ends the text
+// just before it (a stop string is never emitted, not even partly). The tokens whose text it
+// holds wait with it, so logprobs arrive with their text.
+type stopper struct {
+	stops   []string
+	held    string
+	pending textPiece // tokens not yet passed on (Text unused)
+	hit     string    // the stop string that ended the text ("": none yet)
+}
+
+// piece takes the next piece of text and returns what became final; done: a stop string ended it.
+func (st *stopper) piece(p textPiece) (textPiece, bool) {
+	st.pending.Tokens = append(st.pending.Tokens, p.Tokens...)
+	st.pending.Count += p.Count
+	text := st.held + p.Text
+	if i, which := firstStop(text, st.stops); i >= 0 {
+		st.held, st.hit = "", which
+		return st.release(text[:i]), true
+	}
+	keep := stopPrefixSuffix(text, st.stops)
+	st.held = text[len(text)-keep:]
+	if keep == len(text) {
+		return textPiece{}, false
+	}
+	return st.release(text[:len(text)-keep]), false
+}
+
+// flush ends the text: what was held is final.
+func (st *stopper) flush() textPiece {
+	text := st.held
+	st.held = ""
+	return st.release(text)
+}
+
+func (st *stopper) release(text string) textPiece {
+	p := st.pending
+	p.Text, st.pending = text, textPiece{}
+	return p
+}
+
+// holding reports whether text is held back.
+func (st *stopper) holding() bool { return st.held != "" }
 
 // firstStop finds the earliest occurrence of any stop string.
 func firstStop(text string, stops []string) (int, string) {

@@ -31,7 +31,7 @@ type turn struct {
 	thinking *bool
 	effort   *string
 	// budget caps the reasoning in tokens (nil: effort's budget, effortBudgets); the model's
-	// reasoning is then closed for it, with "\n</think>\n\n".
+	// reasoning is then closed for it, with parse.ThinkClose.
 	budget *int
 	kwargs map[string]json.RawMessage // chat_template_kwargs
 	// addGen and cont are add_generation_prompt and continue_final_message (nil: not given;
@@ -69,6 +69,7 @@ type turnPlan struct {
 	thinking bool
 	budget   int              // reasoning tokens allowed (0: no limit)
 	grammar  *grammar.Grammar // what the answer must follow (nil: free; constrain.go)
+	stops    []string         // the stop strings, which apply to the answer's text (runTurn)
 	text     string           // the rendered prompt
 	g        genRequest
 }
@@ -98,10 +99,13 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 		p.thinking = false // a forced call starts the answer (see constrain.go)
 	}
 	g := &p.g
-	if g.params, g.stops, err = t.sampling.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
+	if g.params, p.stops, err = t.sampling.params(qwenDefaults(p.thinking), m.Tokenizer.VocabSize()); err != nil {
 		return nil, err
 	}
-	g.stops = append(g.stops, t.stops...)
+	p.stops = append(p.stops, t.stops...)
+	if p.grammar != nil {
+		p.stops = nil // the grammar shapes the whole answer: a stop string would break its format
+	}
 	g.logprobs = t.logprobs
 	if t.topLogprobs != nil {
 		if !g.logprobs {
@@ -142,7 +146,7 @@ func (p *turnPlan) planTools() error {
 		if !found {
 			return badRequest(fmt.Sprintf("tool_choice names %q, which is not in tools", t.choice.name), "tool_choice")
 		}
-		p.force = "<tool_call>\n<function=" + t.choice.name + ">\n"
+		p.force = parse.CallOpening(t.choice.name)
 	default:
 		return badRequest(fmt.Sprintf("tool_choice %q is not known", t.choice.mode), "tool_choice")
 	}
@@ -223,7 +227,7 @@ func (p *turnPlan) forcedCall() bool {
 
 // promptEndsInThink reports whether the prompt opens a reasoning block for the answer.
 func (p *turnPlan) promptEndsInThink() bool {
-	return p.thinking && strings.HasSuffix(p.text, "<think>\n")
+	return p.thinking && parse.OpensReasoning(p.text)
 }
 
 // renderTurn renders a planned turn's conversation through the model's chat template.
@@ -279,36 +283,83 @@ func (p *turnPlan) parser() (*parse.Stream, []parse.Delta) {
 }
 
 // runTurn generates a prepared turn, passing to out (which may be nil) the deltas the prompt
-// holds (a forced call's opening), then each piece of final text, parsed; the parser holds the
-// whole result at the end.
-func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]parse.Delta, textPiece) error) (genOutcome, *parse.Stream, error) {
-	ps, pending := p.parser()
-	if out != nil && len(pending) > 0 {
-		if err := out(pending, textPiece{}); err != nil {
-			return genOutcome{}, ps, err
-		}
+// holds (a forced call's opening), then the parsed deltas of the output with the tokens they
+// complete, and returns the whole answer.
+func (s *Server) runTurn(ctx context.Context, m *Model, p *turnPlan, out func([]parse.Delta, textPiece) error) (genOutcome, parse.Result, error) {
+	ps, opening := p.parser()
+	a := &answer{st: stopper{stops: p.stops}, out: out}
+	if err := a.send(opening, textPiece{}); err != nil {
+		return genOutcome{}, parse.Result{}, err
 	}
 	reasoning := 0
-	o, err := s.generate(ctx, m, p.g, func(piece textPiece) error {
+	o, err := s.generate(ctx, m, p.g, func(piece textPiece) (bool, error) {
 		d := ps.Feed(piece.Text)
 		if slices.ContainsFunc(d, func(x parse.Delta) bool { return x.Reasoning != "" }) {
 			reasoning += piece.Count
 		}
-		if out == nil {
-			return nil
-		}
-		return out(d, piece)
+		err := a.send(d, piece)
+		return a.stopped, err
 	})
-	o.reasoningTokens = reasoning
-	if err != nil {
-		return o, ps, err
-	}
-	if rest := ps.Finish(); out != nil && len(rest) > 0 {
-		if err := out(rest, textPiece{}); err != nil {
-			return o, ps, err
+	o.reasoningTokens, o.stopSeq = reasoning, a.st.hit
+	if err == nil && !a.stopped {
+		if err = a.send(ps.Finish(), textPiece{}); err == nil {
+			err = a.end()
 		}
 	}
-	return o, ps, nil
+	r := ps.Result()
+	r.Content = a.content.String()
+	return o, r, err
+}
+
+// answer is a turn's output on its way to the client. Stop strings apply to the answer's text
+// only (content): never to the reasoning or a call's markup, so a stop string cannot cut a tool
+// call. The tokens of text the stopper holds back wait with it.
+type answer struct {
+	st      stopper
+	out     func([]parse.Delta, textPiece) error // nil: nothing streams
+	content strings.Builder
+	tokens  textPiece // tokens whose text has not gone out yet
+	stopped bool      // a stop string ended the answer
+}
+
+// send passes the parser's deltas on, content through the stopper.
+func (a *answer) send(in []parse.Delta, piece textPiece) error {
+	a.tokens.Tokens = append(a.tokens.Tokens, piece.Tokens...)
+	a.tokens.Count += piece.Count
+	var d []parse.Delta
+	for _, x := range in {
+		if x.Content == "" { // reasoning or a call: what the stopper holds is final
+			d = append(a.text(d, a.st.flush().Text), x)
+			continue
+		}
+		p, done := a.st.piece(textPiece{Text: x.Content})
+		d = a.text(d, p.Text)
+		if a.stopped = done; done {
+			break
+		}
+	}
+	return a.emit(d)
+}
+
+// end releases what the stopper held at the end of the output.
+func (a *answer) end() error { return a.emit(a.text(nil, a.st.flush().Text)) }
+
+func (a *answer) text(d []parse.Delta, s string) []parse.Delta {
+	if s == "" {
+		return d
+	}
+	a.content.WriteString(s)
+	return append(d, parse.Delta{Content: s})
+}
+
+// emit sends d with the waiting tokens, unless nothing is to be sent or their text is held.
+func (a *answer) emit(d []parse.Delta) error {
+	if a.out == nil || len(d) == 0 && (a.st.holding() || len(a.tokens.Tokens) == 0) {
+		return nil
+	}
+	t := a.tokens
+	a.tokens = textPiece{}
+	return a.out(d, t)
 }
 
 // planned is the front of every chat endpoint: the served model, preparation budget, the request

@@ -190,8 +190,12 @@ func EndsWithAssistant(messages json.RawMessage) bool {
 	return json.Unmarshal(messages, &msgs) == nil && len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant"
 }
 
-// imEnd closes every message in Qwen's template.
-const imEnd = "<|im_end|>\n"
+// MessageStart opens every message in Qwen's template (the server keeps prefix-cache
+// checkpoints where messages start); imEnd closes each.
+const (
+	MessageStart = "<|im_start|>"
+	imEnd        = "<|im_end|>\n"
+)
 
 // continueFinal cuts a prompt rendered without the generation prompt right after the final
 // assistant message's content: the template closed it (transformers' continue_final_message
