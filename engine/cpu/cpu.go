@@ -131,7 +131,7 @@ func (m *Model) gdn(s *State, li int, g *model.GDN, in []*quant.Input) [][]float
 	window, S := s.conv[li], s.ssm[li]
 	y := rows(T, hv*dv)
 	u := make([]float32, C)
-	qScale := float32(1 / math.Sqrt(float64(dk)))
+	qScale := f32.Rsqrt(float32(dk))
 	for t := range T {
 		p := qkv[t]
 		for ch := range C {
@@ -209,7 +209,7 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 	}
 	keys, vals := s.k[li], s.v[li]
 	o := rows(T, nh*hd)
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	scale := f32.Rsqrt(float32(hd))
 	stride := nkv * hd
 	for t := range T {
 		n := pos0 + t + 1 // causal: positions 0..pos

@@ -1,4 +1,4 @@
-// Package f32 holds the float32 operations of the reference forward pass, shared by the CPU
+// Package f32 holds the float32 operations of the reference forward pass, written once for the CPU
 // backend and the Go references of the Metal kernels so both compute exactly the same thing.
 package f32
 

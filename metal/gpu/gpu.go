@@ -245,7 +245,7 @@ type Session struct {
 	err   error   // the session could not be created, or a step of Generate failed
 }
 
-var errClosed = errors.New("decode: the session is closed")
+var errClosed = errors.New("gpu: the session is closed")
 
 // usable reports why the session cannot run a step.
 func (s *Session) usable() error {
@@ -452,7 +452,7 @@ func (e *GPU) newSnapshot(pos int) (*Snapshot, error) {
 	e.step.StateSpans(pos, nil, func(_ int, _, size int64) { n += size })
 	mem, err := hostmem.Alloc(n)
 	if err != nil {
-		return nil, fmt.Errorf("decode: %d bytes for a snapshot: %w", n, err)
+		return nil, fmt.Errorf("gpu: %d bytes for a snapshot: %w", n, err)
 	}
 	sn := &Snapshot{e: e, pos: pos, mem: mem, bytes: n + e.kvBytes(pos)}
 	rest := mem
@@ -499,7 +499,7 @@ func (sn *Snapshot) Close() {
 // pages (a spilled snapshot's rows are copied into fresh pages first, which it then shares).
 func (sn *Snapshot) Restore() (backend.Session, error) {
 	if sn.closed {
-		return nil, errors.New("decode: restore of a closed snapshot")
+		return nil, errors.New("gpu: restore of a closed snapshot")
 	}
 	s, err := sn.e.newSession()
 	if err != nil {
@@ -637,7 +637,7 @@ func (d *sharedDevice) Pipeline(kernel string, constants map[int]any) (exec.Pipe
 func (e *GPU) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	sn, ok := s.(*Snapshot)
 	if !ok || sn.e != e || sn.closed {
-		return nil, errors.New("decode: not a live snapshot of this backend")
+		return nil, errors.New("gpu: not a live snapshot of this backend")
 	}
 	e.pagesMu.Lock() // the pages stay the snapshot's while they are read
 	defer e.pagesMu.Unlock()
@@ -668,7 +668,7 @@ func (e *GPU) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 // KV rows go into pages when it is restored).
 func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 	if pos < 0 || pos > e.step.MaxCtx {
-		return nil, fmt.Errorf("decode: a snapshot of %d positions does not fit a KV cache of %d", pos, e.step.MaxCtx)
+		return nil, fmt.Errorf("gpu: a snapshot of %d positions does not fit a KV cache of %d", pos, e.step.MaxCtx)
 	}
 	sn, err := e.newSnapshot(pos)
 	if err != nil {
@@ -676,7 +676,7 @@ func (e *GPU) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 	}
 	if sn.bytes != int64(len(data)) {
 		sn.Close()
-		return nil, fmt.Errorf("decode: a snapshot of %d positions is %d bytes, not %d", pos, sn.bytes, len(data))
+		return nil, fmt.Errorf("gpu: a snapshot of %d positions is %d bytes, not %d", pos, sn.bytes, len(data))
 	}
 	if sn.kv, err = hostmem.Alloc(e.kvBytes(pos)); err != nil {
 		sn.Close()

@@ -19,7 +19,7 @@ import (
 
 // ErrPoolFull is returned when a session needs a KV page and none is free, even after every
 // snapshot has given its pages up: the live sessions hold them all.
-var ErrPoolFull = errors.New("decode: every page of the KV pool is held by a live session")
+var ErrPoolFull = errors.New("gpu: every page of the KV pool is held by a live session")
 
 // pagePool counts the references to each pool page; the caller holds GPU.pagesMu.
 type pagePool struct {
@@ -127,7 +127,7 @@ func (s *Session) ensure(pos int) error {
 		}
 		s.pages = append(s.pages, pg)
 	default:
-		return fmt.Errorf("decode: position %d skips pages (the session holds %d)", pos, len(s.pages))
+		return fmt.Errorf("gpu: position %d skips pages (the session holds %d)", pos, len(s.pages))
 	}
 	s.writeTable()
 	return nil
@@ -168,7 +168,7 @@ func (e *GPU) isKV(buf int) bool { return slices.Contains(e.step.KV, buf) }
 func (e *GPU) spill(sn *Snapshot) error {
 	kv, err := hostmem.Alloc(e.kvBytes(sn.pos))
 	if err != nil {
-		return fmt.Errorf("decode: spilling a snapshot's KV rows: %w", err)
+		return fmt.Errorf("gpu: spilling a snapshot's KV rows: %w", err)
 	}
 	rest := kv
 	e.step.StateSpans(sn.pos, tableOf(sn.pages), func(buf int, off, n int64) {

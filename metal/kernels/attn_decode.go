@@ -68,7 +68,7 @@ func (s AttnShape) AttnPartialLens(splits int) (o, ml int) {
 func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte, table []uint32) []float32 {
 	hd, g := s.HeadDim, s.Heads/s.KVHeads
 	n := min(pos+1, s.MaxCtx)
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	scale := f32.Rsqrt(float32(hd))
 	out := make([]float32, s.Heads*hd)
 	kj, vj := make([]float32, hd), make([]float32, hd)
 	row := func(dst []float32, cache []byte, kvh, j int) { s.LoadKV(cache, kvh, s.Row(table, j), dst) }

@@ -70,7 +70,7 @@ func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 	hk, hv, dk, dv := s.HK, s.HV, s.DK, s.DV
 	u := append([]float32(nil), qkv[:s.Channels()]...)
 	q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
-	qScale := float32(1 / math.Sqrt(float64(dk)))
+	qScale := f32.Rsqrt(float32(dk))
 	for head := range hk {
 		f32.L2Norm(q[head*dk:(head+1)*dk], qScale)
 		f32.L2Norm(k[head*dk:(head+1)*dk], 1)

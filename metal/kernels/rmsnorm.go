@@ -1,8 +1,7 @@
 package kernels
 
 import (
-	"math"
-
+	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/quant"
 )
 
@@ -16,18 +15,15 @@ const (
 const RMSNormThreads = 256
 
 // AddRMSNorm is the Go reference of add_rmsnorm for one row: res = x + d, out = res ·
-// rsqrt(mean(res²) + eps) · w, with w in bf16 bits. It follows engine/cpu's rmsNorm (float32
-// sums in order; the kernel sums in a tree, so results agree to rounding).
+// rsqrt(mean(res²) + eps) · w, with w in bf16 bits: engine/f32's RMSNorm of the sum (float32 sums
+// in order; the kernel sums in a tree, so results agree to rounding).
 func AddRMSNorm(res, out, x, d []float32, w []uint16, eps float32) {
-	var ss float32
+	gain := make([]float32, len(w))
 	for i := range x {
 		res[i] = x[i] + d[i]
-		ss += res[i] * res[i]
+		gain[i] = quant.BF16ToF32(w[i])
 	}
-	r := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
-	for i, h := range res {
-		out[i] = h * r * quant.BF16ToF32(w[i])
-	}
+	f32.RMSNorm(out, res, gain, eps)
 }
 
 // AddRMSNormBuffers are add_rmsnorm's buffers, by role.

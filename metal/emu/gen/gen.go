@@ -480,7 +480,8 @@ func (t *translator) threadgroupVars() error {
 	return nil
 }
 
-// splitTop splits s at sep outside (), [], {} and <>.
+// splitTop splits s at sep outside (), [], {} and <> (so a parameter list splits at its
+// top-level commas, attributes counting as brackets).
 func splitTop(s string, sep byte) []string {
 	var parts []string
 	d, last := 0, 0
@@ -642,7 +643,7 @@ func (t *translator) params(d kernelDecl) ([]Param, error) {
 	}
 	var ps []Param
 	usedBuf, usedTG := map[int]string{}, map[int]string{}
-	for _, raw := range splitParams(inner) {
+	for _, raw := range splitTop(inner, ',') {
 		p := Param{Index: -1}
 		text := raw
 		var attrBody string
@@ -689,26 +690,6 @@ func (t *translator) params(d kernelDecl) ([]Param, error) {
 		ps = append(ps, p)
 	}
 	return ps, nil
-}
-
-// splitParams splits a parameter list at top-level commas; attributes count as brackets.
-func splitParams(s string) []string {
-	var parts []string
-	d, last := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '(', '[', '{', '<':
-			d++
-		case ')', ']', '}', '>':
-			d--
-		case ',':
-			if d == 0 {
-				parts = append(parts, s[last:i])
-				last = i + 1
-			}
-		}
-	}
-	return append(parts, s[last:])
 }
 
 // apply performs the edits on the original text, keeping every newline where it was.
