@@ -24,16 +24,23 @@ const (
 	sendBuffer = 64 << 10
 )
 
-// HTTPServer is the http.Server to run s with: its handler, timeouts and socket settings.
+// HTTPServer is the http.Server to run s with: its handler, timeouts, socket settings and a cap
+// on open connections under the process's descriptor limit (connlimit.go).
 func (s *Server) HTTPServer() *http.Server {
+	return s.httpServer(newConnLimit(connCap(nofileLimit())))
+}
+
+func (s *Server) httpServer(l *connLimit) *http.Server {
 	return &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
+		ConnContext:       l.admit,
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
 				tc.SetWriteBuffer(sendBuffer)
 			}
+			l.state(c, st)
 		},
 	}
 }
@@ -46,9 +53,12 @@ func (s *Server) withDeadlines(w http.ResponseWriter, r *http.Request) (http.Res
 	// A deadline left by this connection's previous response may have passed: renew it before
 	// net/http writes anything of its own (a 100 Continue).
 	rc.SetWriteDeadline(time.Now().Add(stall))
+	conn := connOf(r.Context())
 	if r.Body != nil && r.Body != http.NoBody {
 		rc.SetReadDeadline(time.Now().Add(stall)) // re-armed at the first read, after any wait
-		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, stall: stall}
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, stall: stall, conn: conn}
+	} else {
+		conn.requestRead() // nothing more to arrive: the connection is serving its answer
 	}
 	return &stallWriter{ResponseWriter: w, rc: rc, stall: stall}, r, func() { rc.SetWriteDeadline(time.Now().Add(stall)) }
 }
@@ -78,11 +88,13 @@ func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // deadlineBody arms the body's read deadline at its first read and clears it at its end: after
 // the body, net/http's background read watches for the client hanging up during a generation,
 // and a deadline there would cancel the request. (A failed read keeps the passed deadline: the
-// connection is not reused.)
+// connection is not reused.) Its end also tells the connection cap that the request has arrived:
+// until then the connection is a stalled candidate to close for a newcomer, after it never.
 type deadlineBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
 	stall   time.Duration
+	conn    *trackedConn
 	started sync.Once
 }
 
@@ -91,6 +103,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
 		b.rc.SetReadDeadline(time.Time{})
+		b.conn.requestRead()
 	}
 	return n, err
 }
