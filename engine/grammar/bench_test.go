@@ -3,7 +3,6 @@ package grammar
 import (
 	"encoding/json"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -64,8 +63,7 @@ func BenchmarkMask(b *testing.B) {
 			m := benchMatcher(b, i)
 			if strings.HasSuffix(c.name, "-uncached") {
 				n := &m.g.nodes[m.stk[len(m.stk)-1].n]
-				c, _ := n.dfa.cache.LoadOrStore(v, &leafCache{entries: make([]atomic.Pointer[leafEntry], n.dfa.states())})
-				c.(*leafCache).n = maxCached
+				v.leafCacheOf(n.dfa, n.tdist != nil).n = maxCached
 			}
 			m.Mask(mask, 4096) // fill the caches
 			for b.Loop() {
@@ -120,6 +118,6 @@ func BenchmarkLeafCacheFill(b *testing.B) {
 	_, v := qwen(b)
 	jsonStr, _, _ := free()
 	for b.Loop() {
-		v.buildLeafEntry(jsonStr, 1)
+		v.buildLeafEntry(jsonStr, 1, v.wideTokenDist(jsonStr, new(int)))
 	}
 }

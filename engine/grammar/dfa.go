@@ -23,7 +23,10 @@ type dfa struct {
 	depth          []int32  // tries: bytes from the start
 	sealed         bool     // never ends on a byte, only before an added token (free text)
 	wide           bool     // some state allows many bytes: masks are worth caching per state
-	cache          sync.Map // *Vocab → *leafCache
+	shared         bool     // a leaf of many grammars (free strings, raw values)
+	cache          sync.Map // *Vocab → *leafCache: masks by byte distances (counted leaves, or no token distances)
+	tcache         sync.Map // *Vocab → *leafCache: masks by token distances (uncounted leaves)
+	tdists         sync.Map // *Vocab → *wideDist: a wide dfa's token distances
 }
 
 const inf = int32(1 << 28)

@@ -18,17 +18,19 @@
 //
 // Every grammar state knows a number of tokens that surely completes it (rem): the sum, over the
 // frames of the stack, of the fewest tokens of the vocabulary that complete each frame's piece on
-// its own. Narrow leaves (literals, enums, punctuation) and the key texts of objects count the
-// vocabulary's tokens exactly, a token counting only where all its bytes stay in the piece; wide
-// leaves (free strings, raw values, patterns) and numbers count bytes, each byte being a token of
-// a byte-level vocabulary (tokens.go). Pieces are tokenized separately, so rem bounds the true
-// minimum from above, and from any incomplete state some token lowers it by one (the first of the
-// cheapest completion of the piece on top). A token is allowed only if after it the completion
-// still fits: rem ≤ budget-2 (rem tokens, then the EOS). So even a model of random weights ends
-// with a complete output within max_tokens, without caps on strings, arrays or numbers. EOS ids
-// are allowed exactly when the output is complete (rem = 0). A Grammar is compiled with byte
-// costs; NewMatcher and MinTokens use a copy whose costs are in the tokens of their vocabulary,
-// built once per vocabulary.
+// its own. Leaves (literals, enums, punctuation, free strings, raw values with their end tag
+// "\n</parameter>", patterns) and the key texts of objects count the vocabulary's tokens
+// exactly, a token counting only where all its bytes stay in the piece; strings whose min/max
+// length is counted at run time, numbers, and automata too large to walk count bytes, each byte
+// being a token of a byte-level vocabulary (tokens.go). Pieces are tokenized separately, so rem
+// bounds the true minimum from above, and from any incomplete state some token lowers it by one
+// (the first of the cheapest completion of the piece on top). A token is allowed only if after it
+// the completion still fits: rem ≤ budget-2 (rem tokens, then the EOS). So even a model of random
+// weights ends with a complete output within max_tokens, without caps on strings, arrays or
+// numbers. EOS ids are allowed exactly when the output is complete (rem = 0). A Grammar is
+// compiled with byte costs; NewMatcher and MinTokens use a copy whose costs are in the tokens of
+// their vocabulary, built once per vocabulary (a wide leaf's token costs once per automaton and
+// vocabulary: free strings and raw values share theirs across grammars).
 //
 // # Output form
 //
@@ -71,7 +73,8 @@
 //
 // The vocabulary is a depth-first trie: a mask walks it with the matcher's stack, skipping the
 // subtree of a rejected prefix. Wide leaves (free strings, raw values, patterns) keep per-state
-// masks, built once per vocabulary (~5 ms each, at most maxCached states per automaton); only
+// masks, built once per vocabulary (~5 ms each, at most maxCached states per automaton), their
+// tokens grouped by the leaf's cost after them (tokens, or bytes for counted strings); only
 // tokens that leave the leaf are walked each time. A pattern under min/maxLength is compiled
 // with a state per character count, so past maxCached states its masks walk the whole allowed
 // vocabulary (~1.5 ms). Added tokens are allowed only where the grammar names them, EOS only
@@ -165,7 +168,7 @@ type node struct {
 	dfa          *dfa
 	minCh, maxCh int32
 	dist         [][]int32 // dist[j][s], j ≤ minCh
-	tdist        []int32   // in a vocabulary's copy, narrow uncounted leaves: fewest tokens from each state to a final one
+	tdist        []int32   // in a vocabulary's copy, uncounted leaves: fewest tokens from each state to a final one (nil: bytes)
 	// kNum
 	num *numSpec
 	// kSeq, kChoice

@@ -133,7 +133,7 @@ func (m *Matcher) Mask(allowed []uint64, budget int) bool {
 		n := &m.g.nodes[top.n]
 		var e *leafEntry
 		if n.kind == kLeaf && n.dfa.wide {
-			e = m.v.leafEntry(n.dfa, top.st)
+			e = m.v.nodeEntry(n, top.st)
 		}
 		if e != nil {
 			m.maskLeaf(out, n, e, limit)
@@ -231,7 +231,7 @@ type leafCache struct {
 }
 
 type leafEntry struct {
-	byDist []distSet // the inside tokens, by the min bytes the leaf needs after them
+	byDist []distSet // the inside tokens, by the leaf's cost after them (remLeaf: bytes or tokens)
 	exits  trie
 }
 
@@ -240,14 +240,15 @@ type distSet struct {
 	ids  []uint64
 }
 
+// nodeEntry returns the cached masks of wide leaf n in state st, grouped by n's costs.
+func (v *Vocab) nodeEntry(n *node, st int32) *leafEntry { return v.leafEntry(n.dfa, st, n.tdist) }
+
 // leafEntry returns the cached masks of d in state st, computing them the first time; nil once
-// d has maxCached states cached.
-func (v *Vocab) leafEntry(d *dfa, st int32) *leafEntry {
-	c, _ := d.cache.Load(v)
-	if c == nil {
-		c, _ = d.cache.LoadOrStore(v, &leafCache{entries: make([]atomic.Pointer[leafEntry], d.states())})
-	}
-	lc := c.(*leafCache)
+// d has maxCached states cached. tdist is the leaf's token distances (v.wideTokenDist(d)), nil
+// where it counts bytes (counted leaves): the inside tokens are grouped by the cost the leaf's
+// remLeaf gives, so a dfa shared by counted and uncounted leaves has a cache of each kind.
+func (v *Vocab) leafEntry(d *dfa, st int32, tdist []int32) *leafEntry {
+	lc := v.leafCacheOf(d, tdist != nil)
 	if e := lc.entries[st].Load(); e != nil {
 		return e
 	}
@@ -256,13 +257,31 @@ func (v *Vocab) leafEntry(d *dfa, st int32) *leafEntry {
 	if e := lc.entries[st].Load(); e != nil || lc.n >= maxCached {
 		return e
 	}
-	e := v.buildLeafEntry(d, st)
+	dist := d.dist
+	if tdist != nil {
+		dist = tdist
+	}
+	e := v.buildLeafEntry(d, st, dist)
 	lc.entries[st].Store(e)
 	lc.n++
 	return e
 }
 
-func (v *Vocab) buildLeafEntry(d *dfa, st int32) *leafEntry {
+func (v *Vocab) leafCacheOf(d *dfa, tokens bool) *leafCache {
+	m := &d.cache
+	if tokens {
+		m = &d.tcache
+	}
+	c, _ := m.Load(v)
+	if c == nil {
+		c, _ = m.LoadOrStore(v, &leafCache{entries: make([]atomic.Pointer[leafEntry], d.states())})
+	}
+	return c.(*leafCache)
+}
+
+// buildLeafEntry sorts the tokens of d in state st into exits and inside tokens, these grouped
+// by dist of the state they leave (a token to a state of infinite cost is in no group).
+func (v *Vocab) buildLeafEntry(d *dfa, st int32, dist []int32) *leafEntry {
 	e := &leafEntry{}
 	t := &v.trie
 	var exits []int32
@@ -281,8 +300,11 @@ func (v *Vocab) buildLeafEntry(d *dfa, st int32) *leafEntry {
 			case d.term[ns]:
 				subtree(i)
 			default:
-				for _, id := range t.idsAt(i) {
-					setBit(e.distSet(d.dist[ns], v.MaskWords()), id)
+				if ids := t.idsAt(i); len(ids) > 0 && dist[ns] < inf {
+					set := e.distSet(dist[ns], v.MaskWords())
+					for _, id := range ids {
+						setBit(set, id)
+					}
 				}
 				rec(i+1, t.end[i], ns)
 			}
@@ -320,9 +342,14 @@ func (m *Matcher) maskLeaf(out []uint64, n *node, e *leafEntry, limit int32) {
 	}
 	var from [][]uint64
 	tight := satAdd(rest, worst) > limit
-	if tight && n.minCh > 0 { // what a token leaves depends on its characters too
+	switch {
+	case tight && n.minCh > 0: // what a token leaves depends on its characters too
 		m.insideExact(out, e, n, rest, limit)
-	} else {
+	case left >= 0 && left < leadCap && midEscape(n.dfa, top.st):
+		// The lead bytes of a token that ends an escape ("n" after "\") start no character:
+		// bounding its characters by them could refuse every way on.
+		m.insideExact(out, e, n, rest, limit)
+	default:
 		for _, s := range e.byDist {
 			if !tight || satAdd(rest, s.dist) <= limit {
 				from = append(from, s.ids)
@@ -350,6 +377,21 @@ func (m *Matcher) maskLeaf(out []uint64, n *node, e *leafEntry, limit int32) {
 		}
 	}
 	m.walk(out, &e.exits, 0, int32(len(e.exits.b)), m.stk, limit, 0, rest)
+}
+
+// midEscape reports whether state st of a JSON string's dfa is inside an escape: not at a
+// character boundary and taking ASCII bytes (inside a UTF-8 character only continuation bytes
+// come, which are no lead bytes).
+func midEscape(d *dfa, st int32) bool {
+	if d.bound[st] {
+		return false
+	}
+	for b := range 0x80 {
+		if d.step(st, byte(b)) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // insideExact steps each inside token through the leaf: near the end of the budget, where the

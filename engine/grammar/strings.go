@@ -3,16 +3,18 @@ package grammar
 import (
 	"sync"
 	"unicode/utf8"
+
+	"github.com/lilyformac/lily/engine/parse"
 )
 
 // String leaves: a char-level automaton spelled in bytes, either as a JSON string (quotes,
 // escapes) or as a raw tool-call parameter value ending in "\n</parameter>".
 
-const paramEnd = "\n</parameter>"
+const paramEnd = "\n" + parse.ParamEnd
 
 // rawForbidden may not appear in a raw parameter value: engine/parse could take them for the end
 // of the value or of the call.
-var rawForbidden = []string{"</parameter>", "</function>", "</tool_call>", "<tool_call>", "<parameter=", "<function="}
+var rawForbidden = []string{parse.ParamEnd, parse.FuncEnd, parse.CallEnd, parse.CallOpen, parse.ParamOpen, parse.FuncOpen}
 
 // rawChars is what a constrained raw value may hold: no '\n' or '<', so the value ends
 // unambiguously at "\n</parameter>" and cannot contain a tag. Control characters other than
@@ -268,8 +270,9 @@ func free() (jsonStr, rawVal, text *dfa) {
 			panic(errFree)
 		}
 		freeRaw = avoidDFA(rawForbidden, paramEnd)
-		freeText = avoidDFA([]string{"<tool_call>", "<function="}, "")
+		freeText = avoidDFA([]string{parse.CallOpen, parse.FuncOpen}, "")
 		freeText.sealed = true
+		freeJSON.shared, freeRaw.shared, freeText.shared = true, true, true
 	})
 	return freeJSON, freeRaw, freeText
 }

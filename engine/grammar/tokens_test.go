@@ -117,6 +117,26 @@ func TestTokenCosts(t *testing.T) {
 			t.Errorf("%s, one token per byte: MinTokens %d, shortest output %d tokens", c.name, got, want)
 		}
 	}
+	// A raw string value: its end "\n</parameter>" costs tokens too. Pieces are counted apart,
+	// so MinTokens may exceed the shortest output (">\n" spans a value's end and its suffix),
+	// never fall below it; one token per byte, it is exact.
+	for _, c := range []struct {
+		name      string
+		g         *Grammar
+		multiWant int
+	}{
+		// <tool_call> "\n" "<function=" "get" "_weather" ">\n" "<parameter=" "city" ">\n" "\n</"
+		// "parameter" ">" "\n" "</" "function" ">\n" </tool_call> EOS
+		{"required city", toolGrammar(t, weatherRequired, ToolsRequired, ""), 18},
+		{"named, required city", toolGrammar(t, weatherRequired, ToolsNamed, "get_weather"), 12},
+	} {
+		if got, short := c.g.MinTokens(multiVocab), trueMin(t, c.g, multiVocab, 40); got != c.multiWant || got < short {
+			t.Errorf("%s: MinTokens %d, want %d; shortest output %d tokens", c.name, got, c.multiWant, short)
+		}
+		if got, want := c.g.MinTokens(byteVocab), trueMin(t, c.g, byteVocab, 80); got != want {
+			t.Errorf("%s, one token per byte: MinTokens %d, shortest output %d tokens", c.name, got, want)
+		}
+	}
 	// With parameters and JSON, fewer tokens than bytes.
 	for _, g := range []*Grammar{toolGrammar(t, weatherRequired, ToolsRequired, ""), mustTools(t, ToolsRequired, ""),
 		mustTools(t, ToolsNamed, "Read"), mustSchema(t, acceptanceSchemas[3]), mustSchema(t, acceptanceSchemas[0])} {
@@ -140,11 +160,16 @@ func TestTokenCostsQwen(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		tools []Tool
-	}{{"required city", weatherRequired}, {"optional city", weatherOptional}} {
-		g := toolGrammar(t, c.tools, ToolsRequired, "")
+		mode  ToolMode
+		below int // MinTokens before the raw value's end counted tokens
+	}{
+		{"required city", weatherRequired, ToolsRequired, 32}, {"optional city", weatherOptional, ToolsRequired, 14},
+		{"named, required city", weatherRequired, ToolsNamed, 24}, {"named, optional city", weatherOptional, ToolsNamed, 6},
+	} {
+		g := toolGrammar(t, c.tools, c.mode, "get_weather")
 		tok, byt := g.MinTokens(v), g.MinTokens(byteVocab)
-		if tok*2 > byt {
-			t.Errorf("%s: MinTokens %d tokens, %d bytes", c.name, tok, byt)
+		if tok*2 > byt || tok >= c.below {
+			t.Errorf("%s: MinTokens %d tokens (want < %d), %d bytes", c.name, tok, c.below, byt)
 		}
 		t.Logf("%s: MinTokens %d (bytes: %d)", c.name, tok, byt)
 	}
@@ -189,14 +214,16 @@ func TestTokenBudgets(t *testing.T) {
 	grammars := []*Grammar{toolGrammar(t, weatherRequired, ToolsRequired, ""), toolGrammar(t, weatherOptional, ToolsRequired, ""),
 		toolGrammar(t, weatherRequired, ToolsNamed, "get_weather"), mustTools(t, ToolsRequired, ""), mustTools(t, ToolsNamed, "TodoWrite"),
 		mustTools(t, ToolsNamed, "set_level"), JSONObject()}
-	for _, s := range acceptanceSchemas {
+	for _, s := range append(acceptanceSchemas, leafSchemas...) {
 		grammars = append(grammars, mustSchema(t, s))
 	}
+	grammars = append(grammars, toolGrammar(t, leafTools, ToolsRequired, ""), toolGrammar(t, leafTools, ToolsNamed, "strings"),
+		toolGrammar(t, leafTools, ToolsNamed, "bounded"))
 	seeds := 12
 	if testing.Short() {
 		seeds = 3
 	}
-	for vi, v := range []*Vocab{multiVocab, qv} {
+	for vi, v := range []*Vocab{multiVocab, qv, byteVocab} {
 		for gi, g := range grammars {
 			need := g.MinTokens(v)
 			var be *BudgetError
@@ -214,6 +241,93 @@ func TestTokenBudgets(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// leafSchemas and leafTools hold wide leaves of every kind: free JSON strings, strings with a
+// maxLength only, a minLength, both, patterns and formats, raw values free or bounded; a free
+// string and a counted one share the free string's dfa.
+var (
+	leafSchemas = []string{
+		`{"type":"string"}`,
+		`{"type":"string","maxLength":3}`,
+		`{"type":"string","minLength":4}`,
+		`{"type":"string","minLength":2,"maxLength":5}`,
+		`{"type":"string","pattern":"^[a-z_]+[0-9]*$"}`,
+		`{"type":"string","pattern":"^(ab|cd)+x?$","maxLength":9}`,
+		`{"type":"object","properties":{"a":{"type":"string","maxLength":2},"b":{"type":"string"},"c":{"type":"string","minLength":3},"d":{"type":"array","items":{"type":"string","maxLength":1},"maxItems":3}},"required":["a","b","c","d"]}`,
+		`{"type":"object","properties":{"u":{"type":"string","format":"uri"},"h":{"type":"string","format":"hostname"}},"required":["u","h"]}`,
+	}
+	leafTools = []Tool{
+		{Name: "strings", Parameters: json.RawMessage(`{"type":"object","properties":{"free":{"type":"string"},"short":{"type":"string","maxLength":4},"long":{"type":"string","minLength":3},"both":{"type":"string","minLength":1,"maxLength":3}},"required":["free","short","long","both"]}`)},
+		{Name: "bounded", Parameters: json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]+$"},"url":{"type":"string","format":"uri"},"n":{"type":"integer"},"opt":{"type":"string"}},"required":["code","url","n"]}`)},
+	}
+)
+
+// TestLeafEntryCosts: a wide leaf's cached masks group its inside tokens by the very cost its
+// remLeaf gives after them (tokens for uncounted leaves, bytes for counted ones), which the tight
+// masks rely on; the token distances are built once per dfa and vocabulary and end where the dfa
+// does.
+func TestLeafEntryCosts(t *testing.T) {
+	_, qv := qwen(t)
+	var grammars []*Grammar
+	for _, s := range leafSchemas {
+		grammars = append(grammars, mustSchema(t, s))
+	}
+	grammars = append(grammars, toolGrammar(t, leafTools, ToolsRequired, ""), toolGrammar(t, weatherRequired, ToolsRequired, ""))
+	kinds := map[bool]int{}
+	for vi, v := range []*Vocab{byteVocab, multiVocab, qv} {
+		for gi, g := range grammars {
+			w := g.forVocab(v)
+			for ni := range w.nodes {
+				n := &w.nodes[ni]
+				if n.kind != kLeaf || !n.dfa.wide {
+					continue
+				}
+				if n.counted() && n.tdist != nil {
+					t.Fatalf("vocab %d grammar %d node %d: a counted leaf with token distances", vi, gi, ni)
+				}
+				if n.tdist != nil {
+					if got := v.wideTokenDist(n.dfa, new(int)); &got[0] != &n.tdist[0] {
+						t.Fatalf("vocab %d grammar %d node %d: token distances built twice", vi, gi, ni)
+					}
+					for s, d := range n.tdist {
+						if (d == 0) != n.dfa.final[s] || d > n.dfa.dist[s] {
+							t.Fatalf("vocab %d grammar %d node %d: state %d costs %d tokens, %d bytes, final %v", vi, gi, ni, s, d, n.dfa.dist[s], n.dfa.final[s])
+						}
+					}
+				}
+				kinds[n.tdist != nil]++
+				for st := range int32(min(n.dfa.states(), 6)) {
+					e := v.nodeEntry(n, st) // as Mask takes it
+					if e == nil {
+						continue
+					}
+					for _, set := range e.byDist {
+						checked := 0
+						for id := range v.Size() {
+							if set.ids[id>>6]>>(id&63)&1 == 0 {
+								continue
+							}
+							if checked++; checked > 200 {
+								break
+							}
+							s := st
+							for _, b := range v.bytes[id] {
+								s = n.dfa.step(s, b)
+							}
+							f := frame{st: s, a: n.minCh} // characters aside: what the tight mask compares
+							if got := n.remLeaf(&f); got != set.dist {
+								t.Fatalf("vocab %d grammar %d node %d state %d: token %q grouped at cost %d, leaves %d", vi, gi, ni, st, v.bytes[id], set.dist, got)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if kinds[true] == 0 || kinds[false] == 0 {
+		t.Errorf("wide leaves with token costs %d, with byte costs %d: want both", kinds[true], kinds[false])
 	}
 }
 

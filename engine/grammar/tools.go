@@ -29,9 +29,10 @@ const (
 	ToolsAuto
 )
 
+// The added tokens that open and close a call.
 const (
-	tokCall    = "<tool_call>"
-	tokCallEnd = "</tool_call>"
+	tokCall    = parse.CallOpen
+	tokCallEnd = parse.CallEnd
 )
 
 // ToolCalls compiles the grammar of Qwen tool calls of tools in the given mode (name: the tool
@@ -94,7 +95,7 @@ func toolCall(g *Grammar, tools []Tool) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	return g.seq(g.special(tokCall), g.lit("\n<function="), sw, g.special(tokCallEnd)), nil
+	return g.seq(g.special(tokCall), g.lit("\n"+parse.FuncOpen), sw, g.special(tokCallEnd)), nil
 }
 
 // checkName refuses names engine/parse would not read back inside <function=…> or <parameter=…>.
@@ -148,7 +149,7 @@ func toolBody(g *Grammar, t Tool) (int32, error) {
 			return 0, fmt.Errorf("%s: required parameter %q has no schema in properties", where, r)
 		}
 	}
-	return g.object(props, func(n string) string { return "<parameter=" + n + ">\n" }, false, "</function>\n", -1, -1, false)
+	return g.object(props, func(n string) string { return parse.ParamOpen + n + ">\n" }, false, parse.FuncEnd+"\n", -1, -1, false)
 }
 
 // param compiles one parameter's value the way engine/parse converts it back.
