@@ -131,3 +131,37 @@ func TestStopStringsSkipReasoning(t *testing.T) {
 		t.Fatalf("stop > with reasoning: %s", body)
 	}
 }
+
+// TestForcedCallSurvivesStops: tool_choice required (Anthropic: any) with the stop strings ">"
+// and "<" still returns the call, and no markup in any answer, streamed or not, in every dialect
+// that can force a call (Responses has no stop strings; the call must still come whole).
+func TestForcedCallSurvivesStops(t *testing.T) {
+	b := newScripted(t, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
+	_, ts := testServer(t, b, Config{})
+	responsesTools := `[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
+	forced := []struct {
+		name, path string
+		body       func(stops string, stream bool) string
+	}{
+		{"openai", "/v1/chat/completions", func(stops string, stream bool) string {
+			return fmt.Sprintf(`{"messages":%s,"tools":%s,"tool_choice":"required","stop":%s,"stream":%v,"max_tokens":64}`, userHi, weatherTools, stops, stream)
+		}},
+		{"anthropic", "/v1/messages", func(stops string, stream bool) string {
+			return fmt.Sprintf(`{"model":"m","max_tokens":64,"messages":%s,"tools":%s,"tool_choice":{"type":"any"},"stop_sequences":%s,"stream":%v}`, userHi, anthTools, stops, stream)
+		}},
+		{"responses", "/v1/responses", func(_ string, stream bool) string {
+			return fmt.Sprintf(`{"model":"m","input":"What is the weather in Paris?","tools":%s,"tool_choice":"required","max_output_tokens":64,"stream":%v}`, responsesTools, stream)
+		}},
+	}
+	for _, d := range forced {
+		for _, stops := range []string{`[">"]`, `["<"]`} {
+			for _, stream := range []bool{false, true} {
+				resp, body := post(t, ts.URL+d.path, d.body(stops, stream))
+				s := string(body)
+				if tag := markupIn(s); resp.StatusCode != 200 || tag != "" || !strings.Contains(s, "get_weather") || !strings.Contains(s, "Paris") {
+					t.Errorf("%s, stop %s, stream %v: %d, markup %q: %s", d.name, stops, stream, resp.StatusCode, tag, s)
+				}
+			}
+		}
+	}
+}
