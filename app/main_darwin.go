@@ -15,6 +15,8 @@ import (
 	"github.com/progrium/darwinkit/macos/appkit"
 	"github.com/progrium/darwinkit/macos/foundation"
 	"github.com/progrium/darwinkit/objc"
+
+	"github.com/lilyformac/lily/app/gpulimit"
 )
 
 // AppKit must run on the main OS thread: lock it before main runs.
@@ -57,6 +59,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "Lily:", err)
 		os.Exit(1)
 	}
+	// Where the engine fails because macOS lets the GPU wire too little memory (a 24 GB Mac), the
+	// menu's Fix item offers to raise the limit: one administrator prompt (osascript) runs the
+	// sysctl, then the engine restarts.
+	a.ctrl.GPULimit = gpulimit.System{}
 
 	terminating := false
 	delegate := &appkit.ApplicationDelegate{}

@@ -2,12 +2,14 @@ package menu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/lilyformac/lily/app/gpulimit"
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
@@ -47,12 +49,22 @@ type Controller struct {
 	Changed      func()                           // call when Model changed outside a snapshot (notice, login item)
 	Logf         func(format string, args ...any) // the app's log
 	Now          func() time.Time
+	// GPULimit offers to raise macOS's GPU memory limit when the engine fails for want of it
+	// (nil: never offered); the darwin layer sets gpulimit.System.
+	GPULimit GPULimit
 
 	mu       sync.Mutex
 	settings settings.Settings
 	notice   string
 	noticeAt time.Time
 	quitting bool
+	raising  bool // the raise's administrator prompt is open
+}
+
+// GPULimit is what the controller needs to raise the GPU memory limit.
+type GPULimit interface {
+	Offer() (gpulimit.Offer, bool) // for this Mac now (false: none)
+	Raise(gpulimit.Offer) error    // runs its command: one administrator prompt; blocks until answered
 }
 
 // NoticeFor is how long a notice stays in the menu.
@@ -108,9 +120,53 @@ func (c *Controller) Model() Model {
 	if c.now().Sub(c.noticeAt) > NoticeFor {
 		notice = ""
 	}
-	quitting := c.quitting
+	quitting, raising := c.quitting, c.raising
 	c.mu.Unlock()
-	return Build(Input{Snap: c.Engine.Snapshot(), Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting})
+	s := c.Engine.Snapshot()
+	in := Input{Snap: s, Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting, Raising: raising}
+	if o, ok := c.raiseOffer(s); ok {
+		in.Raise = &o
+	}
+	return Build(in)
+}
+
+// raiseOffer is the GPU limit raise to offer for s: only when the engine failed for want of
+// GPU memory and this Mac's limit can be raised.
+func (c *Controller) raiseOffer(s supervisor.Snapshot) (gpulimit.Offer, bool) {
+	if c.GPULimit == nil || s.State != supervisor.EngineError || !gpulimit.Wanted(s.Message) {
+		return gpulimit.Offer{}, false
+	}
+	return c.GPULimit.Offer()
+}
+
+// raise runs o's administrator prompt off the main thread; once the limit is raised the engine
+// restarts, so that a fresh process sizes its memory by the new limit.
+func (c *Controller) raise(o gpulimit.Offer) {
+	c.mu.Lock()
+	if c.raising {
+		c.mu.Unlock()
+		return
+	}
+	c.raising = true
+	c.mu.Unlock()
+	c.changed()
+	go func() {
+		err := c.GPULimit.Raise(o)
+		c.mu.Lock()
+		c.raising = false
+		c.mu.Unlock()
+		switch {
+		case errors.Is(err, gpulimit.ErrCancelled):
+			c.note("The GPU memory limit was not changed")
+		case err != nil:
+			c.logf("raising the GPU memory limit to %d MiB: %v", o.MB, err)
+			c.note("The GPU memory limit could not be raised: %v", err)
+		default:
+			c.logf("GPU memory limit raised to %d MiB (iogpu.wired_limit_mb) until restart", o.MB)
+			c.Engine.Restart()
+			c.note("%s", o.Done)
+		}
+	}()
 }
 
 // Click carries out a click on item id.
@@ -126,6 +182,10 @@ func (c *Controller) Click(id ID) {
 			c.Engine.Stop()
 		}
 	case Fix:
+		if o, ok := c.raiseOffer(s); ok {
+			c.raise(o)
+			return
+		}
 		switch {
 		case s.State == supervisor.EngineError:
 			c.Engine.Retry()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lilyformac/lily/app/gpulimit"
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
@@ -420,5 +421,89 @@ func TestControllerAboutQuitShutdown(t *testing.T) {
 	<-done
 	if got := e.took(); got != "shutdown" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// fakeLimit is a Mac whose GPU memory limit can be raised; Raise answers with err.
+type fakeLimit struct {
+	mem, current uint64
+	err          error
+	ran          chan gpulimit.Offer
+}
+
+func (f *fakeLimit) Offer() (gpulimit.Offer, bool) { return gpulimit.For(f.mem, f.current) }
+func (f *fakeLimit) Raise(o gpulimit.Offer) error {
+	f.ran <- o
+	return f.err
+}
+
+// TestControllerRaisesGPULimit: where the engine fails for want of GPU memory on a 24 GB Mac,
+// the Fix item offers the raise in place of Retry, says plainly what it does, runs the exact
+// command once, then restarts the engine; a cancelled prompt changes nothing.
+func TestControllerRaisesGPULimit(t *testing.T) {
+	c, e, _, _ := newTestController(t)
+	c.Changed = func() {} // the raise reports from its own goroutine (the app's redraw is safe for that)
+	const memErr = "gpu-memory: GPU working set 17.2 GB (Metal recommendedMaxWorkingSetSize) < 20.9 GB needed (model 19.4 GB + runtime 1.5 GB); macOS limits how much memory the GPU may wire; fix: sudo sysctl iogpu.wired_limit_mb=20480 lets the GPU use up to 20 GB of this Mac's 24 GB and leaves macOS 4 GB; it lasts until the Mac restarts (run it again after each restart)"
+	e.snap = snap(supervisor.EngineError, func(s *supervisor.Snapshot) {
+		s.Engine = supervisor.EngineStatus{Phase: "error", FailedPhase: "checks", Error: memErr}
+		s.Message = memErr
+	})
+	// Without a GPU limit (Linux, console mode) the memory error keeps Retry.
+	if f := item(c.Model(), Fix); f.Title != "Retry" {
+		t.Fatalf("no GPULimit: fix %q", f.Title)
+	}
+	lim := &fakeLimit{mem: 24 << 30, ran: make(chan gpulimit.Offer, 1)}
+	c.GPULimit = lim
+	m := c.Model()
+	fix, detail := item(m, Fix), item(m, Detail)
+	if fix.Title != "Raise the GPU Memory Limit to 20 GB…" || !fix.Enabled || fix.Hidden ||
+		fix.Tooltip != "Lets the GPU use up to 20 GB of this Mac's 24 GB, which leaves macOS 4 GB. It lasts until the Mac restarts. Asks once for an administrator's password to run: sudo sysctl iogpu.wired_limit_mb=20480" {
+		t.Fatalf("fix %+v", fix)
+	}
+	if detail.Title != "macOS lets the GPU use too little memory for the model" || detail.Tooltip != memErr {
+		t.Fatalf("detail %+v", detail)
+	}
+	waitNotice := func(prefix string) {
+		t.Helper()
+		for i := 0; i < 500; i++ {
+			if d := item(c.Model(), Detail); strings.HasPrefix(d.Title, prefix) {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Fatalf("no notice %q: %+v", prefix, item(c.Model(), Detail))
+	}
+
+	lim.err = gpulimit.ErrCancelled
+	c.Click(Fix)
+	if o := <-lim.ran; o.MB != 20480 || o.Argv[0] != "/usr/bin/osascript" || !strings.Contains(o.Argv[2], `"/usr/sbin/sysctl iogpu.wired_limit_mb=20480"`) {
+		t.Fatalf("ran %+v", o)
+	}
+	waitNotice("The GPU memory limit was not changed")
+	if got := e.took(); got != "" {
+		t.Fatalf("a cancelled raise did %q", got)
+	}
+
+	lim.err = nil
+	c.Click(Fix)
+	<-lim.ran
+	waitNotice("The GPU may now use 20 GB until the Mac restarts")
+	if got := e.took(); got != "restart" {
+		t.Fatalf("after the raise: %q, want restart", got)
+	}
+
+	// Already raised (or another failure): Retry as before.
+	lim.current = 20480
+	if f := item(c.Model(), Fix); f.Title != "Retry" {
+		t.Fatalf("raised: fix %q", f.Title)
+	}
+	lim.current = 0
+	e.snap.Message = "checks: 16 GB of memory; the model needs 21 GB"
+	if f := item(c.Model(), Fix); f.Title != "Retry" {
+		t.Fatalf("other error: fix %q", f.Title)
+	}
+	c.Click(Fix)
+	if got := e.took(); got != "retry" {
+		t.Fatalf("other error: %q", got)
 	}
 }

@@ -4,12 +4,14 @@
 package menu
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/lilyformac/lily/app/gpulimit"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
 )
@@ -81,6 +83,10 @@ type Input struct {
 	Notice   string // a short note about the last action ("Copied …"); replaces Detail
 	Lily     string // the lily command the "Use with…" setups name (the bundled engine)
 	Quitting bool
+	// Raise, when the engine fails for want of GPU memory (gpulimit.Wanted), offers to raise
+	// macOS's limit in place of Retry; Raising while its administrator prompt is open.
+	Raise   *gpulimit.Offer
+	Raising bool
 }
 
 // DefaultModelID is the id `lily serve` reports for its default checkpoint
@@ -259,9 +265,13 @@ const maxTitle = 72
 func Build(in Input) Model {
 	s := in.Snap
 	status := StatusLine(s)
-	detail := DetailLine(s)
+	detail, detailTip := DetailLine(s), ""
+	raise := in.Raise != nil && s.State == supervisor.EngineError && gpulimit.Wanted(s.Message)
+	if raise { // the engine's error is long and technical: a plain line, the error on hover
+		detail, detailTip = in.Raise.Problem, s.Message
+	}
 	if in.Notice != "" {
-		detail = in.Notice
+		detail, detailTip = in.Notice, ""
 	}
 	m := Model{Icon: IconFor(s.State), Tooltip: "Lily: " + status}
 
@@ -279,6 +289,9 @@ func Build(in Input) Model {
 
 	fix := Item{ID: Fix, Hidden: true, Enabled: !in.Quitting}
 	switch {
+	case raise:
+		fix.Title, fix.Tooltip, fix.Hidden = in.Raise.Title, in.Raise.Text, false
+		fix.Enabled = fix.Enabled && !in.Raising
 	case s.State == supervisor.EngineError:
 		fix.Title, fix.Hidden = "Retry", false
 		fix.Enabled = fix.Enabled && s.Message != supervisor.Retrying
@@ -305,7 +318,7 @@ func Build(in Input) Model {
 
 	m.Items = []Item{
 		{ID: Status, Title: Truncate(status, maxTitle), Tooltip: status},
-		{ID: Detail, Title: Truncate(detail, maxTitle), Tooltip: detail, Hidden: detail == ""},
+		{ID: Detail, Title: Truncate(detail, maxTitle), Tooltip: cmp.Or(detailTip, detail), Hidden: detail == ""},
 		{ID: Separator},
 		toggle,
 		fix,

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/runner"
+	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
@@ -26,6 +27,7 @@ type benchOptions struct {
 	prefill                       int
 	cacheMB                       int
 	warmup, plan, demo            bool
+	profile                       profileOptions // --profile (bench_profile.go)
 }
 
 // benchOutput follows the measurement contract of Perplexity's lily engine, so figures compare:
@@ -52,7 +54,7 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] | bench (--model DIR | --demo) --agent-trace FILE",
+		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M]",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
@@ -71,7 +73,8 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
-	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+")")
+	addProfileFlags(f, &o.profile)
+	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+"); with --profile: also time one such chunk")
 	return cmd
 }
 
@@ -90,6 +93,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	if o.output != "json" && o.output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
+	}
+	if o.profile.on {
+		return runBenchProfile(cmd, o)
 	}
 	if o.plan {
 		if o.kvBits != 16 && o.kvBits != 8 {
@@ -180,15 +186,27 @@ type planOutput struct {
 		Snapshot int64 `json:"snapshot_bytes"` // a prefix-cache snapshot at the context
 	} `json:"memory"`
 	// ContextByMacGB is the context lily serve would hold on a Mac of each memory size, from the
-	// estimated working set (decode.MacWorkingSet); 0: the weights do not fit.
+	// estimated working set (decode.MacWorkingSet), with that Mac's serving defaults
+	// (gpu.DefaultsFor) where --kv-bits and --prefill-chunk are not given; 0: the weights do not
+	// fit.
 	ContextByMacGB map[string]int `json:"context_by_mac_gb"`
 	// PrefillChunkByMacGB is the largest prefill chunk lily serve would run with there (what
-	// --prefill-chunk gives, else gpu.DefaultChunks).
+	// --prefill-chunk gives, else the Mac's default) and KVBitsByMacGB its KV cache format.
 	PrefillChunkByMacGB map[string]int `json:"prefill_chunk_by_mac_gb"`
+	KVBitsByMacGB       map[string]int `json:"kv_bits_by_mac_gb"`
+	// ContextByMacGBRaised is the context on the Macs whose GPU may wire only about two thirds
+	// of their memory by default, once iogpu.wired_limit_mb is raised to RaisedWiredLimitMB
+	// (wiredlimit.SuggestedMB: all but 4 GiB, left to macOS).
+	ContextByMacGBRaised map[string]int `json:"context_by_mac_gb_raised"`
+	RaisedWiredLimitMB   map[string]int `json:"raised_wired_limit_mb"`
 }
 
-// macSizes are the memory sizes of Apple silicon Macs that context_by_mac_gb reports.
-var macSizes = []int{24, 32, 36, 48, 64, 128}
+// macSizes are the memory sizes of Apple silicon Macs that context_by_mac_gb reports, and
+// raisedMacSizes those that context_by_mac_gb_raised reports.
+var (
+	macSizes       = []int{24, 32, 36, 48, 64, 128}
+	raisedMacSizes = []int{24, 32}
+)
 
 // runBenchPlan builds the production model's decode step from shapes only (KV caches sized for
 // ctx+1 positions, the traffic modelled with ctx tokens already cached) and prints plan.Stats
@@ -213,7 +231,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
-		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{},
+		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{}, KVBitsByMacGB: map[string]int{},
+		ContextByMacGBRaised: map[string]int{}, RaisedWiredLimitMB: map[string]int{},
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
@@ -223,18 +242,26 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
+	// onMac is the context and largest chunk lily serve holds on a Mac of gb GB in workingSet
+	// bytes, with its serving defaults where the flags are not given.
+	onMac := func(gb int, workingSet int64) (n, chunk, kvBits int) {
+		kvBits, prefillChunk := o.kvBits, o.prefillChunk
+		applyMemoryDefaults(cmd.Flags(), "metal", int64(gb)<<30, &kvBits, &prefillChunk, nil)
+		n, chunk, _, err := servedContext(workingSet, kvBits, prefillChunk)
+		if err != nil {
+			n = 0 // the weights do not fit
+		}
+		return n, chunk, kvBits
+	}
 	for _, gb := range macSizes {
-		served.WorkingSet = decode.MacWorkingSet(gb)
-		mem, chunks, err := gpu.MemoryFor(c, served)
-		if err != nil {
-			return err
-		}
-		n, _, err := mem.Context(c, 0, served.WorkingSet)
-		if err != nil {
-			n = 0
-		}
-		out.ContextByMacGB[strconv.Itoa(gb)] = n
-		out.PrefillChunkByMacGB[strconv.Itoa(gb)] = slices.Max(append([]int{0}, chunks...))
+		k := strconv.Itoa(gb)
+		out.ContextByMacGB[k], out.PrefillChunkByMacGB[k], out.KVBitsByMacGB[k] = onMac(gb, decode.MacWorkingSet(gb))
+	}
+	for _, gb := range raisedMacSizes {
+		mb := wiredlimit.SuggestedMB(uint64(gb) << 30)
+		k := strconv.Itoa(gb)
+		out.RaisedWiredLimitMB[k] = int(mb)
+		out.ContextByMacGBRaised[k], _, _ = onMac(gb, int64(mb)<<20)
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -252,27 +279,30 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.PrefillChunkByMacGB[strconv.Itoa(gb)])
 	}
+	fmt.Fprint(w, "\nKV bits by Mac memory:")
+	for _, gb := range macSizes {
+		fmt.Fprintf(w, " %d GB: %d", gb, out.KVBitsByMacGB[strconv.Itoa(gb)])
+	}
+	fmt.Fprint(w, "\ncontext by Mac memory after raising iogpu.wired_limit_mb:")
+	for _, gb := range raisedMacSizes {
+		k := strconv.Itoa(gb)
+		fmt.Fprintf(w, " %d GB: %d (%d MiB)", gb, out.ContextByMacGBRaised[k], out.RaisedWiredLimitMB[k])
+	}
 	_, err = fmt.Fprintln(w)
 	return err
 }
 
-// The chips modelled for prefill: peak memory bandwidth and the peak throughput the kernels'
-// simdgroup matrices run at (float; Apple GPUs since M1 run half and float simdgroup products at
-// the same rate, on the shader ALUs: cores × 128 lanes × 2 FLOP × clock). M5's neural
-// accelerators (about 70 TFLOP/s on an M5 Max) are reachable only through Metal 4 tensor ops,
-// which these kernels do not use, so M5 Max is modelled at its ALUs' rate (40 cores at about
-// 1.75 GHz).
-var prefillChips = []struct {
-	name      string
-	bandwidth float64 // bytes/s
-	flops     float64 // FLOP/s
-}{
-	{"M1 Max", 400e9, 10.6e12},
-	{"M2 Max", 400e9, 13.6e12},
-	{"M3 Max", 400e9, 14.3e12},
-	{"M4 Max", 546e9, 17.2e12},
-	{"M5 Max", 614e9, 18e12},
-}
+// prefillChips are the chips the prefill model reports: the Max of each generation, from the one
+// chip table (plan.Chips, with its sources).
+var prefillChips = func() []plan.Chip {
+	var out []plan.Chip
+	for _, c := range plan.Chips {
+		if strings.HasSuffix(c.Name, " Max") {
+			out = append(out, c)
+		}
+	}
+	return out
+}()
 
 const prefillModelHelp = "modeled tok/s = chunk / max(bytes / bandwidth, FLOPs / peak simdgroup-matrix throughput) per chip, at 100% of each peak: M1 Max 400 GB/s 10.6 TFLOP/s, M2 Max 400 GB/s 13.6, M3 Max 400 GB/s 14.3, M4 Max 546 GB/s 17.2, M5 Max 614 GB/s 18 (its shader ALUs: the neural accelerators need Metal 4 tensor ops, which these kernels do not use); routing taken as uniform"
 
@@ -307,8 +337,8 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	q.FLOPsRatio = math.Round(p.FLOPs/p.IdealFLOPs*1e4) / 1e4
 	q.ModeledTokS = map[string]float64{}
 	for _, c := range prefillChips {
-		t := max(float64(p.Bytes)/c.bandwidth, p.FLOPs/c.flops)
-		q.ModeledTokS[c.name] = math.Round(float64(p.Chunk)/t*10) / 10
+		t := max(float64(p.Bytes)/c.Bandwidth, p.FLOPs/c.FLOPs)
+		q.ModeledTokS[c.Name] = math.Round(float64(p.Chunk)/t*10) / 10
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -317,7 +347,7 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	fmt.Fprintf(w, "prefill chunk of %d tokens after %d cached (Qwen3.6-35B-A3B, %d-bit KV)\ndispatches %d  barriers %d\nFLOPs %.4g  ideal %.4g  ratio %.4f\nbytes %d  ideal %d  ratio %.4f\nmodeled tok/s:",
 		q.Chunk, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.FLOPs, q.IdealFLOPs, q.FLOPsRatio, q.Bytes, q.IdealBytes, q.BytesRatio)
 	for _, c := range prefillChips {
-		fmt.Fprintf(w, " %s %.0f", c.name, q.ModeledTokS[c.name])
+		fmt.Fprintf(w, " %s %.0f", c.Name, q.ModeledTokS[c.Name])
 	}
 	_, err = fmt.Fprintln(w)
 	return err

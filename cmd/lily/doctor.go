@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/metal/gpu"
@@ -72,12 +71,10 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 }
 
 // productionContext is the context lily serve would hold for the production model in a GPU
-// working set of so many bytes.
-func productionContext(workingSet int64) (int, string, error) {
-	c := config.Production()
-	m, _, err := gpu.MemoryFor(c, gpu.GPUOptions{WorkingSet: workingSet, AutoChunks: true})
-	if err != nil {
-		return 0, "", err
-	}
-	return m.Context(c, 0, workingSet)
+// working set of so many bytes on a Mac with memory bytes of memory: with that Mac's serving
+// defaults (gpu.DefaultsFor), as serve picks them when --kv-bits and --prefill-chunk are not given.
+func productionContext(workingSet, memory int64) (int, string, error) {
+	d := gpu.DefaultsFor(memory)
+	n, _, why, err := servedContext(workingSet, d.KVBits, d.PrefillChunk)
+	return n, why, err
 }

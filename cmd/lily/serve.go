@@ -32,6 +32,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/resources"
 	"github.com/lilyformac/lily/server"
@@ -61,6 +62,7 @@ func newServeCmd() *cobra.Command {
 			if !cmd.Flags().Changed("api-key") {
 				o.apiKey = os.Getenv("LILY_API_KEY") // read here, not as the flag's default: --help would print it
 			}
+			applyMemoryDefaults(cmd.Flags(), o.backend, int64(wiredlimit.Memory()), &o.kvBits, &o.prefillChunk, &o.cacheMB)
 			return runServe(cmd, o)
 		},
 	}
@@ -74,13 +76,13 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.apiKey, "api-key", "", "require this bearer key (default $LILY_API_KEY)")
 	f.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback bind without an API key")
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
-	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
-	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
+	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; on metal the default is 8 on Macs under 32 GB, where context comes first")
+	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp+"; on Macs under 32 GB the default is 512")
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.maxOutput, "max-output-tokens", 0, "the most tokens one answer generates, whatever the request asks (0: what the context leaves); for clients that send no limit or a large one (Codex sends none, Claude Code 32,000)")
 	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
-	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables)")
+	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables; default on metal 4096, 1024 on Macs under 32 GB)")
 	f.Float64Var(&o.diskCacheGB, "disk-cache-gb", 8, "prefix-cache budget on disk in GiB, under the user cache directory, so conversations survive a restart (0 disables)")
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")

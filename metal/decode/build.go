@@ -49,7 +49,8 @@ type Options struct {
 	PageSize, Pages int
 	// TrafficCtx is the context (tokens already cached) the traffic model assumes for the
 	// position-dependent ranges: the KV rows attention reads (TrafficCtx+1, the new one included)
-	// and the row it writes. 0 or more than MaxCtx-1 means MaxCtx-1.
+	// and the row it writes, and the keys attention's FLOPs count. 0 or more than MaxCtx-1 means
+	// MaxCtx-1; a negative value means none (a prefill chunk at the start of a sequence).
 	TrafficCtx int
 }
 
@@ -265,12 +266,14 @@ func (b *builder) qmv(m qmat, x, y int, add bool) {
 	}
 	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Add: add}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y}),
 		reads, []plan.Range{b.whole(y)})
+	b.flops(gemvFLOPs(m.rows, m.cols), gemvFLOPs(m.rows, m.cols))
 }
 
 // qmvNorm is y = W·rmsnorm(x, gain): the norm computed in the GEMV.
 func (b *builder) qmvNorm(m qmat, x, gain, y int, eps float32) {
 	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Norm: true, Eps: eps}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y, Gain: gain}),
 		append(m.all(), b.whole(x), b.whole(gain)), []plan.Range{b.whole(y)})
+	b.flops(gemvFLOPs(m.rows, m.cols), gemvFLOPs(m.rows, m.cols))
 }
 
 // qmvMultiNorm is ys[j] = W_j·rmsnorm(x, gain) for 1..4 matrices of the same bit width and
@@ -279,14 +282,17 @@ func (b *builder) qmvMultiNorm(ms []qmat, ys []int, x, gain int, eps float32) {
 	bufs := kernels.QMVMultiBuffers[int]{Y: ys, X: x, Gain: gain}
 	var rows []int
 	var reads, writes []plan.Range
+	var fl float64
 	for j, m := range ms {
 		bufs.W = append(bufs.W, m.bufs())
 		rows = append(rows, m.rows)
 		reads = append(reads, m.all()...)
 		writes = append(writes, b.whole(ys[j]))
+		fl += gemvFLOPs(m.rows, m.cols)
 	}
 	b.call(kernels.QMVMultiCall(ms[0].bits, ms[0].cols, rows, kernels.QMVVariant{Norm: true, Eps: eps}, bufs),
 		append(reads, b.whole(x), b.whole(gain)), writes)
+	b.flops(fl, fl)
 }
 
 // Check reports whether the kernels support a configuration's shapes.
@@ -319,9 +325,10 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		return nil, err
 	}
 	tctx := o.TrafficCtx
-	if tctx <= 0 || tctx > o.MaxCtx-1 {
+	if tctx == 0 || tctx > o.MaxCtx-1 {
 		tctx = o.MaxCtx - 1
 	}
+	tctx = max(tctx, 0)
 	if o.KVBits != 0 && o.KVBits != 16 && o.KVBits != 8 {
 		return nil, fmt.Errorf("decode: --kv-bits %d: want 16 or 8", o.KVBits)
 	}
@@ -446,10 +453,12 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			b.qmvMultiNorm([]qmat{wqkv, wz, wb, wa}, []int{qkv, z, gb, ga}, res, inNorm, eps)
 			b.call(kernels.Conv1DStepCall(C, kernels.ConvThreads, kernels.Conv1DStepBuffers[int]{X: qkv, Taps: taps, Window: win, U: u}),
 				[]plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, []plan.Range{b.whole(win), b.whole(u)})
+			b.flops(convFLOPs(C, 1), convFLOPs(C, 1))
 			b.call(kernels.GDNStepCall(gs, eps, kernels.GDNSimdgroups, kernels.GDNStepBuffers[int]{
 				QKV: u, Z: z, A: ga, Beta: gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: y}),
 				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
 				[]plan.Range{b.whole(state), b.whole(y)})
+			b.flops(gdnFLOPs(gs, 1), gdnFLOPs(gs, 1))
 			b.qmv(wo, y, res, true)
 			for _, ch := range chs {
 				if li == 0 { // later layers' input norm is the previous combine's
@@ -458,9 +467,11 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.qmm([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
 				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
 					[]int{ch.qkv, taps, win}, nil, win, ch.u)
+				b.flops(convFLOPs(C, ch.n), convFLOPs(C, ch.n))
 				ch.call(kernels.GDNChunkCall(gs, eps, ch.n, kernels.GDNStepBuffers[int]{
 					QKV: ch.u, Z: ch.z, A: ch.ga, Beta: ch.gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: ch.y}),
 					[]int{ch.u, ch.z, ch.ga, ch.gb, aLog, dtBias, normW, state}, nil, state, ch.y)
+				b.flops(gdnFLOPs(gs, ch.n), gdnFLOPs(gs, ch.n))
 				ch.qmm([]qmat{wo}, ch.y, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}
@@ -502,6 +513,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				Q: qrot, KCache: kc, VCache: vc, Step: s.StepBuf, OPart: opart, MLPart: mlpart, Table: s.Table}),
 				append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
 				[]plan.Range{b.whole(opart), b.whole(mlpart)})
+			b.flops(attnDecodeFLOPs(as, tctx+1), attnDecodeFLOPs(as, tctx+1))
 			b.call(kernels.AttnDecodeCombineCall(as, splits, kernels.AttnDecodeCombineBuffers[int]{
 				OPart: opart, MLPart: mlpart, QG: qg, Step: s.StepBuf, Out: attnOut}),
 				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
@@ -529,6 +541,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.callRanges(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
 					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
 					[]int{ch.qrot, s.StepBuf, s.Table, ch.qg}, chunkReads, []int{ch.ao}, nil)
+				b.flops(attnPrefillFLOPs(as, ch.n, tctx))
 				ch.qmm([]qmat{wo}, ch.ao, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}
@@ -551,6 +564,8 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			Router: router.bufs(), SharedGate: seg.bufs(), X: res, IDs: ids, Weights: weights, Gain: postNorm}),
 			append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
 			[]plan.Range{b.whole(ids), b.whole(weights)})
+		fl := gemvFLOPs(ms.E, H) + gemvFLOPs(1, H)
+		b.flops(fl, fl)
 		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
 		// ranges (experts 0..K-1 stand for the chosen ones), as kernels.MoEShape.Bytes does.
 		var guReads, dReads []plan.Range
@@ -565,11 +580,15 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			IDs: ids, Gate: gate.bufs(), Up: up.bufs(), SharedGate: shGate.bufs(), SharedUp: shUp.bufs(), X: res, Act: act, Gain: postNorm}),
 			append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
 			[]plan.Range{b.whole(act)})
+		fl = float64(ms.K)*2*gemvFLOPs(ms.I, H) + 2*gemvFLOPs(ms.SI, H)
+		b.flops(fl, fl)
 		dReads = append(dReads, shDown.all()...)
 		b.call(kernels.MoEDownCombineCall(ms, kernels.MoEDownCombineBuffers[int]{
 			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
 			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
 			[]plan.Range{b.whole(res)})
+		fl = float64(ms.K)*gemvFLOPs(H, ms.I) + gemvFLOPs(H, ms.SI)
+		b.flops(fl, fl)
 		for _, ch := range chs {
 			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown, next, eps)
 		}

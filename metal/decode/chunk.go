@@ -133,6 +133,7 @@ func (c *chunkBufs) lastRowLogits(head qmat, finalNorm int, eps float32) {
 	}
 	d.Modes = []string{ChunkModes(c.n).Last}
 	b.add(d)
+	b.flops(gemvFLOPs(V, H), gemvFLOPs(V, H))
 }
 
 // logitsRows adds the +logits mode's tail: the final norm and the LM head over every row.
@@ -150,10 +151,14 @@ func (c *chunkBufs) qmm(ms []qmat, x int, ys ...int) {
 	var w []kernels.QMatrixBuffers[int]
 	var rows []int
 	var reads []plan.Range
+	var executed, ideal float64
 	for _, m := range ms {
 		w, rows, reads = append(w, m.bufs()), append(rows, m.rows), append(reads, m.all()...)
+		e, i := gemmFLOPs(c.n, m.rows, m.cols)
+		executed, ideal = executed+e, ideal+i
 	}
 	c.call(kernels.QMMCall(ms[0].bits, c.n, ms[0].cols, rows, kernels.QMMBuffers[int]{W: w, Y: ys, X: x}), []int{x}, reads, ys...)
+	c.b.flops(executed, ideal)
 }
 
 // norm adds d into the chunk's residual and normalises it into xn with gain.
@@ -180,18 +185,28 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 		guReads = append(append(guReads, gate.rowsRange(e*ms.I, ms.I)...), up.rowsRange(e*ms.I, ms.I)...)
 		dReads = append(dReads, down.rowsRange(e*ms.H, ms.H)...)
 	}
+	// The routed experts' FLOPs under uniform routing: each expert's binomial count of pairs in
+	// blocks of bm rows (executed), against the pairs themselves (useful).
+	rows := ms.ExpectedBlocks(n, c.bm) * float64(c.bm)
+	expert := 2 * float64(ms.I) * float64(ms.H) // one row through one expert matrix
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.I, pairs, c.nBlocks, c.bm, kernels.MoEGateUpMMBuffers[int]{
 		Gate: gate.bufs(), Up: up.bufs(), X: c.xn, Tok: c.tok, Blocks: c.blocks, Act: c.act}),
 		[]int{c.xn, c.tok, c.blocks}, guReads, c.act)
+	c.b.flops(2*rows*expert, 2*float64(pairs)*expert)
 	c.call(kernels.MoEDownMMCall(ms.H, ms.I, pairs, c.nBlocks, c.bm, kernels.MoEDownMMBuffers[int]{
 		Down: down.bufs(), Act: c.act, W: c.w, Blocks: c.blocks, Y: c.ey}),
 		[]int{c.act, c.w, c.blocks}, dReads, c.ey)
+	c.b.flops(rows*expert, float64(pairs)*expert)
+	// The shared expert over every token, counted as the dense GEMMs' tiles.
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
 		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)
+	e, i := gemmFLOPs(n, ms.SI, ms.H)
+	c.b.flops(2*e, 2*i)
 	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEDownMMBuffers[int]{
 		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
 		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
+	c.b.flops(gemmFLOPs(n, ms.H, ms.SI))
 	cb := kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}
 	reads := []int{c.ids, c.weights, c.pos, c.ey, c.sh, c.res}
 	if next < 0 {

@@ -370,6 +370,21 @@ func (p *Pipeline) MaxThreads() int {
 	return deviceMaxThreads
 }
 
+// deviceThreadgroupMemory is the threadgroup memory of every Apple GPU Lily supports (Apple7 and
+// later: 32 KiB), the runtime's limit too.
+const deviceThreadgroupMemory = 32 * 1024
+
+// ThreadExecutionWidth is the SIMD-group width: 32 lanes, as on Apple GPUs.
+func (p *Pipeline) ThreadExecutionWidth() int { return 32 }
+
+// StaticThreadgroupMemoryLength is 0: the emulator allocates a kernel's threadgroup arrays when
+// the threads first reach them, and fails the dispatch there if they overflow the limit.
+func (p *Pipeline) StaticThreadgroupMemoryLength() int { return 0 }
+
+// MaxThreadgroupMemoryLength is the device's limit for a threadgroup, declared and dynamic memory
+// together: 32 KiB, Metal's maxThreadgroupMemoryLength on Apple GPUs.
+func (p *Pipeline) MaxThreadgroupMemoryLength() int { return deviceThreadgroupMemory }
+
 // Dispatch runs the kernel over a grid and returns when it is done. A kernel error (barrier or
 // SIMD-group misuse, a write outside a buffer, a sanitizer report) is returned as an error.
 func (p *Pipeline) Dispatch(d Dispatch) error {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
@@ -60,6 +61,24 @@ type Pipeline interface {
 	MaxThreads() int
 }
 
+// SIMDWidth is the SIMD-group width the kernels are written for (32 lanes: `partial[32]` per
+// simdgroup, threadgroups of 32·simdgroups threads). Every Apple GPU reports it; New refuses a
+// pipeline that reports another.
+const SIMDWidth = 32
+
+// Limited is a Pipeline that reports the rest of the limits New checks before the first
+// dispatch (Metal and the emulator both do; a Pipeline without it is checked for MaxThreads only).
+type Limited interface {
+	// ThreadExecutionWidth is the pipeline's SIMD-group width (threadExecutionWidth).
+	ThreadExecutionWidth() int
+	// StaticThreadgroupMemoryLength is the threadgroup memory the kernel declares itself, in bytes
+	// (staticThreadgroupMemoryLength; 0 where unknown).
+	StaticThreadgroupMemoryLength() int
+	// MaxThreadgroupMemoryLength is the device's limit on a threadgroup's memory, declared and
+	// set per dispatch together (maxThreadgroupMemoryLength).
+	MaxThreadgroupMemoryLength() int
+}
+
 // Encoder records one step's dispatches; Commit submits them without waiting, Wait waits for
 // them and returns their error, Finish is Commit then Wait. Work committed on one device runs in
 // commit order (one Metal command queue), so a step may read what the step committed before it
@@ -88,7 +107,38 @@ type Executor struct {
 	WaitTimeout time.Duration
 	// Mode selects the plan's mode-specific dispatches (plan.Dispatch.Modes) that steps run.
 	Mode string
-	hung atomic.Pointer[error] // set when a step did not complete in time
+	// Budget bounds the modeled work of one command buffer (zero fields: DefaultBudget's): a step
+	// that models more is committed as several, in order.
+	Budget Budget
+	hung   atomic.Pointer[error] // set when a step did not complete in time
+	work   []work                // per dispatch: its modeled cost, for Budget
+}
+
+// Budget bounds what one command buffer carries, so that none runs long enough for macOS's GPU
+// watchdog to end it: on a Mac driving a display, a command buffer that keeps the GPU for too
+// long fails with a timeout ("impacting interactivity"), and after repeated ones the system
+// ignores the process's GPU work. Apple documents no limit; it has been hit by single command
+// buffers of long prefills (several seconds). A step is split between dispatches when the next
+// one would take the command buffer past any bound; a dispatch is never split, and one over a
+// bound gets a command buffer of its own. Decode steps stay whole; prefill chunks are split.
+type Budget struct {
+	Bytes      int64   // modeled DRAM bytes (plan.Dispatch.Bytes)
+	FLOPs      float64 // modeled FLOPs (plan.Dispatch.FLOPs)
+	Dispatches int     // dispatches, for work the model leaves out
+}
+
+// DefaultBudget keeps a command buffer's modeled work to about a quarter of a second at the peak
+// rates of the slowest GPU Lily runs on, the 8-core M1 (68 GB/s, 2.6 TFLOPS in float32), so about
+// half a second at the kernels' real efficiency: far below the seconds the watchdog has been seen
+// to allow, and far above a decode step (a few GB and GFLOPs), which is never split. A
+// 4,096-token prefill chunk of a 3B-active model (about 25 TFLOP) becomes some 40 command
+// buffers, each costing microseconds of encoding. The dispatch bound, above a chunk's 522
+// dispatches, only catches plans whose dispatches model no cost.
+var DefaultBudget = Budget{Bytes: 17e9, FLOPs: 0.65e12, Dispatches: 1024}
+
+type work struct {
+	bytes int64
+	flops float64
 }
 
 // DefaultWaitTimeout is how long Wait lets a step run before calling the GPU hung. A decode step
@@ -126,10 +176,11 @@ func New(dev Device, p *plan.Plan) (*Executor, error) {
 			}
 			cache[key] = pipe
 		}
-		if err := fitGroup(d.Group, pipe); err != nil {
+		if err := fitDispatch(&d, pipe); err != nil {
 			return nil, fmt.Errorf("exec: dispatch %d (%s): %w", i, d.Kernel, err)
 		}
 		e.pipes = append(e.pipes, pipe)
+		e.work = append(e.work, work{d.Bytes(), d.FLOPs})
 	}
 	return e, nil
 }
@@ -146,12 +197,28 @@ func (e *Executor) Close() {
 	e.mem = nil
 }
 
-// fitGroup checks a dispatch's threadgroup against its pipeline's limit when the pipeline is
-// made: Metal would only fail the dispatch when it is encoded, mid-token.
-func fitGroup(group [3]int, p Pipeline) error {
-	g := [3]int{max(group[0], 1), max(group[1], 1), max(group[2], 1)} // 0 means 1, as in Dispatch
+// fitDispatch checks a dispatch against its pipeline's limits when the pipeline is made — the
+// threadgroup's threads, the SIMD-group width and the threadgroup memory (declared plus set per
+// dispatch) — where Metal would fail or misbehave only when the dispatch runs, mid-token.
+func fitDispatch(d *plan.Dispatch, p Pipeline) error {
+	g := [3]int{max(d.Group[0], 1), max(d.Group[1], 1), max(d.Group[2], 1)} // 0 means 1, as in Dispatch
 	if n, limit := g[0]*g[1]*g[2], p.MaxThreads(); n > limit {
 		return fmt.Errorf("threadgroups of %d threads %v, but this GPU runs the pipeline with at most %d per threadgroup (maxTotalThreadsPerThreadgroup): the kernel needs a smaller geometry", n, g, limit)
+	}
+	l, ok := p.(Limited)
+	if !ok {
+		return nil
+	}
+	if w := l.ThreadExecutionWidth(); w > 0 && w != SIMDWidth {
+		return fmt.Errorf("the pipeline's SIMD-group width (threadExecutionWidth) is %d, but the kernels are written for %d", w, SIMDWidth)
+	}
+	dynamic := 0
+	for _, n := range d.ThreadgroupMem {
+		dynamic += n
+	}
+	static, limit := l.StaticThreadgroupMemoryLength(), l.MaxThreadgroupMemoryLength()
+	if limit > 0 && static+dynamic > limit {
+		return fmt.Errorf("threadgroup memory of %d bytes (%d declared by the kernel + %d set by the dispatch), but this GPU allows %d per threadgroup (maxThreadgroupMemoryLength)", static+dynamic, static, dynamic, limit)
 	}
 	return nil
 }
@@ -189,10 +256,11 @@ func (e *Executor) Step() error {
 	return p.Wait()
 }
 
-// Pending is a submitted step.
+// Pending is a submitted step: its command buffers, in commit order (more than one when the
+// step models more work than the executor's Budget).
 type Pending struct {
-	enc Encoder
-	x   *Executor
+	encs []Encoder
+	x    *Executor
 }
 
 // Wait waits for the step to complete, at most the executor's WaitTimeout, and returns its error.
@@ -207,7 +275,7 @@ func (p Pending) Wait() error {
 		timeout = DefaultWaitTimeout
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.enc.Wait() }()
+	go func() { done <- p.wait() }()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -218,6 +286,21 @@ func (p Pending) Wait() error {
 		p.x.hung.CompareAndSwap(nil, &err)
 		return p.x.hangErr()
 	}
+}
+
+// wait waits for every command buffer (each must be waited for once) and returns the first error,
+// saying which command buffer it came from; a watchdog kill (mtl.ErrWatchdog) says so.
+func (p Pending) wait() error {
+	var first error
+	for i, enc := range p.encs {
+		if err := enc.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("exec: %s, command buffer %d of %d: %w", p.x.describe(), i+1, len(p.encs), err)
+			if errors.Is(err, mtl.ErrWatchdog) {
+				first = fmt.Errorf("%w (the GPU watchdog: the executor's Budget lets a command buffer carry too much work for this GPU)", first)
+			}
+		}
+	}
+	return first
 }
 
 // describe names the step for errors: its size and first and last kernels.
@@ -252,12 +335,29 @@ func (e *Executor) submit() (Pending, error) {
 	if err != nil {
 		return Pending{}, err
 	}
+	pend := Pending{x: e}
+	b := e.budget()
+	var used work
+	n := 0 // dispatches in enc
 	barrier := false
 	for i := range e.p.Dispatches {
 		d := &e.p.Dispatches[i]
 		if barrier = barrier || d.Barrier; !d.RunsIn(e.Mode) {
 			continue // its barrier, if any, goes before the next dispatch that runs
 		}
+		w := e.work[i]
+		if n > 0 && (n+1 > b.Dispatches || used.bytes+w.bytes > b.Bytes || used.flops+w.flops > b.FLOPs) {
+			// The command buffer is full: commit it and go on in a new one. The queue runs them
+			// in commit order, which orders this dispatch after everything before it.
+			enc.Commit()
+			pend.encs = append(pend.encs, enc)
+			if enc, err = e.dev.Begin(); err != nil {
+				_ = pend.wait() // what is committed still runs; its command buffers are waited for
+				return Pending{}, err
+			}
+			used, n, barrier = work{}, 0, false
+		}
+		used.bytes, used.flops, n = used.bytes+w.bytes, used.flops+w.flops, n+1
 		if barrier {
 			enc.Barrier()
 			barrier = false
@@ -273,5 +373,21 @@ func (e *Executor) submit() (Pending, error) {
 		enc.Dispatch(d.Threadgroups, d.Group)
 	}
 	enc.Commit()
-	return Pending{enc, e}, nil
+	pend.encs = append(pend.encs, enc)
+	return pend, nil
+}
+
+// budget is the executor's Budget with DefaultBudget's values for zero fields.
+func (e *Executor) budget() Budget {
+	b := e.Budget
+	if b.Bytes <= 0 {
+		b.Bytes = DefaultBudget.Bytes
+	}
+	if b.FLOPs <= 0 {
+		b.FLOPs = DefaultBudget.FLOPs
+	}
+	if b.Dispatches <= 0 {
+		b.Dispatches = DefaultBudget.Dispatches
+	}
+	return b
 }

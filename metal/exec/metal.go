@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/lilyformac/lily/metal/kernels"
@@ -12,14 +13,21 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// MetalDevice runs plans on the GPU (macOS; elsewhere every call fails with mtl's error).
+// MetalDevice runs plans on the GPU (macOS; elsewhere every call fails with mtl's error). Close
+// releases it.
 type MetalDevice struct {
 	dev   *mtl.Device
 	queue *mtl.CommandQueue
 	libs  map[string]*mtl.Library // kernel name → the library of the .metal file defining it
+	mu    sync.Mutex
+	pipes []*mtl.Pipeline        // every pipeline made, released by Close
+	res   residency[*mtl.Buffer] // the weight and KV cache buffers, kept resident (macOS 15+)
 	// Warnings collects what went wrong with the on-disk pipeline cache (the pipelines were then
 	// built without it): worth a log line, never fatal.
 	Warnings []error
+	// NotResident says why wrapped weights are not kept resident (no MTLResidencySet before
+	// macOS 15); nil when they are. Worth a log line, never fatal.
+	NotResident error
 }
 
 // NewMetalDevice compiles each source on the default device, with the kernel file's compile
@@ -40,19 +48,63 @@ func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
 	}
 	q, err := dev.NewCommandQueue()
 	if err != nil {
+		dev.Release()
 		return nil, err
 	}
 	m := &MetalDevice{dev: dev, queue: q, libs: map[string]*mtl.Library{}}
 	for name, src := range sources {
 		lib, err := dev.NewLibrary(src, opts[name])
 		if err != nil {
+			m.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		for _, k := range KernelNames(src) {
 			m.libs[k] = lib
 		}
 	}
+	// Weights and the KV cache stay resident through a residency set on the queue: without one,
+	// macOS may unwire the mapped checkpoint's pages between requests and wire them again on the
+	// next (a stall).
+	if set, err := dev.NewResidencySet(64); err == nil {
+		q.AddResidencySet(set)
+		m.res.set = metalResidencySet{set}
+	} else {
+		m.NotResident = fmt.Errorf("exec: weights are not kept resident (no MTLResidencySet): %w", err)
+	}
 	return m, nil
+}
+
+// Close releases the residency set, the pipelines, the libraries, the queue and the device
+// reference; every executor must be closed and every step completed first.
+func (m *MetalDevice) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if set, ok := m.res.set.(metalResidencySet); ok {
+		m.queue.RemoveResidencySet(set.s)
+		set.s.EndResidency()
+		set.s.Release()
+		m.res = residency[*mtl.Buffer]{}
+	}
+	for _, p := range m.pipes {
+		p.Release()
+	}
+	m.pipes = nil
+	released := map[*mtl.Library]bool{}
+	for _, lib := range m.libs { // a library serves every kernel of its file
+		if !released[lib] {
+			released[lib] = true
+			lib.Release()
+		}
+	}
+	m.libs = map[string]*mtl.Library{}
+	if m.queue != nil {
+		m.queue.Release()
+		m.queue = nil
+	}
+	if m.dev != nil {
+		m.dev.Release()
+		m.dev = nil
+	}
 }
 
 // WorkingSet is the device's recommendedMaxWorkingSetSize: how much memory the GPU may keep
@@ -85,22 +137,31 @@ type metalMemory struct{ b *mtl.Buffer }
 
 func (m metalMemory) Bytes() []byte { return m.b.Contents() }
 
-// Alloc makes a shared-storage buffer (unified memory: the host view is the GPU's memory).
+// Alloc makes a shared-storage buffer (unified memory: the host view is the GPU's memory). Weights
+// (copied ones) and the KV cache join the residency set, as wrapped weights do.
 func (m *MetalDevice) Alloc(b plan.Buffer) (Memory, error) {
 	buf, err := m.dev.NewBuffer(int(b.Size), mtl.StorageModeShared)
 	if err != nil {
 		return nil, err
 	}
+	if b.Kind == plan.Weights || b.Kind == plan.KVCache {
+		m.mu.Lock()
+		m.res.add(buf)
+		m.mu.Unlock()
+	}
 	return metalMemory{buf}, nil
 }
 
 // Free releases the buffer (a View's underlying buffer; a no-copy buffer's pages stay with the
-// mapping that owns them).
+// mapping that owns them), taking it out of the residency set first.
 func (m *MetalDevice) Free(mem Memory) {
 	switch v := mem.(type) {
 	case View:
 		m.Free(v.Mem)
 	case metalMemory:
+		m.mu.Lock()
+		m.res.remove(v.b)
+		m.mu.Unlock()
 		v.b.Release()
 	}
 }
@@ -125,6 +186,9 @@ func (m *MetalDevice) Wrap(data []byte) (Memory, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	m.mu.Lock()
+	m.res.add(buf)
+	m.mu.Unlock()
 	return metalMemory{buf}, int64(head), nil
 }
 
@@ -162,31 +226,46 @@ func (m *MetalDevice) Pipeline(kernel string, constants map[int]any) (Pipeline, 
 	}
 	// Binary archives under the user cache directory make the second start skip GPU compilation.
 	p, warning, err := m.dev.NewPipelineCached(fn, "")
+	fn.Release() // the pipeline does not need the function object
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if warning != nil {
 		m.Warnings = append(m.Warnings, warning)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return metalPipeline{p}, nil
+	m.pipes = append(m.pipes, p)
+	return metalPipeline{p, m.dev.Info().MaxThreadgroupMemoryLength}, nil
 }
 
-type metalPipeline struct{ p *mtl.Pipeline }
+type metalPipeline struct {
+	p         *mtl.Pipeline
+	deviceTGM int // the device's maxThreadgroupMemoryLength
+}
 
-func (p metalPipeline) MaxThreads() int { return p.p.MaxTotalThreadsPerThreadgroup }
+func (p metalPipeline) MaxThreads() int                    { return p.p.MaxTotalThreadsPerThreadgroup }
+func (p metalPipeline) ThreadExecutionWidth() int          { return p.p.ThreadExecutionWidth }
+func (p metalPipeline) StaticThreadgroupMemoryLength() int { return p.p.StaticThreadgroupMemoryLength }
+func (p metalPipeline) MaxThreadgroupMemoryLength() int    { return p.deviceTGM }
 
 // Encode runs f, one step's encoding and commit, in an autorelease pool with the goroutine
 // pinned to its OS thread: what Metal autoreleases while encoding is drained every step.
 func (m *MetalDevice) Encode(f func()) { mtl.WithPool(f) }
 
-// Begin opens a command buffer with a concurrent compute encoder.
+// Begin opens a command buffer with a concurrent compute encoder, first committing the residency
+// set's changes (weights wrapped or freed since the last step).
 func (m *MetalDevice) Begin() (Encoder, error) {
+	m.mu.Lock()
+	m.res.flush()
+	m.mu.Unlock()
 	cb, err := m.queue.CommandBuffer()
 	if err != nil {
 		return nil, err
 	}
 	enc, err := cb.ComputeEncoder(true)
 	if err != nil {
+		cb.Release()
 		return nil, err
 	}
 	return &metalEncoder{cb: cb, enc: enc}, nil
@@ -221,14 +300,75 @@ func (e *metalEncoder) Commit() {
 	e.cb.Commit()
 }
 
-// Wait waits for the committed command buffer, releases it and returns its error. Call it once.
-func (e *metalEncoder) Wait() error {
-	e.cb.WaitUntilCompleted()
-	defer e.cb.Release()
-	return e.cb.Err()
+// Wait waits for the committed command buffer, releases it and returns its error (an
+// *mtl.CommandBufferError). Call it once. It runs in an autorelease pool of its own, pinned to
+// its thread: Pending.Wait calls it on a fresh goroutine, outside the step's pool.
+func (e *metalEncoder) Wait() (err error) {
+	mtl.WithPool(func() {
+		e.cb.WaitUntilCompleted()
+		err = e.cb.Err()
+		e.cb.Release()
+	})
+	return err
 }
 
 func (e *metalEncoder) Finish() error {
 	e.Commit()
 	return e.Wait()
+}
+
+// residencySet is what MetalDevice uses of an MTLResidencySet (metalResidencySet; tests fake it).
+type residencySet[B comparable] interface {
+	Add(b B)
+	Remove(b B)
+	Commit()
+	RequestResidency()
+}
+
+type metalResidencySet struct{ s *mtl.ResidencySet }
+
+func (r metalResidencySet) Add(b *mtl.Buffer)    { r.s.Add(b) }
+func (r metalResidencySet) Remove(b *mtl.Buffer) { r.s.Remove(b) }
+func (r metalResidencySet) Commit()              { r.s.Commit() }
+func (r metalResidencySet) RequestResidency()    { r.s.RequestResidency() }
+
+// residency keeps the wrapped weight buffers in the device's residency set: adds are committed in
+// one batch before the next command buffer (a commit per tensor would cost one each, for hundreds
+// of tensors), then residency is requested so the first step does not wire the pages itself; a
+// buffer leaves the set, committed at once, before it is released. With no set (macOS before 15)
+// it does nothing.
+type residency[B comparable] struct {
+	set     residencySet[B]
+	members map[B]bool
+	dirty   bool
+}
+
+func (r *residency[B]) add(b B) {
+	if r.set == nil || r.members[b] {
+		return
+	}
+	if r.members == nil {
+		r.members = map[B]bool{}
+	}
+	r.members[b] = true
+	r.set.Add(b)
+	r.dirty = true
+}
+
+func (r *residency[B]) remove(b B) {
+	if r.set == nil || !r.members[b] {
+		return
+	}
+	delete(r.members, b)
+	r.set.Remove(b)
+	r.set.Commit()
+}
+
+func (r *residency[B]) flush() {
+	if r.set == nil || !r.dirty {
+		return
+	}
+	r.set.Commit()
+	r.set.RequestResidency()
+	r.dirty = false
 }

@@ -23,6 +23,7 @@ type EmuOptions struct {
 	GroupOrder  emu.Order // order of the dispatches between two barriers
 	Seed        uint64
 	Emu         emu.Options
+	Budget      exec.Budget // GPUOptions.Budget
 }
 
 // Emu is the GPU backend on the MSL emulator; EmuSession its session.
@@ -41,5 +42,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Budget: o.Budget})
 }

@@ -49,6 +49,9 @@ type GPU struct {
 	pagesMu sync.Mutex
 	pages   *pagePool
 	kv      map[int][]byte // host views of the K and V pools, by plan buffer
+
+	closeDev func()      // releases the device, when the backend made it (NewMetal); nil otherwise
+	budget   exec.Budget // every executor's
 }
 
 // GPUOptions configure NewGPU.
@@ -76,6 +79,9 @@ type GPUOptions struct {
 	// Logf receives the backend's log lines (nil: the standard logger): one when weights that
 	// should have been served from the mapped checkpoint had to be copied.
 	Logf func(format string, args ...any)
+	// Budget bounds the modeled work of one command buffer (exec.Executor.Budget; zero fields:
+	// exec.DefaultBudget's): a long prefill chunk is committed as several command buffers.
+	Budget exec.Budget
 }
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
@@ -97,7 +103,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}}
+	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
 	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers and the KV pool
 	if err != nil {
 		shared.freeWeights()
@@ -173,6 +179,11 @@ func (e *GPU) Close() {
 	}
 	e.idle = nil
 	e.dev.freeWeights()
+	e.dev.freePipelines()
+	if e.closeDev != nil {
+		e.closeDev()
+		e.closeDev = nil
+	}
 }
 
 // slot is one session's device state: an executor over the shared weights, with its own copy of
@@ -190,6 +201,7 @@ func (e *GPU) newSlot() (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
+	x.Budget = e.budget
 	return &slot{x: x, plan: p, readback: rb, logprob: logprobDispatch(p)}, nil
 }
 
@@ -597,6 +609,13 @@ func (d *sharedDevice) freeWeights() {
 		d.Device.Free(m)
 		delete(d.weights, name)
 	}
+}
+
+// freePipelines forgets the cached pipelines; the device that made them releases them (Close).
+func (d *sharedDevice) freePipelines() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.pipes)
 }
 
 func (d *sharedDevice) live() (int, int64) {

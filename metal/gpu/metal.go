@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"log"
+
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
@@ -19,6 +21,19 @@ func NewMetal(w *model.Weights, o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dev.NotResident != nil { // macOS 14: the weights' pages may be re-wired on later requests
+		logf := o.Logf
+		if logf == nil {
+			logf = log.Printf
+		}
+		logf("metal: %v", dev.NotResident)
+	}
 	o.WorkingSet = dev.WorkingSet()
-	return NewGPU("metal", w, dev, o)
+	g, err := NewGPU("metal", w, dev, o)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	g.closeDev = dev.Close // the GPU made the device, so its Close releases it
+	return g, nil
 }

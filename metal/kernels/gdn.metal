@@ -43,6 +43,7 @@ inline float softplus(float x) {
   return log(1.0f + exp(x));
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + HV*DV]: q, k, v
                      device const float* z [[buffer(1)]],        // [HV*DV]
                      device const float* a [[buffer(2)]],        // [HV]
@@ -154,6 +155,7 @@ inline float column_sum(float v) {
   return v + simd_shuffle_xor(v, 2);
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK + HV*DV]
                       device const float* z [[buffer(1)]],        // [T][HV*DV]
                       device const float* a [[buffer(2)]],        // [T][HV]

@@ -59,6 +59,7 @@ inline float gdnc_softplus(float x) {
   return log(1.0f + exp(x));
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void gdn_conv_step(device const float* x [[buffer(0)]],         // [C] raw qkv (pre-conv)
                           device const float* z [[buffer(1)]],         // [HV*DV]
                           device const float* a [[buffer(2)]],         // [HV]

@@ -218,6 +218,7 @@ inline void moe_router_rows(device const uint* router_w, device const bfloat* ro
 }
 
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-bit codes
                        device const bfloat* router_s [[buffer(1)]],  // [E, H/64]
                        device const bfloat* router_b [[buffer(2)]],  // [E, H/64]
@@ -235,6 +236,7 @@ kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-
                          logits, sg, nsg, lane);  // seg_s: no gain read
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void moe_router_norm(device const uint* router_w [[buffer(0)]],
                             device const bfloat* router_s [[buffer(1)]],
                             device const bfloat* router_b [[buffer(2)]],
@@ -283,6 +285,7 @@ constant uint MOE_T = is_function_constant_defined(MOE_T_FC) ? MOE_T_FC : 1u;
 constant uint MOE_BM_FC [[function_constant(7)]];  // moe_sort: pairs per grouped-GEMM block (8, 16 or 32)
 constant uint MOE_BM = is_function_constant_defined(MOE_BM_FC) ? MOE_BM_FC : 32u;
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
                      device const float* weights [[buffer(1)]],   // [T][K + 1]
                      device uint* offs [[buffer(2)]],             // [E + 1]

@@ -527,6 +527,7 @@ kernel void sample_penalties(device const float* logits [[buffer(0)]],         /
   out[i] = as_type<float>(x);
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void sample_select(device const float* logits [[buffer(0)]],  // [>= n], penalised
                           constant SampleParams& p [[buffer(1)]],
                           device ulong* cand [[buffer(2)]],           // [groups][min(k_eff, CHUNK)]
@@ -563,6 +564,7 @@ kernel void sample_select(device const float* logits [[buffer(0)]],  // [>= n], 
   }
 }
 
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void sample_final(constant SampleParams& p [[buffer(1)]],
                          device const ulong* cand [[buffer(2)]],  // sample_select's output
                          device uint* step [[buffer(3)]],         // {pos, token}: -> {pos+1, chosen}

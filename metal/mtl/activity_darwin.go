@@ -31,10 +31,16 @@ func BeginActivity(reason string) (end func()) {
 	var act objc.ID
 	withPool(func() {
 		pi := objc.ID(msg0(info, selProcessInfo))
-		s := nsString(reason)
+		s, err := nsString(reason)
+		if err != nil {
+			return // no activity rather than an exception
+		}
 		act = retain(objc.ID(send(pi, selBeginActivity, nsActivityUserInitiated, uintptr(s))))
 		release(s)
 	})
+	if act == 0 {
+		return func() {}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {

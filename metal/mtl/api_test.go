@@ -31,6 +31,16 @@ var (
 	_ func()                                                      = (*mtl.Function)(nil).Release
 	_ func()                                                      = (*mtl.Pipeline)(nil).Release
 	_ func() (*mtl.CommandBuffer, error)                          = (*mtl.CommandQueue)(nil).CommandBuffer
+	_ func(int) (*mtl.ResidencySet, error)                        = (*mtl.Device)(nil).NewResidencySet
+	_ func(*mtl.Buffer)                                           = (*mtl.ResidencySet)(nil).Add
+	_ func(*mtl.Buffer)                                           = (*mtl.ResidencySet)(nil).Remove
+	_ func()                                                      = (*mtl.ResidencySet)(nil).Commit
+	_ func()                                                      = (*mtl.ResidencySet)(nil).RequestResidency
+	_ func()                                                      = (*mtl.ResidencySet)(nil).EndResidency
+	_ func() uint64                                               = (*mtl.ResidencySet)(nil).AllocatedSize
+	_ func()                                                      = (*mtl.ResidencySet)(nil).Release
+	_ func(*mtl.ResidencySet)                                     = (*mtl.CommandQueue)(nil).AddResidencySet
+	_ func(*mtl.ResidencySet)                                     = (*mtl.CommandQueue)(nil).RemoveResidencySet
 	_ func()                                                      = (*mtl.CommandQueue)(nil).Release
 	_ func(bool) (*mtl.ComputeEncoder, error)                     = (*mtl.CommandBuffer)(nil).ComputeEncoder
 	_ func(func())                                                = (*mtl.CommandBuffer)(nil).AddCompletedHandler

@@ -32,12 +32,23 @@
 //     an encoded command uses alive until the command buffer has completed.
 //
 // Metal may autorelease objects internally while encoding; wrap each step of a long-running
-// encode loop in WithPool so they are drained (pools are per OS thread; WithPool pins the
-// goroutine while it runs).
+// encode loop, and each wait for a command buffer, in WithPool so they are drained (pools are per
+// OS thread; WithPool pins the goroutine while it runs).
+//
+// Strings go to Foundation only as valid UTF-8 (CheckUTF8): NSString is nil for anything else,
+// and a nil NSString passed on raises an exception, so the binding returns an error instead.
 //
 // # Concurrency and failures
 //
 // A Device may be used from any goroutine. An encoder or command buffer must be used by one
 // goroutine at a time. Objective-C exceptions raised by Metal for API misuse (encoding into an
 // ended encoder, a dispatch without a pipeline, ...) abort the process; they cannot be recovered.
+// A failed command buffer's Err is a *CommandBufferError (Apple's MTLCommandBufferError codes,
+// read as words); errors.Is(err, ErrWatchdog) tells one the system ended for running too long.
+//
+// # Availability
+//
+// Residency sets (ResidencySet, CommandQueue.AddResidencySet) need macOS 15: NewResidencySet
+// checks for the class and the device's selector first and returns ErrNoResidencySets without
+// them. Compile options' mathMode (macOS 15) is set only where the object responds to it.
 package mtl

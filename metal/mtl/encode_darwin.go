@@ -79,10 +79,15 @@ func (c *CommandBuffer) Status() CommandBufferStatus {
 	return CommandBufferStatus(msg0(c.id, selStatus))
 }
 
-// Err returns the command buffer's error (page fault, timeout, out of memory, ...), or nil.
+// Err returns the command buffer's error (page fault, timeout, out of memory, ...) as a
+// *CommandBufferError, or nil. errors.Is(err, ErrWatchdog) tells a watchdog kill.
 func (c *CommandBuffer) Err() error {
 	var err error
-	withPool(func() { err = nsError("command buffer failed", objc.ID(msg0(c.id, selError))) })
+	withPool(func() {
+		if e := objc.ID(msg0(c.id, selError)); e != 0 {
+			err = &CommandBufferError{Code: CommandBufferErrorCode(int(msg0(e, selCode))), Description: nsErrorText(e)}
+		}
+	})
 	return err
 }
 

@@ -30,9 +30,17 @@ func (d *Device) NewLibrary(source string, opts CompileOptions) (*Library, error
 	var lib *Library
 	var err error
 	withPool(func() {
-		src := nsString(source)
+		src, serr := nsString(source)
+		if serr != nil {
+			err = fmt.Errorf("mtl: kernel source: %w", serr)
+			return
+		}
 		defer release(src)
-		co := compileOptions(opts)
+		co, cerr := compileOptions(opts)
+		if cerr != nil {
+			err = cerr
+			return
+		}
 		defer release(co)
 		nserr := new(objc.ID)
 		id := objc.ID(send(d.id, selNewLibraryWithSource, uintptr(src), uintptr(co), uintptr(unsafe.Pointer(nserr))))
@@ -50,7 +58,12 @@ func (d *Device) NewLibrary(source string, opts CompileOptions) (*Library, error
 }
 
 // compileOptions returns an owned MTLCompileOptions.
-func compileOptions(opts CompileOptions) objc.ID {
+func compileOptions(opts CompileOptions) (objc.ID, error) {
+	for k, v := range opts.Macros { // checked before any object is made
+		if err := errors.Join(CheckUTF8(k), CheckUTF8(v)); err != nil {
+			return 0, fmt.Errorf("mtl: macro %q: %w", k, err)
+		}
+	}
 	co := newObject(rt.clsCompileOptions)
 	if opts.LanguageVersion != 0 {
 		msg1(co, selSetLanguageVersion, uintptr(opts.LanguageVersion))
@@ -76,7 +89,8 @@ func compileOptions(opts CompileOptions) objc.ID {
 	if len(opts.Macros) > 0 {
 		dict := objc.ID(msg1(objc.ID(msg0(objc.ID(rt.clsNSMutableDictionary), selAlloc)), selInitWithCapacity, uintptr(len(opts.Macros))))
 		for k, v := range opts.Macros {
-			ks, vs := nsString(k), nsString(v)
+			ks, _ := nsString(k) // valid UTF-8, checked above
+			vs, _ := nsString(v)
 			msg2(dict, selSetObjectForKey, uintptr(vs), uintptr(ks)) // the dictionary copies the key, retains the value
 			release(ks)
 			release(vs)
@@ -84,7 +98,7 @@ func compileOptions(opts CompileOptions) objc.ID {
 		msg1(co, selSetPreprocessorMacros, uintptr(dict)) // a copy property
 		release(dict)
 	}
-	return co
+	return co, nil
 }
 
 // Release drops the library; functions made from it stay valid.
@@ -107,7 +121,11 @@ func (l *Library) NewFunction(name string, consts *FunctionConstants) (*Function
 	var fn *Function
 	var err error
 	withPool(func() {
-		ns := nsString(name)
+		ns, nerr := nsString(name)
+		if nerr != nil {
+			err = fmt.Errorf("mtl: function name: %w", nerr)
+			return
+		}
 		defer release(ns)
 		var id objc.ID
 		if consts.Len() == 0 {
@@ -272,7 +290,11 @@ func (d *Device) newArchive(path string) (objc.ID, error) {
 	desc := newObject(rt.clsArchiveDescriptor)
 	defer release(desc)
 	if path != "" {
-		msg1(desc, selSetURL, uintptr(fileURL(path)))
+		u, err := fileURL(path)
+		if err != nil {
+			return 0, err
+		}
+		msg1(desc, selSetURL, uintptr(u))
 	}
 	nserr := new(objc.ID)
 	arch := objc.ID(send(d.id, selNewBinaryArchive, uintptr(desc), uintptr(unsafe.Pointer(nserr))))
@@ -313,8 +335,12 @@ func serialize(arch objc.ID, dir, key, path string) error {
 		return err
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.tmp.metallib", key, os.Getpid()))
+	u, err := fileURL(tmp)
+	if err != nil {
+		return err
+	}
 	nserr := new(objc.ID)
-	if !isYes(send(arch, selSerializeToURL, uintptr(fileURL(tmp)), uintptr(unsafe.Pointer(nserr)))) {
+	if !isYes(send(arch, selSerializeToURL, uintptr(u), uintptr(unsafe.Pointer(nserr)))) {
 		os.Remove(tmp)
 		if err := nsError("serializing the binary archive", *nserr); err != nil {
 			return err

@@ -101,6 +101,20 @@ func (c *CommandBuffer) Err() error                     { return nil }
 func (c *CommandBuffer) GPUTimes() (start, end float64) { return 0, 0 }
 func (c *CommandBuffer) Release()                       {}
 
+// ResidencySet is an MTLResidencySet.
+type ResidencySet struct{}
+
+func (d *Device) NewResidencySet(capacity int) (*ResidencySet, error) { return nil, ErrUnavailable }
+func (s *ResidencySet) Add(b *Buffer)                                 {}
+func (s *ResidencySet) Remove(b *Buffer)                              {}
+func (s *ResidencySet) Commit()                                       {}
+func (s *ResidencySet) RequestResidency()                             {}
+func (s *ResidencySet) EndResidency()                                 {}
+func (s *ResidencySet) AllocatedSize() uint64                         { return 0 }
+func (s *ResidencySet) Release()                                      {}
+func (q *CommandQueue) AddResidencySet(s *ResidencySet)               {}
+func (q *CommandQueue) RemoveResidencySet(s *ResidencySet)            {}
+
 // ComputeEncoder is an MTLComputeCommandEncoder.
 type ComputeEncoder struct{}
 

@@ -222,14 +222,24 @@ func newObject(cls objc.Class) objc.ID {
 	return objc.ID(msg0(objc.ID(msg0(objc.ID(cls), selAlloc)), selInit))
 }
 
-// nsString returns an owned NSString holding a copy of s.
-func nsString(s string) objc.ID {
+// nsString returns an owned NSString holding a copy of s. initWithBytes:length:encoding: returns
+// nil for bytes that are not valid UTF-8, and a nil NSString passed on (to fileURLWithPath:,
+// setObject:forKey:, ...) raises an Objective-C exception, which aborts the process: s is checked
+// here (CheckUTF8) and a nil result is an error too.
+func nsString(s string) (objc.ID, error) {
+	if err := CheckUTF8(s); err != nil {
+		return 0, err
+	}
 	p := unsafe.StringData(s)
 	if p == nil {
 		p = &emptyString[0]
 	}
 	obj := objc.ID(msg0(objc.ID(rt.clsNSString), selAlloc))
-	return objc.ID(send(obj, selInitWithBytesLength, uintptr(unsafe.Pointer(p)), uintptr(len(s)), nsUTF8StringEncoding))
+	id := objc.ID(send(obj, selInitWithBytesLength, uintptr(unsafe.Pointer(p)), uintptr(len(s)), nsUTF8StringEncoding))
+	if id == 0 {
+		return 0, fmt.Errorf("mtl: NSString of %d bytes could not be created", len(s))
+	}
+	return id, nil
 }
 
 var emptyString = [1]byte{}
@@ -243,10 +253,17 @@ func goString(s objc.ID) string {
 }
 
 // fileURL returns an autoreleased file NSURL for path.
-func fileURL(path string) objc.ID {
-	s := nsString(path)
+func fileURL(path string) (objc.ID, error) {
+	s, err := nsString(path)
+	if err != nil {
+		return 0, fmt.Errorf("mtl: path: %w", err)
+	}
 	defer release(s)
-	return objc.ID(msg1(objc.ID(rt.clsNSURL), selFileURLWithPath, uintptr(s)))
+	u := objc.ID(msg1(objc.ID(rt.clsNSURL), selFileURLWithPath, uintptr(s)))
+	if u == 0 {
+		return 0, fmt.Errorf("mtl: no file URL for %q", path)
+	}
+	return u, nil
 }
 
 // nsErrorText returns an NSError's localizedDescription ("" for nil).

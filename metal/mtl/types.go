@@ -87,12 +87,13 @@ func (s CommandBufferStatus) String() string {
 // LanguageVersion is an MTLLanguageVersion: major<<16 + minor.
 type LanguageVersion uint
 
+// The versions Apple's newest headers (Xcode 26) define from 3.0 on; 4.0 is the last. Only add a
+// value once an SDK header declares it: newLibraryWithSource:options:error: fails on an unknown one.
 const (
 	LanguageVersion3_0 LanguageVersion = 3<<16 + 0 // macOS 13
 	LanguageVersion3_1 LanguageVersion = 3<<16 + 1 // macOS 14
 	LanguageVersion3_2 LanguageVersion = 3<<16 + 2 // macOS 15
 	LanguageVersion4_0 LanguageVersion = 4<<16 + 0 // macOS 26
-	LanguageVersion4_1 LanguageVersion = 4<<16 + 1 // macOS 27
 )
 
 // MathMode selects floating-point optimisations. The zero value leaves Metal's default.

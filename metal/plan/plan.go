@@ -49,6 +49,9 @@ type Dispatch struct {
 	// Reads and Writes are the device bytes the dispatch touches, for the traffic model: a range
 	// many threadgroups re-read counts once per dispatch (caches absorb the rest).
 	Reads, Writes []Range
+	// FLOPs are the multiply-adds (×2) the dispatch executes, padding included, and IdealFLOPs the
+	// useful ones, for the compute model; elementwise work, norms and dequantisation count none.
+	FLOPs, IdealFLOPs float64
 	// Modes, when set, make the dispatch run only in those modes of the step (exec.Executor's
 	// Mode): one plan holds alternative tails, e.g. greedy selection, sampling, or none for a
 	// prefill token whose logits nobody reads. Barriers are derived as if every dispatch ran; a
@@ -67,6 +70,8 @@ type Stats struct {
 	Dispatches int
 	Barriers   int
 	Bytes      int64 // modelled DRAM traffic: distinct bytes read plus distinct bytes written, per dispatch
+	// FLOPs and IdealFLOPs are the dispatches' Dispatch.FLOPs and Dispatch.IdealFLOPs summed.
+	FLOPs, IdealFLOPs float64
 }
 
 // Stats computes dispatch, barrier and traffic counts of the step in mode (see Dispatch.Modes).
@@ -83,10 +88,16 @@ func (p *Plan) Stats(mode string) Stats {
 			s.Barriers++
 		}
 		barrier = false
-		s.Bytes += Distinct(d.Reads) + Distinct(d.Writes)
+		s.Bytes += d.Bytes()
+		s.FLOPs += d.FLOPs
+		s.IdealFLOPs += d.IdealFLOPs
 	}
 	return s
 }
+
+// Bytes is the dispatch's modelled DRAM traffic: the distinct bytes it reads plus the distinct
+// bytes it writes. Stats sums it over a step; a per-kernel profile attributes it per dispatch.
+func (d *Dispatch) Bytes() int64 { return Distinct(d.Reads) + Distinct(d.Writes) }
 
 // RunsIn reports whether the dispatch runs in mode.
 func (d *Dispatch) RunsIn(mode string) bool {

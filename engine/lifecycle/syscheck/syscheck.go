@@ -4,6 +4,7 @@
 package syscheck
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+	"github.com/lilyformac/lily/internal/wiredlimit"
 )
 
 // Status is a check's verdict.
@@ -56,9 +58,18 @@ type Config struct {
 	ModelBytes     int64  // weights, if no pull has recorded the exact size (0: lifecycle.ModelBytes)
 	RuntimeBytes   int64  // memory beyond the weights (0: lifecycle.RuntimeBytes)
 	// Context, when set, is the context lily serve would hold in a GPU working set of so many
-	// bytes, and why it is less than the model's (the decode plan's memory model).
-	Context func(workingSet int64) (positions int, why string, err error)
+	// bytes on a Mac with memory bytes of memory (which decides its serving defaults), and why it
+	// is less than the model's (the decode plan's memory model).
+	Context ContextFunc
 }
+
+// ContextFunc is Config.Context.
+type ContextFunc func(workingSet, memory int64) (positions int, why string, err error)
+
+// UsefulContext is the least context Lily counts as useful, and promises on its smallest Mac
+// (24 GB, with the GPU limit raised): a coding agent's system prompt and tools take 13,000 to
+// 20,000 tokens before the conversation and its answers (up to 32,000 tokens each) begin.
+const UsefulContext = 65536
 
 // facts are what the OS reports; a zero field means unknown.
 type facts struct {
@@ -108,22 +119,38 @@ func Run(ctx context.Context, cfg Config) []Check {
 }
 
 // checkContext reports the context the GPU's working set leaves room for beside the weights.
-func checkContext(f facts, gpu *GPUInfo, context func(int64) (int, string, error)) Check {
-	c := Check{Name: "context"}
+func checkContext(f facts, gpu *GPUInfo, context ContextFunc) Check {
 	switch {
 	case f.OS != "darwin":
-		c.Status, c.Detail = Skip, notMacOS
-		return c
+		return Check{Name: "context", Status: Skip, Detail: notMacOS}
 	case context == nil || gpu == nil || !gpu.Available || gpu.RecommendedMaxWorkingSet == 0:
-		c.Status, c.Detail = Skip, "no GPU working set to size the KV cache in"
-		return c
+		return Check{Name: "context", Status: Skip, Detail: "no GPU working set to size the KV cache in"}
 	}
-	n, why, err := context(int64(gpu.RecommendedMaxWorkingSet))
+	return ContextCheck(f.MemBytes, gpu.RecommendedMaxWorkingSet, context)
+}
+
+// ContextCheck judges the context lily serve holds in a GPU working set of workingSet bytes on a
+// Mac with memBytes of memory (0: unknown): it fails when the weights do not fit, warns when
+// less than UsefulContext or than the model's context fits, and then gives the exact
+// iogpu.wired_limit_mb command for this Mac (wiredlimit), what it leaves macOS, how long it
+// lasts and the context it gives, where raising the limit would serve more.
+func ContextCheck(memBytes, workingSet uint64, context ContextFunc) Check {
+	c := Check{Name: "context"}
+	n, why, err := context(int64(workingSet), int64(memBytes))
+	raise := ""
+	if mb := wiredlimit.SuggestedMB(memBytes); mb<<20 > workingSet {
+		if after, _, err := context(int64(mb)<<20, int64(memBytes)); err == nil && after > n {
+			raise = fmt.Sprintf("%s; lily serve then holds %d positions", wiredlimit.Advice(memBytes), after)
+		}
+	}
 	switch {
 	case err != nil:
-		c.Status, c.Detail = Fail, err.Error()
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), cmp.Or(raise, "use a Mac with more memory")
+	case n < UsefulContext:
+		c.Status, c.Fix = Warn, cmp.Or(raise, "use a Mac with more memory")
+		c.Detail = fmt.Sprintf("lily serve holds only %d positions, less than the %d an agent's session needs: %s", n, UsefulContext, why)
 	case why != "":
-		c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("lily serve holds %d positions: %s", n, why), "sudo sysctl iogpu.wired_limit_mb=N raises the GPU working set (lasts until reboot), or pass --ctx to choose less"
+		c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("lily serve holds %d positions: %s", n, why), cmp.Or(raise, "pass --ctx to choose less")
 	default:
 		c.Status, c.Detail = Pass, fmt.Sprintf("lily serve holds the model's full %d positions", n)
 	}
@@ -302,11 +329,10 @@ func checkGPUMemory(f facts, gpu *GPUInfo, weights, need int64) Check {
 		return c
 	}
 	needs := fmt.Sprintf("%s needed (model %s + runtime %s)", hub.FormatBytes(need), hub.FormatBytes(weights), hub.FormatBytes(need-weights))
-	// Suggest a limit of the need rounded up to whole GiB, if that still leaves macOS 3 GiB.
-	limitMB := (uint64(need) + 1<<30 - 1) >> 30 << 10
+	// Suggest this Mac's limit (all but what macOS keeps) where it holds the need.
 	raise := ""
-	if f.MemBytes > 0 && limitMB<<20+3<<30 <= f.MemBytes {
-		raise = fmt.Sprintf("sudo sysctl iogpu.wired_limit_mb=%d (lasts until reboot; quit other large apps while Lily runs)", limitMB)
+	if mb := wiredlimit.SuggestedMB(f.MemBytes); mb > 0 && mb<<20 >= uint64(need) {
+		raise = wiredlimit.Advice(f.MemBytes)
 	}
 	if gpu != nil && !gpu.Available {
 		c.Status, c.Detail = Skip, "no Metal GPU"
@@ -327,7 +353,7 @@ func checkGPUMemory(f facts, gpu *GPUInfo, weights, need int64) Check {
 		c.Status = Fail
 		c.Detail = fmt.Sprintf("GPU working set %s (%s) < %s; macOS limits how much memory the GPU may wire", hub.FormatBytes(int64(budget)), source, needs)
 		c.Fix = raise
-		if raise == "" {
+		if raise == "" || wiredlimit.SuggestedMB(f.MemBytes)<<20 <= budget {
 			c.Fix = "this Mac has too little memory for the model; use one with more"
 		}
 	case f.MemBytes > 0 && f.MemBytes < 32<<30:

@@ -123,7 +123,7 @@ func TestGPUWorkingSet(t *testing.T) {
 // TestContextCheck: the doctor says how much context the GPU's working set leaves beside the
 // weights, and how to get more.
 func TestContextCheck(t *testing.T) {
-	ctx := func(ws int64) (int, string, error) {
+	ctx := func(ws, _ int64) (int, string, error) {
 		switch {
 		case ws >= 40<<30:
 			return 262144, "", nil
@@ -143,6 +143,58 @@ func TestContextCheck(t *testing.T) {
 	}
 	fake(t, facts{OS: "linux", MemBytes: 23 << 30}, 1e12, nil)
 	expect(t, byName(Run(context.Background(), Config{DataDir: "/", ModelDir: t.TempDir(), Context: ctx}))["context"], Skip, "not macOS", "")
+}
+
+// TestContextCheckRaise: on a Mac whose working set cannot hold the weights and a useful
+// context, the fix is the exact sysctl for that Mac's memory, what it leaves macOS, that it lasts
+// until a restart, and the context it gives; where raising gives nothing more, no sysctl.
+func TestContextCheckRaise(t *testing.T) {
+	// A model of 18 GiB of weights and 16 KiB per position, full at 262,144 positions; the
+	// memory argument must be the Mac's.
+	var gotMem []int64
+	ctx := func(ws, mem int64) (int, string, error) {
+		gotMem = append(gotMem, mem)
+		n := int(min((ws-18<<30)/(16<<10), 262144))
+		switch {
+		case n <= 0:
+			return 0, "", errors.New("the weights do not fit")
+		case n < 262144:
+			return n, "raise iogpu.wired_limit_mb", nil
+		}
+		return n, "", nil
+	}
+	for _, tc := range []struct {
+		name       string
+		mem, ws    uint64
+		status     Status
+		detail     string
+		fix        string
+		noFixParts []string
+	}{
+		{"24 GB default", 24 << 30, 16 << 30, Fail, "do not fit",
+			"sudo sysctl iogpu.wired_limit_mb=20480 lets the GPU use up to 20 GB of this Mac's 24 GB and leaves macOS 4 GB; it lasts until the Mac restarts (run it again after each restart); lily serve then holds 131072 positions", nil},
+		{"24 GB raised a little", 24 << 30, 18<<30 + 512<<20, Warn, "holds only 32768 positions, less than the 65536",
+			"sudo sysctl iogpu.wired_limit_mb=20480", nil},
+		{"24 GB raised as suggested", 24 << 30, 20 << 30, Warn, "holds 131072 positions: raise", "pass --ctx", []string{"sysctl"}},
+		{"32 GB default", 32 << 30, 21845 << 20, Warn, "holds 218432 positions",
+			"sudo sysctl iogpu.wired_limit_mb=28672 lets the GPU use up to 28 GB of this Mac's 32 GB and leaves macOS 4 GB; it lasts until the Mac restarts (run it again after each restart); lily serve then holds 262144 positions", nil},
+		{"64 GB", 64 << 30, 48 << 30, Pass, "full 262144", "", []string{"sysctl"}},
+		{"16 GB", 16 << 30, 10 << 30, Fail, "do not fit", "use a Mac with more memory", []string{"sysctl"}},
+	} {
+		gotMem = nil
+		c := ContextCheck(tc.mem, tc.ws, ctx)
+		expect(t, c, tc.status, tc.detail, tc.fix)
+		for _, p := range tc.noFixParts {
+			if strings.Contains(c.Fix, p) {
+				t.Errorf("%s: fix %q mentions %q", tc.name, c.Fix, p)
+			}
+		}
+		for _, m := range gotMem {
+			if m != int64(tc.mem) {
+				t.Errorf("%s: context sized for %d bytes of memory, want %d", tc.name, m, tc.mem)
+			}
+		}
+	}
 }
 
 func TestLinuxSkipsMacChecks(t *testing.T) {

@@ -1,0 +1,56 @@
+//go:build linux
+
+package exec
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/quant"
+)
+
+// TestProfiledStepComputesTheSame: on the emulator a profiled step writes the same bytes as an
+// ordinary one, and each dispatch gets a positive wall time.
+func TestProfiledStepComputesTheSame(t *testing.T) {
+	lib := library(t)
+	n, k := 64, 128
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(i%7)/4 - 0.75
+	}
+	m := quant.Quantize(w, n, k, 4)
+	x := make([]float32, k)
+	for i := range x {
+		x[i] = float32(i%5) - 2
+	}
+	gain := make([]uint16, n)
+	for i := range gain {
+		gain[i] = quant.F32ToBF16(1)
+	}
+	run := func(profile bool) ([]byte, []Timing) {
+		e, err := New(&EmuDevice{Lib: lib}, twoStepPlan(m, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(e.Bytes(bufWords), m.Words)
+		put(e.Bytes(bufScales), m.Scales)
+		put(e.Bytes(bufBiases), m.Biases)
+		put(e.Bytes(bufX), x)
+		put(e.Bytes(bufGain), gain)
+		if profile {
+			e.StartProfile()
+		}
+		if err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(e.Bytes(bufOut)), e.StopProfile()
+	}
+	want, _ := run(false)
+	got, timings := run(true)
+	if !slices.Equal(got, want) {
+		t.Fatal("a profiled step computed something else")
+	}
+	if len(timings) != 2 || timings[0].Kernel != "qmv_q4" || timings[1].Kernel != "add_rmsnorm" || timings[0].Seconds <= 0 || timings[1].Seconds <= 0 {
+		t.Fatalf("timings %+v", timings)
+	}
+}
