@@ -25,13 +25,15 @@ type selftestOutput struct {
 }
 
 type selftestCheck struct {
-	Kernel     string   `json:"kernel"`
-	Shape      string   `json:"shape"`
-	Pass       bool     `json:"pass"`
-	WorstError *float64 `json:"worst_error"` // null when NaN (unwritten output, or the check did not run)
-	Tolerance  float64  `json:"tolerance"`
-	Ms         float64  `json:"ms"`
-	Error      string   `json:"error,omitempty"`
+	Case      string   `json:"case"`   // the kernel case (metal/cases), check, "coverage" or "e2e"
+	Kernel    string   `json:"kernel"` // the kernel instances it runs
+	Shape     string   `json:"shape"`
+	Error     *float64 `json:"error"` // the worst error; null when NaN (unwritten output, or it did not run)
+	Tolerance float64  `json:"tolerance"`
+	Pass      bool     `json:"pass"`
+	Worst     string   `json:"worst,omitempty"` // the element of the worst error: "out[17] = 1.25, want 1.5"
+	Ms        float64  `json:"ms"`
+	Failure   string   `json:"failure,omitempty"` // why it failed beyond its error, or could not run
 }
 
 // selftestChunk is the end-to-end check's largest prefill chunk: its 25-token batched prompt
@@ -71,6 +73,9 @@ func runSelftest(cmd *cobra.Command, output string) error {
 	if err != nil {
 		return fmt.Errorf("selftest: device: %w", err)
 	}
+	if c, ok := dev.(interface{ Close() }); ok { // exec.MetalDevice: queue, libraries, pipelines
+		defer c.Close()
+	}
 	emulated := name != "metal"
 	if output == "text" {
 		if emulated {
@@ -94,7 +99,7 @@ func runSelftest(cmd *cobra.Command, output string) error {
 	}
 	results := selftest.Run(cmd.Context(), dev, opts)
 	if loadErr != nil {
-		r := selftest.Result{Kernel: "e2e", WorstError: math.NaN(), Err: loadErr}
+		r := selftest.Result{Case: "e2e", Kernel: "e2e", WorstError: math.NaN(), Err: loadErr}
 		if opts.Progress != nil {
 			opts.Progress(r)
 		}
@@ -104,12 +109,12 @@ func runSelftest(cmd *cobra.Command, output string) error {
 	if output == "json" {
 		o := selftestOutput{OK: failed == 0, Device: name, Emulated: emulated, Checks: []selftestCheck{}}
 		for _, r := range results {
-			c := selftestCheck{Kernel: r.Kernel, Shape: r.Shape, Pass: r.Pass, Tolerance: r.Tolerance, Ms: float64(r.Duration.Microseconds()) / 1000}
+			c := selftestCheck{Case: r.Case, Kernel: r.Kernel, Shape: r.Shape, Pass: r.Pass, Tolerance: r.Tolerance, Worst: r.Worst, Ms: float64(r.Duration.Microseconds()) / 1000}
 			if !math.IsNaN(r.WorstError) && !math.IsInf(r.WorstError, 0) {
-				c.WorstError = &r.WorstError
+				c.Error = &r.WorstError
 			}
 			if r.Err != nil {
-				c.Error = r.Err.Error()
+				c.Failure = r.Err.Error()
 			}
 			o.Checks = append(o.Checks, c)
 		}
@@ -132,8 +137,11 @@ func printSelftest(w io.Writer, r selftest.Result) {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	fmt.Fprintf(w, "%s  %-18s worst=%-9.3g tol=%-7.3g %6d ms  %s\n", status, r.Kernel, r.WorstError, r.Tolerance, r.Duration.Milliseconds(), r.Shape)
+	fmt.Fprintf(w, "%s  %-18s worst=%-9.3g tol=%-7.3g %6d ms  %s\n", status, r.Case, r.WorstError, r.Tolerance, r.Duration.Milliseconds(), r.Shape)
+	if !r.Pass && r.Worst != "" {
+		fmt.Fprintf(w, "      %s (%s): worst at %s\n", r.Case, r.Kernel, r.Worst)
+	}
 	if r.Err != nil {
-		fmt.Fprintf(w, "      %s: %v\n", r.Kernel, r.Err)
+		fmt.Fprintf(w, "      %s: %v\n", r.Case, r.Err)
 	}
 }

@@ -31,3 +31,45 @@ func RandFloats(r *rand.Rand, n int, scale float32) []float32 {
 	}
 	return s
 }
+
+// LogitGen makes the logits of a selection check (argmax, the sampler).
+type LogitGen struct {
+	Name string
+	F    func(r *rand.Rand, x []float32)
+}
+
+// LogitGens are the selection checks' kinds of logits.
+var LogitGens = []LogitGen{
+	{"normal3", func(r *rand.Rand, x []float32) {
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+		}
+	}},
+	{"ties", func(r *rand.Rand, x []float32) { // many equal logits, ±0 and -inf
+		for i := range x {
+			x[i] = float32(math.Round(r.NormFloat64()*4)) / 4
+			switch r.IntN(20) {
+			case 0:
+				x[i] = float32(math.Inf(-1))
+			case 1:
+				x[i] = float32(math.Copysign(0, -1))
+			}
+		}
+	}},
+	{"model", ModelLogits},
+	{"wide", func(r *rand.Rand, x []float32) { // probabilities that underflow to 0
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 40)
+		}
+	}},
+}
+
+// ModelLogits are logits with a bulk near 0 and a few strong candidates, as a model produces.
+func ModelLogits(r *rand.Rand, x []float32) {
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 2)
+	}
+	for range 6 {
+		x[r.IntN(len(x))] = float32(15 + r.NormFloat64()*3)
+	}
+}

@@ -4,10 +4,12 @@ package kernels
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
 )
 
@@ -89,3 +91,12 @@ var (
 	randFloats = RandFloats
 	relErr     = RelErr
 )
+
+// randGain is an RMSNorm gain as the checkpoint stores it (bf16 around 1).
+func randGain(r *rand.Rand, n int) []uint16 {
+	g := make([]uint16, n)
+	for i := range g {
+		g[i] = quant.F32ToBF16(1 + 0.5*float32(r.NormFloat64()))
+	}
+	return g
+}

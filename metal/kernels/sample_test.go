@@ -298,43 +298,10 @@ func (g *gpuSampler) next(t *testing.T, logits []float32, order emu.Order, seed 
 	return int(st[1]), g.stat.Uint32s()[0]
 }
 
-// logitGen makes the logits of a test step.
-type logitGen struct {
-	name string
-	f    func(r *rand.Rand, x []float32)
-}
+// The sampler tests' logits (kernels.LogitGens).
+type logitGen = LogitGen
 
-var logitGens = []logitGen{
-	{"normal3", func(r *rand.Rand, x []float32) {
-		for i := range x {
-			x[i] = float32(r.NormFloat64() * 3)
-		}
-	}},
-	{"ties", func(r *rand.Rand, x []float32) { // many equal logits, ±0 and -inf
-		for i := range x {
-			x[i] = float32(math.Round(r.NormFloat64()*4)) / 4
-			switch r.IntN(20) {
-			case 0:
-				x[i] = float32(math.Inf(-1))
-			case 1:
-				x[i] = float32(math.Copysign(0, -1))
-			}
-		}
-	}},
-	{"model", func(r *rand.Rand, x []float32) { // a bulk near 0, a few strong candidates
-		for i := range x {
-			x[i] = float32(r.NormFloat64() * 2)
-		}
-		for range 6 {
-			x[r.IntN(len(x))] = float32(15 + r.NormFloat64()*3)
-		}
-	}},
-	{"wide", func(r *rand.Rand, x []float32) { // probabilities that underflow to 0
-		for i := range x {
-			x[i] = float32(r.NormFloat64() * 40)
-		}
-	}},
-}
+var logitGens = LogitGens
 
 type sampleCase struct {
 	name  string
@@ -368,7 +335,7 @@ func runSampleCaseThreads(t *testing.T, lib *emu.Library, r *rand.Rand, c sample
 	gpu.threads = threads
 	logits := make([]float32, c.n+3) // padding rows past the vocab limit must never be chosen
 	for step := range steps {
-		gen.f(r, logits)
+		gen.F(r, logits)
 		for i := c.n; i < len(logits); i++ {
 			logits[i] = 1e30
 		}
@@ -389,7 +356,7 @@ func runSampleCaseThreads(t *testing.T, lib *emu.Library, r *rand.Rand, c sample
 				}
 			}
 		} else if got != want {
-			t.Fatalf("%s %s seed %d step %d %v: GPU chose %d, sample.Sampler %d", c.name, gen.name, seed, step, order, got, want)
+			t.Fatalf("%s %s seed %d step %d %v: GPU chose %d, sample.Sampler %d", c.name, gen.Name, seed, step, order, got, want)
 		}
 		copy(setup.State, gpu.state.Uint32s())
 	}
@@ -419,7 +386,7 @@ func TestSample(t *testing.T) {
 			for s := range 2 {
 				seed := uint64(1000*ci + 10*gi + s)
 				order := emu.Orders[(ci+gi+s)%3]
-				t.Run(fmt.Sprintf("%s_%s_%d_%v", c.name, gen.name, s, order), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s_%s_%d_%v", c.name, gen.Name, s, order), func(t *testing.T) {
 					if redo := runSampleCase(t, lib, r, c, gen, seed, 6, order); redo != 0 {
 						t.Errorf("%d steps asked for a CPU redo", redo)
 					}
@@ -452,7 +419,7 @@ func TestSampleManySeeds(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
 	c := sampleCase{"seeds", sample.Params{Temperature: 1.5, TopK: 40, TopP: 0.9}, 500, 128}
 	logits := make([]float32, c.n)
-	logitGens[0].f(r, logits)
+	logitGens[0].F(r, logits)
 	seen := map[int]bool{}
 	for seed := range uint64(200) {
 		p := c.p

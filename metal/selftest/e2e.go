@@ -48,7 +48,7 @@ func EndToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 			o.Prompt = append(o.Prompt, (7+i*131)%V)
 		}
 	}
-	r := Result{Kernel: "e2e", Tolerance: o.Tol,
+	r := Result{Case: "e2e", Kernel: "e2e", Tolerance: o.Tol,
 		Shape: fmt.Sprintf("%d layers, hidden %d, vocab %d: %d prompt + %d greedy tokens vs engine/cpu", w.Config.NumLayers, w.Config.HiddenSize, V, len(o.Prompt), o.Steps)}
 	worst, err := endToEnd(ctx, w, gpu, o)
 	r.WorstError, r.Err, r.Duration = worst, err, time.Since(start)
@@ -61,7 +61,12 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 	if err != nil {
 		return math.NaN(), fmt.Errorf("GPU backend: %w", err)
 	}
+	if c, ok := g.(interface{ Close() }); ok { // gpu.GPU: its weights, and the Metal device it made
+		defer c.Close()
+	}
 	gs, cs := g.NewSession(), backend.Backend(cpu.New(w)).NewSession()
+	defer gs.Close()
+	defer cs.Close()
 	V := w.Config.VocabSize
 	var worst float64
 	compare := func(where string, gRows, cRows [][]float32) (int, error) {

@@ -59,9 +59,9 @@ func TestSelftestEmu(t *testing.T) {
 		t.Fatalf("%d results, want %d checks + coverage + e2e", len(rs), len(Names()))
 	}
 	for _, r := range rs {
-		t.Logf("%-5v %-18s worst %.3g tol %.3g  %v  (%s)", r.Pass, r.Kernel, r.WorstError, r.Tolerance, r.Duration.Round(1e6), r.Shape)
+		t.Logf("%-5v %-18s worst %.3g tol %.3g  %v  (%s)", r.Pass, r.Case, r.WorstError, r.Tolerance, r.Duration.Round(1e6), r.Shape)
 		if !r.Pass || r.Err != nil {
-			t.Errorf("%s: pass %v, worst %g (tol %g), err %v", r.Kernel, r.Pass, r.WorstError, r.Tolerance, r.Err)
+			t.Errorf("%s: pass %v, worst %g (tol %g) at %s, err %v", r.Case, r.Pass, r.WorstError, r.Tolerance, r.Worst, r.Err)
 		}
 	}
 	if rs[len(rs)-2].Kernel != "coverage" || rs[len(rs)-1].Kernel != "e2e" || Failed(rs) != 0 {
@@ -83,42 +83,53 @@ func (d failingDevice) Pipeline(kernel string, c map[int]any) (exec.Pipeline, er
 }
 
 // TestSelftestReportsFailures corrupts outputs after the step (a wrong value, an unwritten
-// element) and fails a pipeline: each check reports the failure with its error.
+// element) and fails a pipeline: each case and check reports the failure with its error, a case
+// with its worst element.
 func TestSelftestReportsFailures(t *testing.T) {
 	d := device(t)
+	const qmv, conv, embed, argmax = "qmv_q4/2048x2048", "conv1d_step/c8192_g256_4steps", "embed_q4/1000x2048_tok777", "argmax_partial/n248320_g128_tg256_model"
+	const gdn = "gdn_step/hk16_hv32_dk128_dv128_nsg32_2steps"
 	corrupt := func(check string, out []byte) {
 		switch check {
-		case "qmv_q4": // one row off by 0.05 (about 2e-4 of Σ|w·x|)
+		case qmv: // one row off by 0.05 (about 2e-4 of Σ|w·x|)
 			f := f32s(out[:4])[0]
 			copy(out, enc([]float32{f + 0.05}))
-		case "gdn_step": // an element the kernel "did not write"
+		case gdn: // an element the kernel "did not write"
 			copy(out, []byte{0xFF, 0xFF, 0xFF, 0xFF})
-		case "argmax": // step.token
+		case argmax: // step.token
 			if len(out) == 8 {
 				copy(out[4:], enc([]uint32{12345}))
 			}
+		case "conv1d_step/c8192_g256_4steps": // u[0] (not the window) off by 0.5
+			if len(out) == 4*8192 {
+				copy(out, enc([]float32{f32s(out[:4])[0] + 0.5}))
+			}
 		}
 	}
-	rs := Run(context.Background(), d, Options{Only: []string{"qmv_q4", "gdn_step", "argmax", "conv1d_step"}, corrupt: corrupt})
+	rs := Run(context.Background(), d, Options{Only: []string{qmv, gdn, argmax, conv, embed}, corrupt: corrupt})
 	got := map[string]Result{}
 	for _, r := range rs {
-		got[r.Kernel] = r
-		t.Logf("%s: pass %v worst %g err %v", r.Kernel, r.Pass, r.WorstError, r.Err)
+		got[r.Case] = r
+		t.Logf("%s: pass %v worst %g at %s err %v", r.Case, r.Pass, r.WorstError, r.Worst, r.Err)
 	}
-	if r := got["qmv_q4"]; r.Pass || !(r.WorstError > r.Tolerance) || r.Err != nil {
-		t.Errorf("qmv_q4 corrupted: %+v, want a failure by its worst error", r)
+	if r := got[qmv]; r.Pass || !(r.WorstError > r.Tolerance) || !strings.HasPrefix(r.Worst, "y[0] = ") { // and off the float64 product
+		t.Errorf("%s corrupted: %+v, want a failure by its worst error at y[0]", qmv, r)
 	}
-	if r := got["gdn_step"]; r.Pass || !math.IsNaN(r.WorstError) {
-		t.Errorf("gdn_step with a NaN output: %+v, want a NaN failure", r)
+	if r := got[gdn]; r.Pass || !math.IsNaN(r.WorstError) || !strings.Contains(r.Worst, "y[0] = NaN") {
+		t.Errorf("%s with a NaN output: %+v, want a NaN failure at y[0]", gdn, r)
 	}
-	if r := got["argmax"]; r.Pass || r.Err == nil || !strings.Contains(r.Err.Error(), "chose id 12345") {
+	if r := got[argmax]; r.Pass || r.Err == nil || !strings.Contains(r.Err.Error(), "chose id 12345") || !strings.HasPrefix(r.Worst, "step.token = 12345, want ") {
 		t.Errorf("argmax corrupted: %+v, want a wrong-id failure", r)
 	}
-	if r := got["conv1d_step"]; !r.Pass {
-		t.Errorf("conv1d_step (untouched) failed: %+v", r)
+	if r := got[conv]; r.Pass || r.Err != nil || !(r.WorstError > r.Tolerance) || r.Tolerance != 1e-6 || r.Kernel != "conv1d_step" ||
+		!strings.Contains(r.Worst, ": u[0] = ") {
+		t.Errorf("%s corrupted: %+v, want a failure by its worst error at u[0] against the emulator's tolerance", conv, r)
 	}
-	if len(rs) != 4 || Failed(rs) != 3 {
-		t.Fatalf("%d results, %d failed; want 4 and 3", len(rs), Failed(rs))
+	if r := got[embed]; !r.Pass || r.WorstError != 0 {
+		t.Errorf("%s (untouched) failed: %+v", embed, r)
+	}
+	if len(rs) != 5 || Failed(rs) != 4 {
+		t.Fatalf("%d results, %d failed; want 5 and 4", len(rs), Failed(rs))
 	}
 
 	rs = Run(context.Background(), failingDevice{d, "moe_router"}, Options{Only: []string{"moe_router", "moe_router_norm"}})
@@ -128,7 +139,7 @@ func TestSelftestReportsFailures(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if rs := Run(ctx, d, Options{Only: []string{"qmv_q8"}}); len(rs) != 1 || rs[0].Pass || !errors.Is(rs[0].Err, context.Canceled) {
+	if rs := Run(ctx, d, Options{Only: []string{"qmv_q8/256x2048"}}); len(rs) != 1 || rs[0].Pass || !errors.Is(rs[0].Err, context.Canceled) {
 		t.Fatalf("cancelled: %+v", rs)
 	}
 }

@@ -1,0 +1,96 @@
+package cases
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/kernels"
+)
+
+// embedTol: embed_q4 and embed_chunk copy a dequantized row, bit-exact on the emulator (checked
+// with Bits there); Metal may fuse scale·q + bias into one FMA (half an ulp): 1e-6 of max|row|.
+var embedTol = Tol{Emu: 0, Metal: 1e-6}
+
+func embedCases() []Case {
+	var out []Case
+	// Edge shapes: one row, rows and widths that fill no whole threadgroup, the model's width;
+	// tokens first, last, middle and past the end (clamped to the last row).
+	for _, s := range []struct{ rows, cols int }{{1, 64}, {5, 128}, {7, 192}, {37, 192}, {9, 960}, {3, 2048}} {
+		var tokens []int
+		for _, t := range []int{0, s.rows - 1, s.rows / 2, s.rows + 5} {
+			if !slices.Contains(tokens, t) {
+				tokens = append(tokens, t)
+			}
+		}
+		for _, t := range tokens {
+			gen := func(r *rand.Rand) *quant.Matrix {
+				return quant.Quantize(RandFloats(r, s.rows*s.cols, 0.02), s.rows, s.cols, 4)
+			}
+			out = append(out, embedCase(s.rows, s.cols, t, false, gen))
+		}
+	}
+	// The selftest's shape: a vocabulary of 1,000 at the model's width.
+	out = append(out, embedCase(1000, 2048, 777, false, func(r *rand.Rand) *quant.Matrix { return RandQ(r, 1000, 2048, 4) }))
+	// Production: a tall embedding of the model's width whose row offsets need more than 16 bits.
+	for _, t := range []int{0, 65537, 69999} {
+		out = append(out, embedCase(70000, 2048, t, true, randEmbedding(70000, 2048)))
+	}
+	out = append(out, Case{
+		Name: "embed_chunk/37x192_5tok", Kernels: []string{"embed_chunk"}, Tol: embedTol,
+		Shape: "vocab 37 × hidden 192, tokens 3 0 36 3 17 (a row of threadgroups each)",
+		Run: func(c *Ctx) error {
+			const rows, cols = 37, 192
+			e := quant.Quantize(RandFloats(c.R, rows*cols, 0.02), rows, cols, 4)
+			tokens := []uint32{3, 0, 36, 3, 17}
+			bs := kernels.EmbedChunkBuffers[int]{Embed: c.QM("embed", e), Tokens: c.In("tokens", tokens), Out: c.Out("out", 4*len(tokens)*cols)}
+			c.Add(kernels.EmbedChunkCall(cols, rows, len(tokens), bs), false)
+			if err := c.Step(); err != nil {
+				return err
+			}
+			var want []float32
+			for _, t := range tokens {
+				want = append(want, kernels.Embed(e, int(t))...)
+			}
+			return c.embedCompare(c.F32(bs.Out), want)
+		},
+	})
+	return out
+}
+
+// randEmbedding is a rows × cols 4-bit embedding of random codes, scales and biases (quantizing
+// 140 M floats would take longer than the case).
+func randEmbedding(rows, cols int) func(r *rand.Rand) *quant.Matrix {
+	return func(r *rand.Rand) *quant.Matrix {
+		return RandCodes(r, rows, cols, func(r *rand.Rand) (float32, float32) {
+			return float32(r.NormFloat64()) * 0.01, float32(r.NormFloat64()) * 0.05
+		})
+	}
+}
+
+func embedCase(rows, cols, token int, heavy bool, gen func(*rand.Rand) *quant.Matrix) Case {
+	return Case{
+		Name: fmt.Sprintf("embed_q4/%dx%d_tok%d", rows, cols, token), Kernels: []string{"embed_q4"}, Tol: embedTol, Heavy: heavy,
+		Shape: fmt.Sprintf("vocab %d × hidden %d, token %d read from the step buffer", rows, cols, token),
+		Run: func(c *Ctx) error {
+			e := gen(c.R)
+			bs := kernels.EmbedBuffers[int]{Embed: c.QM("embed", e), Step: c.In("step", []uint32{17, uint32(token)}), Out: c.Out("out", 4*e.Cols)}
+			c.Add(kernels.EmbedCall(e.Cols, e.Rows, bs), false)
+			if err := c.Step(); err != nil {
+				return err
+			}
+			return c.embedCompare(c.F32(bs.Out), kernels.Embed(e, token))
+		},
+	}
+}
+
+// embedCompare measures the rows against the reference, and on the emulator requires them
+// bit-exact (quant.Matrix.DequantRow's operations).
+func (c *Ctx) embedCompare(got, want []float32) error {
+	c.Rel("out", got, want)
+	if c.Kind == Emu {
+		return Bits("out", got, want)
+	}
+	return nil
+}

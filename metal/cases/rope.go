@@ -1,0 +1,197 @@
+package cases
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/kernels"
+)
+
+// ropeTol: the rotated queries relative to max|q|: 2e-6 on the emulator; Metal's fast sin/cos of
+// angles up to a few hundred radians (the kernel asks for precise ones) and rsqrt: 1e-4. K must
+// be within ropeKSteps bf16 steps (8-bit: codes of the block's scale) of the reference, V exact,
+// and nothing outside the token's rows written.
+var ropeTol = Tol{Emu: 2e-6, Metal: 1e-4}
+
+// ropeKSteps is how far K may be from the reference: one step on the emulator, two on Metal.
+func ropeKSteps(k Kind) int {
+	if k == Emu {
+		return 1
+	}
+	return 2
+}
+
+type ropeShape struct {
+	s                   kernels.AttnShape
+	pos, tokens, thread int
+	chunk               bool
+	table               []uint32
+	why                 string
+}
+
+func ropeCases() []Case {
+	as := attnShapeOf
+	bf, k8 := kernels.KVBF16, kernels.KV8
+	shapes := []ropeShape{
+		{s: as(4, 2, 64, 16, 8, bf, 0, 0), pos: 0, thread: 64},
+		{s: as(4, 2, 64, 16, 8, bf, 0, 0), pos: 7, thread: 40, why: "a partial simdgroup"},
+		{s: as(4, 2, 64, 16, 70001, bf, 0, 0), pos: 70000, thread: 32},
+		{s: as(2, 1, 256, 64, 3, bf, 0, 0), pos: 1, thread: kernels.AttnRopeThreads},
+		{s: as(2, 1, 256, 64, 3, bf, 0, 0), pos: 2, thread: 96, why: "several dims per thread"},
+		{s: as(2, 1, 256, 64, 3, bf, 0, 0), pos: 5000, thread: 1024, why: "pos past the cache: queries only"},
+		{s: as(3, 3, 32, 32, 2, bf, 0, 0), pos: 1, thread: 7, why: "rotary over the whole head, fewer threads than a simdgroup"},
+		{s: as(2, 2, 32, 0, 2, bf, 0, 0), pos: 1, thread: 32, why: "no rotary dims"},
+		{s: as(4, 2, 64, 16, 8, k8, 0, 0), pos: 0, thread: 64},
+		{s: as(4, 2, 64, 16, 8, k8, 0, 0), pos: 7, thread: 40, why: "blocks span simdgroups"},
+		{s: as(2, 1, 256, 64, 3, k8, 0, 0), pos: 2, thread: 96},
+		{s: as(2, 1, 256, 64, 3, k8, 0, 0), pos: 5000, thread: 1024, why: "pos past the cache"},
+		{s: as(3, 3, 32, 32, 2, k8, 0, 0), pos: 1, thread: 7},
+		{s: as(4, 2, 64, 16, 100, bf, 16, 9), pos: 37, thread: 64, why: "pages of 16, position 37 in the table's third"},
+		{s: as(4, 2, 64, 16, 100, k8, 32, 5), pos: 99, thread: 64, why: "the last position, 8-bit pages"},
+		{s: as(4, 2, 64, 16, 6, bf, 0, 0), pos: 5, thread: 40, why: "the last cache row"},
+		{s: as(2, 1, 256, 64, 2, bf, 0, 0), pos: 0, thread: 256},
+		{s: as(4, 2, 64, 16, 6, k8, 0, 0), pos: 5, thread: 40, why: "the last rows of codes and scales"},
+		{s: as(4, 2, 64, 16, 40, k8, 16, 3), pos: 39, thread: 64},
+	}
+	for _, bits := range []int{bf, k8} {
+		// The model's shape at a short and a long position, and the selftest's table out of order.
+		for _, pos := range []int{3, 4099} {
+			shapes = append(shapes, ropeShape{s: as(16, 2, 256, 64, 4100, bits, 256, 20), pos: pos, thread: kernels.AttnRopeThreads, why: "the model's heads"})
+		}
+		s := attnSelftest
+		s.KVBits = bits
+		shapes = append(shapes, ropeShape{s: s, pos: 300, thread: kernels.AttnRopeThreads, table: attnSelftestTable, why: "the model's heads, a table out of order"})
+		// A prefill chunk's tokens in one dispatch (a row of threadgroups per token) across a page
+		// boundary of a shuffled table: positions 13..19, pages 0 and 1.
+		shapes = append(shapes, ropeShape{s: as(4, 2, 64, 16, 100, bits, 16, 9), pos: 13, tokens: 7, thread: 64, chunk: true, why: "a chunk across a page boundary"})
+	}
+	var out []Case
+	for _, r := range shapes {
+		out = append(out, ropeCase(r))
+	}
+	return out
+}
+
+// ropeCase runs attn_qk_rope_kv for one token at pos (or a chunk of tokens from pos) and
+// compares with AttnQKRopeKV(Chunk).
+func ropeCase(rs ropeShape) Case {
+	s, tokens := rs.s, max(rs.tokens, 1)
+	kernel, tag := "attn_qk_rope_kv", fmt.Sprintf("%s_rot%d_pos%d_tg%d", attnTag(s), s.RotaryDim, rs.pos, rs.thread)
+	if rs.chunk {
+		kernel += "+chunk"
+		tag += fmt.Sprintf("_t%d", tokens)
+	}
+	shape := fmt.Sprintf("%s, rotary %d, %d token(s) from pos %d, threadgroups of %d", attnShape(s), s.RotaryDim, tokens, rs.pos, rs.thread)
+	if rs.why != "" {
+		shape += " (" + rs.why + ")"
+	}
+	return Case{
+		Name: "attn_qk_rope_kv/" + tag, Kernels: []string{kernel}, Shape: shape, Tol: ropeTol,
+		Run: func(c *Ctx) error {
+			if err := s.Validate(); err != nil {
+				return err
+			}
+			r := c.R
+			p := kernels.AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: kernels.RopeInvFreq(s.RotaryDim, 1e7), Eps: eps}
+			for i := range p.QNorm {
+				p.QNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+				p.KNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+			}
+			qg := RandFloats(r, tokens*s.Heads*2*s.HeadDim, 1)
+			k, v := RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1), RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1)
+			table := attnTable(r, s, rs.table)
+			kWant, vWant := make([]byte, s.CacheBytes()), make([]byte, s.CacheBytes())
+			for i := range kWant {
+				kWant[i], vWant[i] = 0xFF, 0xFF
+			}
+			bs := kernels.AttnQKRopeKVBuffers[int]{QG: c.In("qg", qg), K: c.In("k", k), V: c.In("v", v), QNorm: c.In("q_norm", p.QNorm), KNorm: c.In("k_norm", p.KNorm),
+				InvFreq: c.In("inv_freq", p.InvFreq), Step: c.In("step", []uint32{uint32(rs.pos), 7}), QOut: c.Out("q_rot", 4*tokens*s.Heads*s.HeadDim),
+				KCache: c.InOut("k_cache", kWant), VCache: c.InOut("v_cache", vWant), Table: c.In("table", table)}
+			var qWant []float32
+			if rs.chunk {
+				c.Add(kernels.AttnQKRopeKVChunkCall(s, p.Eps, rs.thread, tokens, bs), false)
+				qWant = kernels.AttnQKRopeKVChunk(s, p, rs.pos, tokens, qg, k, v, kWant, vWant, table)
+			} else {
+				c.Add(kernels.AttnQKRopeKVCall(s, p.Eps, rs.thread, bs), false)
+				qWant = kernels.AttnQKRopeKV(s, p, rs.pos, qg, k, v, kWant, vWant, table)
+			}
+			if err := c.Step(); err != nil {
+				return err
+			}
+			c.Rel("q", c.F32(bs.QOut), qWant)
+			kGot, vGot := c.Bytes(bs.KCache), c.Bytes(bs.VCache)
+			inRows := make([]bool, len(kWant)) // bytes of the tokens' rows
+			for t := range tokens {
+				if pos := rs.pos + t; pos < s.MaxCtx {
+					s.CacheSpans(s.Row(table, pos), 1, func(off, n int64) {
+						for i := off; i < off+n; i++ {
+							inRows[i] = true
+						}
+					})
+				}
+			}
+			for i := range vWant {
+				if vGot[i] != vWant[i] {
+					return fmt.Errorf("v_cache byte %d = %#x, want %#x", i, vGot[i], vWant[i])
+				}
+				if !inRows[i] && kGot[i] != 0xFF {
+					return fmt.Errorf("k_cache byte %d written (%#x) outside the token's rows", i, kGot[i])
+				}
+			}
+			for t := range tokens {
+				if pos := rs.pos + t; pos < s.MaxCtx {
+					steps, err := kRowSteps(s, s.Row(table, pos), kGot, kWant)
+					if err != nil {
+						return fmt.Errorf("pos %d: %w", pos, err)
+					}
+					if steps > ropeKSteps(c.Kind) {
+						return fmt.Errorf("pos %d: K off by %d steps, want ≤ %d", pos, steps, ropeKSteps(c.Kind))
+					}
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// kRowSteps is the largest distance between two caches' pool row: in bf16 steps, or for an 8-bit
+// cache in codes of the larger of the two scales (which must agree to a binary16 step).
+func kRowSteps(s kernels.AttnShape, row int, got, want []byte) (int, error) {
+	worst := 0
+	for j := range s.KVHeads {
+		if s.KVBits != kernels.KV8 {
+			base := 2 * (j*s.PoolRows() + row) * s.HeadDim
+			for d := range s.HeadDim {
+				a, b := bf16Line(binary.LittleEndian.Uint16(got[base+2*d:])), bf16Line(binary.LittleEndian.Uint16(want[base+2*d:]))
+				worst = max(worst, a-b, b-a)
+			}
+			continue
+		}
+		g, w := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
+		s.LoadKV(got, j, row, g)
+		s.LoadKV(want, j, row, w)
+		scales := s.KVHeads * s.PoolRows() * s.HeadDim
+		for b := 0; b < s.HeadDim; b += kernels.KVBlock {
+			at := scales + 2*((j*s.PoolRows()+row)*s.HeadDim/kernels.KVBlock+b/kernels.KVBlock)
+			sg, sw := quant.F16ToF32(binary.LittleEndian.Uint16(got[at:])), quant.F16ToF32(binary.LittleEndian.Uint16(want[at:]))
+			if math.Abs(float64(sg-sw)) > math.Abs(float64(sw))/1024 {
+				return 0, fmt.Errorf("kv head %d block %d scale %g, want %g", j, b/kernels.KVBlock, sg, sw)
+			}
+			for d := b; d < b+kernels.KVBlock; d++ {
+				worst = max(worst, int(math.Round(math.Abs(float64(g[d]-w[d]))/float64(max(sg, sw)))))
+			}
+		}
+	}
+	return worst, nil
+}
+
+// bf16Line maps a bf16's sign-magnitude bits to a monotonic integer line (steps apart = ulps).
+func bf16Line(h uint16) int {
+	a := int(int16(h))
+	if a < 0 {
+		a = math.MinInt16 - a
+	}
+	return a
+}
