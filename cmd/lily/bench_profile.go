@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,6 +126,39 @@ func runBenchProfile(cmd *cobra.Command, o benchOptions) error {
 		}
 		o.model = dir
 	}
+	out, err := profileModel(cmd.Context(), o, steps, chip, device)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	}
+	w := cmd.OutOrStdout()
+	for _, p := range []*stepProfile{out.Profile, out.PrefillProfile} {
+		if p == nil {
+			continue
+		}
+		what := fmt.Sprintf("decode step (%s) at context %d", p.Mode, p.Context)
+		if p.Chunk > 0 {
+			what = fmt.Sprintf("prefill chunk of %d tokens after %d cached", p.Chunk, p.Context)
+		}
+		peak := "none (--chip names one)"
+		if p.Chip != "" {
+			peak = fmt.Sprintf("%s's %.0f GB/s", p.Chip, p.PeakGBs)
+		}
+		fmt.Fprintf(w, "%s on %s, %s time, mean of %d: %.3f ms, modeled %d bytes, %.4g FLOPs; peak bandwidth: %s\n",
+			what, p.Device, p.Timing, p.Steps, p.StepMS, p.StepBytes, p.StepFLOPs, peak)
+		fmt.Fprintf(w, "%-24s %5s %10s %14s %12s %9s %9s %6s\n", "kernel", "disp", "ms", "bytes", "flops", "GB/s", "GFLOP/s", "peak%")
+		for _, k := range p.Kernels {
+			fmt.Fprintf(w, "%-24s %5d %10.4f %14d %12.4g %9.2f %9.2f %6.1f\n", k.Kernel, k.Dispatches, k.MS, k.Bytes, k.FLOPs, k.GBs, k.GFLOPs, 100*k.PeakShare)
+		}
+	}
+	return nil
+}
+
+// profileModel profiles the decode step (and with o.prefill one chunk) of the checkpoint in
+// o.model on o.backend, steps steps timed, against chip's peak bandwidth, on the device named.
+func profileModel(ctx context.Context, o benchOptions, steps int, chip plan.Chip, device string) (*profileOutput, error) {
 	warm := 0
 	if o.warmup {
 		warm = 1
@@ -135,26 +169,26 @@ func runBenchProfile(cmd *cobra.Command, o benchOptions) error {
 	}
 	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{ctx: o.ctx + max(o.prefill+1, warm+steps) + 1, kvBits: o.kvBits, prefillChunk: chunk})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeBackend()
 	g, ok := b.(*gpu.GPU)
 	if !ok {
-		return fmt.Errorf("backend %s is not a GPU backend", o.backend)
+		return nil, fmt.Errorf("backend %s is not a GPU backend", o.backend)
 	}
 	prompt := benchPrompt(o.ctx+o.prefill+1, cfg.VocabSize)
 	s, ok := g.NewSession().(*gpu.Session)
 	if !ok {
-		return errors.New("gpu: not a GPU session")
+		return nil, errors.New("gpu: not a GPU session")
 	}
 	defer s.Close()
 	if _, err := s.Forward(prompt[:o.ctx], false); err != nil {
-		return err
+		return nil, err
 	}
 	var snap backend.Snapshot // the prompt's state, for the prefill chunk
 	if o.prefill > 0 {
 		if snap, err = s.Save(); err != nil {
-			return err
+			return nil, err
 		}
 		defer snap.Close()
 	}
@@ -174,17 +208,17 @@ func runBenchProfile(cmd *cobra.Command, o benchOptions) error {
 	seed := uint64(1)
 	params := sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.8, Seed: &seed}
 	if warm > 0 {
-		if _, err := s.Continue(cmd.Context(), params, prompt[:s.Pos()], s.NextToken(), warm-1, nil, nil); err != nil {
-			return err
+		if _, err := s.Continue(ctx, params, prompt[:s.Pos()], s.NextToken(), warm-1, nil, nil); err != nil {
+			return nil, err
 		}
 	}
 	var out profileOutput
 	out.Profile, err = profileRun(g, s.Pos(), decode.ModeSample, func() error {
-		_, err := s.Continue(cmd.Context(), params, prompt[:s.Pos()], s.NextToken(), steps-1, nil, nil)
+		_, err := s.Continue(ctx, params, prompt[:s.Pos()], s.NextToken(), steps-1, nil, nil)
 		return err
 	}, s, chip)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fill(out.Profile)
 
@@ -211,39 +245,16 @@ func runBenchProfile(cmd *cobra.Command, o benchOptions) error {
 		}
 		if warm > 0 {
 			if err := run(false); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if err := run(true); err != nil {
-			return err
+			return nil, err
 		}
 		out.PrefillProfile.Chunk = o.prefill
 		fill(out.PrefillProfile)
 	}
-	if o.output == "json" {
-		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
-	}
-	w := cmd.OutOrStdout()
-	for _, p := range []*stepProfile{out.Profile, out.PrefillProfile} {
-		if p == nil {
-			continue
-		}
-		what := fmt.Sprintf("decode step (%s) at context %d", p.Mode, p.Context)
-		if p.Chunk > 0 {
-			what = fmt.Sprintf("prefill chunk of %d tokens after %d cached", p.Chunk, p.Context)
-		}
-		peak := "none (--chip names one)"
-		if p.Chip != "" {
-			peak = fmt.Sprintf("%s's %.0f GB/s", p.Chip, p.PeakGBs)
-		}
-		fmt.Fprintf(w, "%s on %s, %s time, mean of %d: %.3f ms, modeled %d bytes, %.4g FLOPs; peak bandwidth: %s\n",
-			what, p.Device, p.Timing, p.Steps, p.StepMS, p.StepBytes, p.StepFLOPs, peak)
-		fmt.Fprintf(w, "%-24s %5s %10s %14s %12s %9s %9s %6s\n", "kernel", "disp", "ms", "bytes", "flops", "GB/s", "GFLOP/s", "peak%")
-		for _, k := range p.Kernels {
-			fmt.Fprintf(w, "%-24s %5d %10.4f %14d %12.4g %9.2f %9.2f %6.1f\n", k.Kernel, k.Dispatches, k.MS, k.Bytes, k.FLOPs, k.GBs, k.GFLOPs, 100*k.PeakShare)
-		}
-	}
-	return nil
+	return &out, nil
 }
 
 // profileRun times what run runs on s and sums it by kernel for the steps in mode, against

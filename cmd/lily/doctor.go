@@ -19,21 +19,27 @@ type doctorOutput struct {
 }
 
 func newDoctorCmd() *cobra.Command {
-	var output, model string
+	var output, model, report string
 	var selftest bool
+	var only []string
 	cmd := &cobra.Command{
-		Use:   "doctor [--output json] [--model DIR] [--selftest]",
+		Use:   "doctor [--output json] [--model DIR] [--selftest [--only NAMES]] [--report FILE]",
 		Short: "Check that this machine can run Lily, and how to fix what it cannot",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if report != "" {
+				return runReport(cmd, report, output, model, only)
+			}
 			if selftest {
-				return runSelftest(cmd, output)
+				return runSelftest(cmd, output, only)
 			}
 			return runDoctor(cmd, output, model)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&selftest, "selftest", false, "run every kernel on the GPU against its Go reference, then a tiny checkpoint against the CPU backend")
+	f.StringSliceVar(&only, "only", nil, "with --selftest or --report: run only these cases and checks (a case's name, its kernel family such as qmv_q4, or e2e); coverage runs only without it")
+	f.StringVar(&report, "report", "", "run the selftest, the system checks and a per-kernel profile, and write everything a maintainer needs to this JSON file (attach it to a bug report)")
 	f.StringVar(&output, "output", "text", "text or json")
 	f.StringVar(&model, "model", "", "checkpoint directory to check (default: the pulled one)")
 	return cmd

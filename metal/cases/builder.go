@@ -8,7 +8,7 @@ import (
 )
 
 // Builder builds a small plan.Plan with its buffers' initial contents, through the kernels' Call
-// constructors: what a case (and metal/selftest's remaining checks) dispatch.
+// constructors: what a case dispatches.
 type Builder struct {
 	Plan    plan.Plan
 	Data    map[int][]byte // initial contents

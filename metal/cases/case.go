@@ -59,8 +59,9 @@ type Case struct {
 	Kernels []string // the instances it dispatches ([[host_name]] or kernel name, "+suffix" for a variant)
 	Shape   string   // what it runs on, in words
 	Tol     Tol
-	// Heavy marks a production-sized case: go test runs it in one thread order and not under
-	// ASan (as the kernel tests ran their production shapes); the selftest runs it like any other.
+	// Heavy marks a production-sized case (or one of hundreds of steps): go test runs it in one
+	// thread order and not under ASan (as the kernel tests ran their production shapes); the
+	// selftest runs it like any other.
 	Heavy bool
 	// Run builds the case's plan through c, runs it and compares the outputs (c.Rel, c.Bits, …);
 	// it returns an error for a failure that no error measure describes.
@@ -166,4 +167,4 @@ func All() []Case {
 }
 
 // families are the migrated kernel families' case lists, simplest first.
-var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, gdnCases, gdnConvCases, attnCases, ropeCases, logprobCases}
+var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, gdnCases, gdnConvCases, attnCases, ropeCases, logprobCases, sampleCases, moeCases}

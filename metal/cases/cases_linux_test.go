@@ -110,6 +110,14 @@ func TestRunReportsWorstElement(t *testing.T) {
 	if r.Pass || r.Err == nil || !strings.HasPrefix(r.Err.Error(), "window[3] = 0 (0x0), want ") {
 		t.Errorf("a corrupted window: %+v", r)
 	}
+	r = Run(byName["sample_probe/f32_add"], dev, Options{Kind: Metal, Corrupt: corrupt("out", 10, []byte{1})})
+	if r.Pass || r.Err == nil || !strings.HasPrefix(r.Err.Error(), "1 of 65536 wrong, first f32_add(") || r.Error != 1 {
+		t.Errorf("a corrupted soft-float result: %+v", r)
+	}
+	r = Run(byName["moe_router/h2048_e64_k8_i512_si512_tg1024"], dev, Options{Kind: Emu, Corrupt: corrupt("ids", 1, []byte{63, 0, 0, 0})})
+	if r.Pass || r.Err == nil || !strings.Contains(r.Err.Error(), "expert ids [") {
+		t.Errorf("a corrupted expert id: %+v", r)
+	}
 }
 
 // TestGDNConvInPlaceRaces is the negative control of the gdn_conv_step cases: binding one window

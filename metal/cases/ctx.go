@@ -184,6 +184,8 @@ func Encode(v any) []byte {
 		return bytesOf(s, 4)
 	case []uint16:
 		return bytesOf(s, 2)
+	case []uint64:
+		return bytesOf(s, 8)
 	}
 	panic(fmt.Sprintf("cases: cannot encode %T", v))
 }
@@ -209,6 +211,15 @@ func U32s(b []byte) []uint32 {
 	out := make([]uint32, len(b)/4)
 	for i := range out {
 		out[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return out
+}
+
+// U64s is b as little-endian uint64s (a copy).
+func U64s(b []byte) []uint64 {
+	out := make([]uint64, len(b)/8)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint64(b[8*i:])
 	}
 	return out
 }

@@ -23,6 +23,18 @@ func RelErr(got, want []float32) float64 {
 	return diff / scale
 }
 
+// AbsErr is max|got-want|, and NaN when got holds a NaN.
+func AbsErr(got, want []float32) float64 {
+	var d float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) {
+			return math.NaN()
+		}
+		d = max(d, math.Abs(float64(got[i])-float64(want[i])))
+	}
+	return d
+}
+
 // RandFloats is n normally distributed values times scale, the kernel checks' random inputs.
 func RandFloats(r *rand.Rand, n int, scale float32) []float32 {
 	s := make([]float32, n)

@@ -235,3 +235,29 @@ func LogprobFinalCall[B any](n, chunk int, b LogprobFinalBuffers[B]) Call[B] {
 		Threadgroups: grid(1), Group: grid(LogprobThreads),
 	}
 }
+
+// SampleProbeOps name sample_probe's operations (SAMPLE_PROBE_OP): out[i] = op(a[i], b[i]).
+var SampleProbeOps = []string{"f32_add", "f32_mul", "f32_div", "f32_exp", "f64_add", "f64_mul", "f32_to_f64", "uniform", "p_chain"}
+
+// SampleProbeThreads is sample_probe's threadgroup.
+const SampleProbeThreads = 256
+
+// SampleProbeBuffers are sample_probe's buffers, by role (a test hook of the soft float).
+type SampleProbeBuffers[B any] struct {
+	A, B B // 0, 1: [n] uint64 operands
+	Out  B // 2: [n] uint64 results
+}
+
+// SampleProbeCall is sample_probe's operation op (an index of SampleProbeOps) over n operand
+// pairs. The hook reads a[i] unchecked, so n must be a whole number of SampleProbeThreads
+// threadgroups.
+func SampleProbeCall[B any](op, n int, b SampleProbeBuffers[B]) Call[B] {
+	if n%SampleProbeThreads != 0 {
+		panic(fmt.Sprintf("sample_probe: %d operands, not a multiple of %d", n, SampleProbeThreads))
+	}
+	return Call[B]{
+		Kernel: "sample_probe", Constants: map[int]any{SampleVocab: 1, SampleChunk: 1, SampleProbeOp: op},
+		Buffers:      map[int]B{0: b.A, 1: b.B, 2: b.Out},
+		Threadgroups: grid(n / SampleProbeThreads), Group: grid(SampleProbeThreads),
+	}
+}

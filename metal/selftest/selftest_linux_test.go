@@ -13,6 +13,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/cases"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/gpu"
@@ -46,7 +47,7 @@ func emuBackend(w *model.Weights) (backend.Backend, error) {
 	return b, nil
 }
 
-// TestSelftestEmu runs every check, the coverage check and the end-to-end check on tiny-a, on the
+// TestSelftestEmu runs every case, the coverage check and the end-to-end check on tiny-a, on the
 // emulator: all pass.
 func TestSelftestEmu(t *testing.T) {
 	w, err := model.Load("../../testdata/golden/tiny-a")
@@ -83,8 +84,8 @@ func (d failingDevice) Pipeline(kernel string, c map[int]any) (exec.Pipeline, er
 }
 
 // TestSelftestReportsFailures corrupts outputs after the step (a wrong value, an unwritten
-// element) and fails a pipeline: each case and check reports the failure with its error, a case
-// with its worst element.
+// element) and fails a pipeline: each case reports the failure with its error and its worst
+// element.
 func TestSelftestReportsFailures(t *testing.T) {
 	d := device(t)
 	const qmv, conv, embed, argmax = "qmv_q4/2048x2048", "conv1d_step/c8192_g256_4steps", "embed_q4/1000x2048_tok777", "argmax_partial/n248320_g128_tg256_model"
@@ -92,17 +93,17 @@ func TestSelftestReportsFailures(t *testing.T) {
 	corrupt := func(check string, out []byte) {
 		switch check {
 		case qmv: // one row off by 0.05 (about 2e-4 of Σ|w·x|)
-			f := f32s(out[:4])[0]
-			copy(out, enc([]float32{f + 0.05}))
+			f := cases.F32s(out[:4])[0]
+			copy(out, cases.Encode([]float32{f + 0.05}))
 		case gdn: // an element the kernel "did not write"
 			copy(out, []byte{0xFF, 0xFF, 0xFF, 0xFF})
 		case argmax: // step.token
 			if len(out) == 8 {
-				copy(out[4:], enc([]uint32{12345}))
+				copy(out[4:], cases.Encode([]uint32{12345}))
 			}
 		case "conv1d_step/c8192_g256_4steps": // u[0] (not the window) off by 0.5
 			if len(out) == 4*8192 {
-				copy(out, enc([]float32{f32s(out[:4])[0] + 0.5}))
+				copy(out, cases.Encode([]float32{cases.F32s(out[:4])[0] + 0.5}))
 			}
 		}
 	}
@@ -132,7 +133,8 @@ func TestSelftestReportsFailures(t *testing.T) {
 		t.Fatalf("%d results, %d failed; want 5 and 4", len(rs), Failed(rs))
 	}
 
-	rs = Run(context.Background(), failingDevice{d, "moe_router"}, Options{Only: []string{"moe_router", "moe_router_norm"}})
+	const router, routerNorm = "moe_router/h2048_e64_k8_i512_si512_tg1024", "moe_router_norm/h2048_e64_k8_i512_si512_tg1024"
+	rs = Run(context.Background(), failingDevice{d, "moe_router"}, Options{Only: []string{router, routerNorm}})
 	if len(rs) != 2 || rs[0].Pass || rs[0].Err == nil || !strings.Contains(rs[0].Err.Error(), "injected pipeline failure") || !rs[1].Pass {
 		t.Fatalf("failing pipeline: %+v", rs)
 	}
