@@ -19,24 +19,8 @@ func TestProfiledStepComputesTheSame(t *testing.T) {
 		w[i] = float32(i%7)/4 - 0.75
 	}
 	m := quant.Quantize(w, n, k, 4)
-	x := make([]float32, k)
-	for i := range x {
-		x[i] = float32(i%5) - 2
-	}
-	gain := make([]uint16, n)
-	for i := range gain {
-		gain[i] = quant.F32ToBF16(1)
-	}
 	run := func(profile bool) ([]byte, []Timing) {
-		e, err := New(&EmuDevice{Lib: lib}, twoStepPlan(m, true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		put(e.Bytes(bufWords), m.Words)
-		put(e.Bytes(bufScales), m.Scales)
-		put(e.Bytes(bufBiases), m.Biases)
-		put(e.Bytes(bufX), x)
-		put(e.Bytes(bufGain), gain)
+		e := loadedTwoStep(t, lib, m)
 		if profile {
 			e.StartProfile()
 		}

@@ -7,7 +7,32 @@ import (
 	"testing"
 
 	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/metal/emu"
 )
+
+// loadedTwoStep is an executor of twoStepPlan over m (n×k) on the emulator with its inputs
+// loaded: x cycles through -2…2, the gain is 1.
+func loadedTwoStep(t *testing.T, lib *emu.Library, m *quant.Matrix) *Executor {
+	t.Helper()
+	e, err := New(&EmuDevice{Lib: lib}, twoStepPlan(m, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(e.Bytes(bufWords), m.Words)
+	put(e.Bytes(bufScales), m.Scales)
+	put(e.Bytes(bufBiases), m.Biases)
+	x := make([]float32, m.Cols)
+	for i := range x {
+		x[i] = float32(i%5) - 2
+	}
+	put(e.Bytes(bufX), x)
+	gain := make([]uint16, m.Rows)
+	for i := range gain {
+		gain[i] = quant.F32ToBF16(1)
+	}
+	put(e.Bytes(bufGain), gain)
+	return e
+}
 
 // TestSubmitThenWait: two steps submitted before either is waited for give what two Steps give
 // (the emulator runs a step when it is committed, in commit order, as a Metal queue does).
@@ -20,23 +45,7 @@ func TestSubmitThenWait(t *testing.T) {
 	}
 	m := quant.Quantize(w, n, k, 4)
 	run := func(submit bool) []byte {
-		e, err := New(&EmuDevice{Lib: lib}, twoStepPlan(m, true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		put(e.Bytes(bufWords), m.Words)
-		put(e.Bytes(bufScales), m.Scales)
-		put(e.Bytes(bufBiases), m.Biases)
-		x := make([]float32, k)
-		for i := range x {
-			x[i] = float32(i%5) - 2
-		}
-		put(e.Bytes(bufX), x)
-		gain := make([]uint16, n)
-		for i := range gain {
-			gain[i] = quant.F32ToBF16(1)
-		}
-		put(e.Bytes(bufGain), gain)
+		e := loadedTwoStep(t, lib, m)
 		if submit {
 			a, err := e.Submit()
 			if err != nil {
