@@ -109,15 +109,8 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if err := checkPrefillChunk(o.prefillChunk); err != nil {
 		return err
 	}
-	if o.demo {
-		if o.model != "" {
-			return errors.New("--demo and --model are exclusive")
-		}
-		dir, err := demoDir()
-		if err != nil {
-			return fmt.Errorf("demo model: %w", err)
-		}
-		o.model = dir
+	if err := o.useDemo(); err != nil {
+		return err
 	}
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
@@ -351,4 +344,20 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	_, err = fmt.Fprintln(w)
 	return err
+}
+
+// useDemo points o at the demo model's checkpoint when --demo is given (alone).
+func (o *benchOptions) useDemo() error {
+	if !o.demo {
+		return nil
+	}
+	if o.model != "" {
+		return errors.New("--demo and --model are exclusive")
+	}
+	dir, err := demoDir()
+	if err != nil {
+		return fmt.Errorf("demo model: %w", err)
+	}
+	o.model = dir
+	return nil
 }

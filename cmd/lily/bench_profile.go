@@ -116,15 +116,8 @@ func runBenchProfile(cmd *cobra.Command, o benchOptions) error {
 	if cmd.Flags().Changed("decode-steps") {
 		steps = o.steps
 	}
-	if o.demo {
-		if o.model != "" {
-			return errors.New("--demo and --model are exclusive")
-		}
-		dir, err := demoDir()
-		if err != nil {
-			return fmt.Errorf("demo model: %w", err)
-		}
-		o.model = dir
+	if err := o.useDemo(); err != nil {
+		return err
 	}
 	out, err := profileModel(cmd.Context(), o, steps, chip, device)
 	if err != nil {

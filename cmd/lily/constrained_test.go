@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-
-	"github.com/lilyformac/lily/server"
 )
 
 // constrainedSchemas are ten response formats of the kinds clients send: nested objects and
@@ -39,21 +36,7 @@ var constrainedSchemas = []string{
 // tool_calls with arguments valid for the tool's schema. Ollama's format and Responses'
 // text.format reach the same grammar.
 func TestConstrainedOutputsValidate(t *testing.T) {
-	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "cpu", cacheMB: 64, kvBits: 16, prefillChunk: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeModel()
-	srv := server.New(server.Config{QueueLimit: 4})
-	srv.SetModel(m)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer()
-	go hs.Serve(ln)
-	defer hs.Close()
-	base := "http://" + ln.Addr().String()
+	base := serveDemo(t, 64)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

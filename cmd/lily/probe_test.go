@@ -18,10 +18,10 @@ import (
 	"github.com/lilyformac/lily/server"
 )
 
-// serveDemo serves the demo model (CPU backend, no prefix cache, so equal requests compute
-// alike) on a loopback port until the test ends.
-func serveDemo(t *testing.T) string {
-	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "cpu", cacheMB: 0, kvBits: 16, prefillChunk: -1})
+// serveDemo serves the demo model (CPU backend, a prefix cache of cacheMB) on a loopback port
+// until the test ends.
+func serveDemo(t *testing.T, cacheMB int) string {
+	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "cpu", cacheMB: cacheMB, kvBits: 16, prefillChunk: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func readStream(t *testing.T, raw []byte) probeAnswer {
 // ends with [DONE] and says what the one-shot answer says (content, reasoning, calls, finish
 // reason and logprob tokens); no content carries Qwen's markup; a forced call is always made.
 func TestRandomizedRequests(t *testing.T) {
-	base := serveDemo(t)
+	base := serveDemo(t, 0) // no prefix cache: equal requests compute alike
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	r := rand.New(rand.NewPCG(20, 1))
