@@ -28,6 +28,8 @@ func newMetrics(s *Server) *metrics {
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lily_time_to_first_token_seconds", Help: "Time from admission to the first generated token.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)})
 	m.decodeRate = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lily_decode_tokens_per_second", Help: "Decode speed of the last finished generation."})
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_queue_depth", Help: "Requests waiting or running."}, func() float64 { return float64(s.sched.depth()) })
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_running_sequences", Help: "Requests generating at once in the engine loop."}, func() float64 { return float64(s.sched.running()) })
+	parallel := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_parallel_sequences", Help: "Sequences the engine loop runs at once at most (--parallel)."}, func() float64 { return float64(s.parallel()) })
 	cacheHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_hits_total", Help: "Prefix-cache lookups that reused a snapshot."}, func() float64 { return float64(s.cacheStats().Hits) })
 	cacheMisses := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_misses_total", Help: "Prefix-cache lookups that found nothing."}, func() float64 { return float64(s.cacheStats().Misses) })
 	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_bytes", Help: "Memory held by prefix-cache snapshots."}, func() float64 { return float64(s.cacheStats().Bytes) })
@@ -37,7 +39,7 @@ func newMetrics(s *Server) *metrics {
 	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_bytes", Help: "Bytes of the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Bytes) })
 	diskLoads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_loads_total", Help: "Prefixes restored from disk."}, func() float64 { return float64(s.diskStats().Loads) })
 	diskWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_writes_total", Help: "Snapshots written to disk."}, func() float64 { return float64(s.diskStats().Writes) })
-	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, parallel, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
 		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m
 }

@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// scheduler admits one generation at a time behind a bounded FIFO queue. Admission is decided at
-// once (so a full queue is a plain 429 before any streaming starts); the wait comes after.
+// scheduler admits up to slots generations at once (the engine loop's running sequences) behind a
+// bounded FIFO queue. Admission is decided at once (so a full queue is a plain 429 before any
+// streaming starts); the wait comes after.
 type scheduler struct {
 	mu      sync.Mutex
-	holder  *ticket       // the running request's ticket
-	waiting []*ticket     // FIFO
-	limit   int           // maximum waiting requests
-	held    time.Duration // moving average of how long a request holds the slot
+	slots   int              // generations that run at once
+	holders map[*ticket]bool // the running requests' tickets
+	waiting []*ticket        // FIFO
+	limit   int              // maximum waiting requests
+	held    time.Duration    // moving average of how long a request holds a slot
 }
 
 // ticket is one request's place: granted once turn is closed.
@@ -24,20 +26,31 @@ type ticket struct {
 	done    bool
 }
 
-func newScheduler(limit int) *scheduler { return &scheduler{limit: limit} }
+func newScheduler(limit int) *scheduler {
+	return &scheduler{limit: limit, slots: 1, holders: map[*ticket]bool{}}
+}
+
+// setSlots sets how many generations run at once (the model's engine loop's Parallel); waiting
+// requests are granted the new places at once.
+func (s *scheduler) setSlots(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots = max(n, 1)
+	s.grantWaiting()
+}
 
 // enqueue takes a place in the queue, or fails with a 429 whose Retry-After is the time a place
-// is expected to free: the running request's usual time in the slot.
+// is expected to free: a running request's usual time in its slot, shared by the slots.
 func (s *scheduler) enqueue() (*ticket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := &ticket{s: s, turn: make(chan struct{})}
 	switch {
-	case s.holder == nil:
+	case len(s.holders) < s.slots:
 		s.grant(t)
 	case len(s.waiting) >= s.limit:
 		e := *errQueueFull
-		e.RetryAfter = min(max(s.held, time.Second), time.Minute)
+		e.RetryAfter = min(max(s.held/time.Duration(s.slots), time.Second), time.Minute)
 		return nil, &e
 	default:
 		s.waiting = append(s.waiting, t)
@@ -46,11 +59,20 @@ func (s *scheduler) enqueue() (*ticket, error) {
 }
 
 func (s *scheduler) grant(t *ticket) {
-	s.holder, t.granted = t, time.Now()
+	s.holders[t], t.granted = true, time.Now()
 	close(t.turn)
 }
 
-// wait blocks until the ticket holds the generation slot or ctx ends.
+// grantWaiting gives the free slots to the oldest waiting requests.
+func (s *scheduler) grantWaiting() {
+	for len(s.holders) < s.slots && len(s.waiting) > 0 {
+		next := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.grant(next)
+	}
+}
+
+// wait blocks until the ticket holds a generation slot or ctx ends.
 func (t *ticket) wait(ctx context.Context) error {
 	select {
 	case <-t.turn:
@@ -69,7 +91,7 @@ func (t *ticket) release() {
 		return
 	}
 	t.done = true
-	if s.holder != t {
+	if !s.holders[t] {
 		for i, w := range s.waiting {
 			if w == t {
 				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
@@ -78,22 +100,21 @@ func (t *ticket) release() {
 		}
 		return
 	}
-	s.holder = nil
+	delete(s.holders, t)
 	s.held += (time.Since(t.granted) - s.held) / 4
-	if len(s.waiting) > 0 {
-		next := s.waiting[0]
-		s.waiting = s.waiting[1:]
-		s.grant(next)
-	}
+	s.grantWaiting()
 }
 
-// depth is the number of waiting requests plus the running one.
+// depth is the number of waiting requests plus the running ones.
 func (s *scheduler) depth() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := len(s.waiting)
-	if s.holder != nil {
-		n++
-	}
-	return n
+	return len(s.waiting) + len(s.holders)
+}
+
+// running is the number of requests holding a slot.
+func (s *scheduler) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.holders)
 }

@@ -83,7 +83,7 @@ type Config struct {
 	AllowedHosts []string // Host names accepted besides this machine's: exact, ".domain" (it and its subdomains), or "*"
 	BindHost     string   // the address the listener is bound to ("" or loopback: this machine only)
 	MaxBodyBytes int64    // largest request body (default 16 MiB)
-	QueueLimit   int      // requests that may wait while one generates; more get 429 (0: none may wait)
+	QueueLimit   int      // requests that may wait while the model's Parallel generate; more get 429 (0: none may wait)
 	// MaxOutputTokens caps every answer's tokens, whatever the request asks (0: the context's room).
 	MaxOutputTokens int
 	RequestTimeout  time.Duration
@@ -165,7 +165,12 @@ func New(cfg Config) *Server {
 }
 
 // SetModel makes m the served model (nil: not ready).
-func (s *Server) SetModel(m *Model) { s.model.Store(m) }
+func (s *Server) SetModel(m *Model) {
+	s.model.Store(m)
+	if m != nil && m.Runner != nil {
+		s.sched.setSlots(m.Runner.Parallel())
+	}
+}
 
 // ServeHTTP implements http.Handler, with deadlines on the connection (see conn.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -178,6 +183,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // [DONE], a plain request a 503), and new ones are refused. http.Server.Shutdown then finds
 // every handler returning at once.
 func (s *Server) Drain() { s.drain(errShuttingDown) }
+
+// parallel is how many generations run at once (0: no model yet).
+func (s *Server) parallel() int {
+	if m := s.model.Load(); m != nil && m.Runner != nil {
+		return m.Runner.Parallel()
+	}
+	return 0
+}
 
 func (s *Server) cacheStats() runner.Stats {
 	if m := s.model.Load(); m != nil && m.Runner != nil {
@@ -313,6 +326,7 @@ func (s *Server) status(c *gin.Context) {
 	}
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
 	out["queue_depth"] = s.sched.depth()
+	out["running"], out["parallel"] = s.sched.running(), s.parallel()
 	reply(c, http.StatusOK, out)
 }
 

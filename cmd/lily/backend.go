@@ -36,6 +36,25 @@ type backendOptions struct {
 	cacheBytes   int64
 	prefillChunk int  // prompt tokens per batched prefill step; -1: the backend's default
 	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
+	parallel     int  // sequences generating at once (0: by memory)
+}
+
+// maxParallel is the most sequences the engine loop runs at once (the GPU's multi-row step is
+// planned for up to 8 rows).
+const maxParallel = 8
+
+const parallelHelp = "requests generating at once, up to 8; each keeps receiving tokens while others prefill (0: by memory: on the GPU backends as many as fit beside the weights at a useful context, 4 on cpu)"
+
+// parallelOf is how many sequences the engine loop runs at once on b: asked, else what b sized
+// itself for (a GPU backend's KV pool), else 4.
+func parallelOf(b backend.Backend, asked int) int {
+	if asked > 0 {
+		return asked
+	}
+	if p, ok := b.(interface{ Parallel() int }); ok && p.Parallel() > 0 {
+		return p.Parallel()
+	}
+	return 4
 }
 
 const prefillChunkHelp = "the largest number of prompt tokens a batched prefill step takes on the GPU backends, then chunks of 512, 64 and 8 for what is left, and a remainder below that token by token (0: token by token; default on metal 4096 where its 1.2 GB of activations cost no context, else 512; 0 on emu, where the emulated matrix kernels are slower than the token loop)"
@@ -101,10 +120,10 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
 		chunks, auto := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits})
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits, Parallel: o.parallel})
 	case "emu": // the decode plan run on the emulator
 		chunks, _ := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

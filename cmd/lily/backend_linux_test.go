@@ -90,7 +90,7 @@ func TestServedChunkedPrefill(t *testing.T) {
 	tr := agenttrace.Synthetic(agenttrace.Options{RepoFiles: 1, FileLines: 14, Turns: 2})
 	zero := 0.0
 	replay := func(backend string, chunk int) []agenttrace.TurnResult {
-		res, err := replayServed(context.Background(), serveOptions{model: dir, backend: backend, cacheMB: 64, kvBits: 16, prefillChunk: chunk}, tr, agenttrace.ReplayOptions{MaxTokens: 3, Temperature: &zero})
+		res, err := replayOne(context.Background(), serveOptions{model: dir, backend: backend, cacheMB: 64, kvBits: 16, prefillChunk: chunk}, tr, agenttrace.ReplayOptions{MaxTokens: 3, Temperature: &zero})
 		if err != nil {
 			t.Fatal(err)
 		}

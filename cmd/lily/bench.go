@@ -24,8 +24,8 @@ type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
 	kvBits, prefillChunk          int
-	prefill                       int
-	cacheMB                       int
+	prefill, batch                int
+	cacheMB, concurrent, agents   int
 	warmup, plan, demo            bool
 	profile                       profileOptions // --profile (bench_profile.go)
 }
@@ -54,7 +54,7 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M]",
+		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] [--prefill M | --batch B] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M]",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
@@ -74,6 +74,9 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	addProfileFlags(f, &o.profile)
+	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxBatch, batchModelHelp))
+	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
+	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
 	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+"); with --profile: also time one such chunk")
 	return cmd
 }
@@ -94,6 +97,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.output != "json" && o.output != "text" {
 		return fmt.Errorf("--output %q: expected json or text", o.output)
 	}
+	if err := checkBatch(cmd.Flags().Changed("batch"), o); err != nil {
+		return err
+	}
 	if o.profile.on {
 		return runBenchProfile(cmd, o)
 	}
@@ -112,6 +118,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if err := o.useDemo(); err != nil {
 		return err
 	}
+	if o.concurrent > 0 {
+		return runBenchConcurrent(cmd, o)
+	}
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
 	}
@@ -124,7 +133,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, n)
 	}
 	prompt := benchPrompt(o.ctx, cfg.VocabSize)
-	r := runner.New(b, runner.Options{PrefillChunk: o.ctx, CheckpointEvery: -1, Hold: mtl.BeginActivity})
+	r := runner.New(b, runner.Options{PrefillSlice: o.ctx, CheckpointEvery: -1, Hold: mtl.BeginActivity})
 	greedy := func(n int) (runner.Result, error) { // no cache: every run prefills the whole prompt
 		return r.Generate(cmd.Context(), runner.Request{Prompt: prompt, MaxTokens: n, NoCache: true}, func(runner.Token) (bool, error) { return false, nil })
 	}
@@ -187,11 +196,16 @@ type planOutput struct {
 	// --prefill-chunk gives, else the Mac's default) and KVBitsByMacGB its KV cache format.
 	PrefillChunkByMacGB map[string]int `json:"prefill_chunk_by_mac_gb"`
 	KVBitsByMacGB       map[string]int `json:"kv_bits_by_mac_gb"`
+	// ParallelByMacGB is how many sequences run at once there (decode.Memory.Parallel at that
+	// context: each can hold min(context, 32,768) positions at the same time, one alone the
+	// whole context; 0: the weights do not fit).
+	ParallelByMacGB map[string]int `json:"parallel_by_mac_gb"`
 	// ContextByMacGBRaised is the context on the Macs whose GPU may wire only about two thirds
 	// of their memory by default, once iogpu.wired_limit_mb is raised to RaisedWiredLimitMB
-	// (wiredlimit.SuggestedMB: all but 4 GiB, left to macOS).
-	ContextByMacGBRaised map[string]int `json:"context_by_mac_gb_raised"`
-	RaisedWiredLimitMB   map[string]int `json:"raised_wired_limit_mb"`
+	// (wiredlimit.SuggestedMB: all but 4 GiB, left to macOS), and the sequences run at once there.
+	ContextByMacGBRaised  map[string]int `json:"context_by_mac_gb_raised"`
+	ParallelByMacGBRaised map[string]int `json:"parallel_by_mac_gb_raised"`
+	RaisedWiredLimitMB    map[string]int `json:"raised_wired_limit_mb"`
 }
 
 // macSizes are the memory sizes of Apple silicon Macs that context_by_mac_gb reports, and
@@ -214,6 +228,9 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	if o.prefill > 0 {
 		return runBenchPrefillPlan(cmd, o)
 	}
+	if o.batch > 0 {
+		return runBenchBatchPlan(cmd, o)
+	}
 	c := config.Production()
 	step, err := decode.Build(c, decode.Options{MaxCtx: o.ctx + 1, TrafficCtx: o.ctx, KVBits: o.kvBits})
 	if err != nil {
@@ -224,8 +241,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
-		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{}, KVBitsByMacGB: map[string]int{},
-		ContextByMacGBRaised: map[string]int{}, RaisedWiredLimitMB: map[string]int{},
+		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{}, KVBitsByMacGB: map[string]int{}, ParallelByMacGB: map[string]int{},
+		ContextByMacGBRaised: map[string]int{}, ParallelByMacGBRaised: map[string]int{}, RaisedWiredLimitMB: map[string]int{},
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
@@ -236,25 +253,23 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
 	// onMac is the context and largest chunk lily serve holds on a Mac of gb GB in workingSet
-	// bytes, with its serving defaults where the flags are not given.
-	onMac := func(gb int, workingSet int64) (n, chunk, kvBits int) {
+	// bytes, with its serving defaults where the flags are not given, and the sequences it runs
+	// at once.
+	onMac := func(gb int, workingSet int64) (n, chunk, kvBits, parallel int) {
 		kvBits, prefillChunk := o.kvBits, o.prefillChunk
 		applyMemoryDefaults(cmd.Flags(), "metal", int64(gb)<<30, &kvBits, &prefillChunk, nil)
-		n, chunk, _, err := servedContext(workingSet, kvBits, prefillChunk)
-		if err != nil {
-			n = 0 // the weights do not fit
-		}
-		return n, chunk, kvBits
+		n, chunk, parallel, _ = servedParallel(workingSet, kvBits, prefillChunk)
+		return n, chunk, kvBits, parallel
 	}
 	for _, gb := range macSizes {
 		k := strconv.Itoa(gb)
-		out.ContextByMacGB[k], out.PrefillChunkByMacGB[k], out.KVBitsByMacGB[k] = onMac(gb, decode.MacWorkingSet(gb))
+		out.ContextByMacGB[k], out.PrefillChunkByMacGB[k], out.KVBitsByMacGB[k], out.ParallelByMacGB[k] = onMac(gb, decode.MacWorkingSet(gb))
 	}
 	for _, gb := range raisedMacSizes {
 		mb := wiredlimit.SuggestedMB(uint64(gb) << 30)
 		k := strconv.Itoa(gb)
 		out.RaisedWiredLimitMB[k] = int(mb)
-		out.ContextByMacGBRaised[k], _, _ = onMac(gb, int64(mb)<<20)
+		out.ContextByMacGBRaised[k], _, _, out.ParallelByMacGBRaised[k] = onMac(gb, int64(mb)<<20)
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -276,10 +291,14 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.KVBitsByMacGB[strconv.Itoa(gb)])
 	}
+	fmt.Fprint(w, "\nparallel sequences by Mac memory:")
+	for _, gb := range macSizes {
+		fmt.Fprintf(w, " %d GB: %d", gb, out.ParallelByMacGB[strconv.Itoa(gb)])
+	}
 	fmt.Fprint(w, "\ncontext by Mac memory after raising iogpu.wired_limit_mb:")
 	for _, gb := range raisedMacSizes {
 		k := strconv.Itoa(gb)
-		fmt.Fprintf(w, " %d GB: %d (%d MiB)", gb, out.ContextByMacGBRaised[k], out.RaisedWiredLimitMB[k])
+		fmt.Fprintf(w, " %d GB: %d (%d MiB, %d parallel)", gb, out.ContextByMacGBRaised[k], out.RaisedWiredLimitMB[k], out.ParallelByMacGBRaised[k])
 	}
 	_, err = fmt.Fprintln(w)
 	return err
@@ -330,8 +349,7 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	q.FLOPsRatio = math.Round(p.FLOPs/p.IdealFLOPs*1e4) / 1e4
 	q.ModeledTokS = map[string]float64{}
 	for _, c := range prefillChips {
-		t := max(float64(p.Bytes)/c.Bandwidth, p.FLOPs/c.FLOPs)
-		q.ModeledTokS[c.Name] = math.Round(float64(p.Chunk)/t*10) / 10
+		q.ModeledTokS[c.Name] = math.Round(float64(p.Chunk)/c.Seconds(p.Bytes, p.FLOPs)*10) / 10
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -341,6 +359,85 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 		q.Chunk, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.FLOPs, q.IdealFLOPs, q.FLOPsRatio, q.Bytes, q.IdealBytes, q.BytesRatio)
 	for _, c := range prefillChips {
 		fmt.Fprintf(w, " %s %.0f", c.Name, q.ModeledTokS[c.Name])
+	}
+	_, err = fmt.Fprintln(w)
+	return err
+}
+
+// checkBatch rejects --batch (changed: given) without --plan, beside --prefill, or outside 1 to
+// decode.MaxBatch.
+func checkBatch(changed bool, o benchOptions) error {
+	switch {
+	case !changed:
+		return nil
+	case !o.plan:
+		return errors.New("--batch models a decode step over several sequences: it needs --plan")
+	case o.prefill > 0:
+		return errors.New("--batch and --prefill are exclusive: a batched decode step or a prefill chunk")
+	case o.batch < 1 || o.batch > decode.MaxBatch:
+		return fmt.Errorf("--batch %d: expected 1 to %d sequences (the rows a batched decode step takes)", o.batch, decode.MaxBatch)
+	}
+	return nil
+}
+
+const batchModelHelp = "the prefill model's time per chip, max(bytes / bandwidth, FLOPs / peak); weights read once per step, the routed experts of the rows' union under uniform routing, each sequence's KV, state and activations once per sequence"
+
+// batchPlanOutput is `lily bench --plan --batch B --output json`.
+type batchPlanOutput struct {
+	Batch struct {
+		Sequences  int `json:"sequences"`
+		Context    int `json:"context"`
+		Dispatches int `json:"dispatches"`
+		Barriers   int `json:"barriers"`
+		// ExpertsPerLayer is the routed experts a MoE layer reads for the step (decode.UnionExperts).
+		ExpertsPerLayer float64 `json:"experts_per_layer"`
+		BytesPerStep    int64   `json:"bytes_per_step"`
+		BytesPerToken   int64   `json:"bytes_per_token"`
+		// The step's bytes by part (decode.BatchCost): weights read once, the routed experts,
+		// every sequence's own traffic, the grouping dispatches.
+		SharedWeightBytes int64              `json:"shared_weight_bytes"`
+		RoutedExpertBytes int64              `json:"routed_expert_bytes"`
+		PerSequenceBytes  int64              `json:"per_sequence_bytes"`
+		GroupingBytes     int64              `json:"grouping_bytes"`
+		ModeledTokS       map[string]float64 `json:"modeled_tok_s"`       // aggregate over the sequences
+		SingleStreamTokS  map[string]float64 `json:"single_stream_tok_s"` // one sequence's step
+		Speedup           map[string]float64 `json:"speedup"`             // aggregate / single stream
+	} `json:"batch"`
+}
+
+// runBenchBatchPlan prints decode.BatchModel for --batch sequences at --ctx against one.
+func runBenchBatchPlan(cmd *cobra.Command, o benchOptions) error {
+	c := config.Production()
+	one, err := decode.BatchModel(c, 1, o.ctx, o.kvBits)
+	if err != nil {
+		return err
+	}
+	b, err := decode.BatchModel(c, o.batch, o.ctx, o.kvBits)
+	if err != nil {
+		return err
+	}
+	var out batchPlanOutput
+	q := &out.Batch
+	q.Sequences, q.Context, q.Dispatches, q.Barriers = b.Rows, b.Context, b.Dispatches, b.Barriers
+	q.ExpertsPerLayer = math.Round(b.Experts*100) / 100
+	q.BytesPerStep, q.BytesPerToken = b.Bytes, b.BytesPerToken()
+	q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes, q.GroupingBytes = b.Shared, b.Routed, b.PerRow/int64(b.Rows), b.Grouping
+	q.ModeledTokS, q.SingleStreamTokS, q.Speedup = map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, chip := range prefillChips {
+		q.ModeledTokS[chip.Name] = math.Round(b.TokS(chip)*10) / 10
+		q.SingleStreamTokS[chip.Name] = math.Round(one.TokS(chip)*10) / 10
+		q.Speedup[chip.Name] = math.Round(b.TokS(chip)/one.TokS(chip)*1000) / 1000
+	}
+	if o.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "batched decode step: %d sequences at context %d (Qwen3.6-35B-A3B, %d-bit KV, uniform routing)\ndispatches %d  barriers %d  routed experts per MoE layer %.2f\n",
+		q.Sequences, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.ExpertsPerLayer)
+	fmt.Fprintf(w, "bytes per step %d (shared weights %d, routed experts %d, per sequence %d, grouping %d)  per token %d\nmodeled tok/s, aggregate (one sequence, speedup):",
+		q.BytesPerStep, q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes, q.GroupingBytes, q.BytesPerToken)
+	for _, chip := range prefillChips {
+		fmt.Fprintf(w, " %s %.0f (%.0f, %.2f×)", chip.Name, q.ModeledTokS[chip.Name], q.SingleStreamTokS[chip.Name], q.Speedup[chip.Name])
 	}
 	_, err = fmt.Fprintln(w)
 	return err

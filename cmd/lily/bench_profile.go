@@ -201,13 +201,13 @@ func profileModel(ctx context.Context, o benchOptions, steps int, chip plan.Chip
 	seed := uint64(1)
 	params := sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.8, Seed: &seed}
 	if warm > 0 {
-		if _, err := s.Continue(ctx, params, prompt[:s.Pos()], s.NextToken(), warm-1, nil, nil); err != nil {
+		if _, err := s.Continue(ctx, params, prompt[:s.Pos()], []int{s.NextToken()}, warm-1, nil, nil); err != nil {
 			return nil, err
 		}
 	}
 	var out profileOutput
 	out.Profile, err = profileRun(g, s.Pos(), decode.ModeSample, func() error {
-		_, err := s.Continue(ctx, params, prompt[:s.Pos()], s.NextToken(), steps-1, nil, nil)
+		_, err := s.Continue(ctx, params, prompt[:s.Pos()], []int{s.NextToken()}, steps-1, nil, nil)
 		return err
 	}, s, chip)
 	if err != nil {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lilyformac/lily/metal/decode"
 )
 
 // TestBenchPlan: `lily bench --plan` needs no model and reports the production decode plan.
@@ -77,6 +81,76 @@ func TestBenchPlanMemory(t *testing.T) {
 	c := p.ContextByMacGB
 	if len(c) != 6 || c["24"] != 0 || c["32"] < 100000 || c["32"] >= 262144 || c["36"] != 262144 || c["128"] != 262144 {
 		t.Fatalf("context by Mac: %v", c)
+	}
+	// Sequences at once: none where the weights do not fit, at least one where a context does,
+	// never fewer on a larger Mac, at most the batched step's rows; on 24 GB none (the weights
+	// exceed macOS's default GPU limit) and one once the limit is raised; 36 GB and up the most.
+	par, prev := p.ParallelByMacGB, 0
+	for _, gb := range macSizes {
+		k := strconv.Itoa(gb)
+		if n := par[k]; n < prev || n > decode.MaxParallel || (n == 0) != (c[k] == 0) {
+			t.Fatalf("parallel by Mac: %v (context %v)", par, c)
+		}
+		prev = par[k]
+	}
+	if len(par) != len(macSizes) || par["24"] != 0 || p.ParallelByMacGBRaised["24"] != 1 || par["36"] != decode.MaxParallel {
+		t.Fatalf("parallel by Mac: %v, raised %v", par, p.ParallelByMacGBRaised)
+	}
+}
+
+// TestBenchPlanBatch: `bench --plan --batch B` models one decode step over B sequences: one is
+// the plan's own step, more move more bytes a step and fewer a token, and each chip's aggregate
+// rate is its single-stream rate times the speedup; --batch needs --plan and 1 to 8 sequences.
+func TestBenchPlanBatch(t *testing.T) {
+	run := func(b string) map[string]any {
+		t.Helper()
+		out, err := execute(t, "bench", "--plan", "--batch", b, "--ctx", "256", "--output", "json")
+		if err != nil {
+			t.Fatal(err, out)
+		}
+		var p struct {
+			Batch map[string]any `json:"batch"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil || p.Batch == nil {
+			t.Fatal(err, out)
+		}
+		return p.Batch
+	}
+	out, err := execute(t, "bench", "--plan", "--ctx", "256", "--output", "json")
+	var single planOutput
+	if err != nil || json.Unmarshal([]byte(out), &single) != nil {
+		t.Fatal(err, out)
+	}
+	one, four, eight := run("1"), run("4"), run("8")
+	if one["dispatches"].(float64) != float64(single.Dispatches) || one["bytes_per_step"].(float64) != float64(single.Bytes) {
+		t.Fatalf("--batch 1 %v against --plan's %d dispatches, %d bytes", one, single.Dispatches, single.Bytes)
+	}
+	for _, b := range []map[string]any{one, four, eight} {
+		n := b["sequences"].(float64)
+		if b["bytes_per_token"].(float64) != math.Floor(b["bytes_per_step"].(float64)/n) || b["dispatches"].(float64) < one["dispatches"].(float64) {
+			t.Fatalf("batch %v", b)
+		}
+		tps, single, speedup := b["modeled_tok_s"].(map[string]any), b["single_stream_tok_s"].(map[string]any), b["speedup"].(map[string]any)
+		for _, chip := range prefillChips {
+			a, s, x := tps[chip.Name].(float64), single[chip.Name].(float64), speedup[chip.Name].(float64)
+			if s <= 0 || math.Abs(a/s-x) > 0.01 || x < 1 || x > n {
+				t.Fatalf("%s: %g tok/s aggregate, %g single, speedup %g in %v", chip.Name, a, s, x, b)
+			}
+		}
+	}
+	if !(four["bytes_per_step"].(float64) < 4*one["bytes_per_step"].(float64) && eight["bytes_per_token"].(float64) < four["bytes_per_token"].(float64)) {
+		t.Fatalf("bytes: one %v, four %v, eight %v", one, four, eight)
+	}
+	if text, err := execute(t, "bench", "--plan", "--batch", "2"); err != nil || !strings.Contains(text, "2 sequences") || !strings.Contains(text, "M4 Max") {
+		t.Fatalf("text output %q (%v)", text, err)
+	}
+	for _, args := range [][]string{
+		{"bench", "--batch", "4"}, {"bench", "--plan", "--batch", "0"}, {"bench", "--plan", "--batch", "9"},
+		{"bench", "--plan", "--batch", "4", "--prefill", "512"},
+	} {
+		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), "--batch") {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 

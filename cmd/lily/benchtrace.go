@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,8 +21,14 @@ type traceOutput struct {
 	Backend string                  `json:"backend"`
 	CacheMB int                     `json:"cache_mb"`
 	Turns   []agenttrace.TurnResult `json:"turns"`
-	Totals  map[string]float64      `json:"totals"`
+	Totals  map[string]float64      `json:"totals"` // over every agent's turns; wall_s: the whole replay
+	// Agents is every agent's turns when --agents runs several copies at once (agent 0's are
+	// Turns too).
+	Agents [][]agenttrace.TurnResult `json:"agents,omitempty"`
 }
+
+// agentStagger is how much later each further --agents copy of the trace starts.
+const agentStagger = 250 * time.Millisecond
 
 // runBenchTrace serves the model as lily serve does (same handlers, template, tokenizer, prefix
 // cache and checkpoints) on a loopback port and replays the trace against it, one streaming
@@ -33,16 +41,27 @@ func runBenchTrace(cmd *cobra.Command, o benchOptions) error {
 	if err != nil {
 		return err
 	}
-	results, err := replayServed(cmd.Context(), serveOptions{model: o.model, backend: o.backend, cacheMB: o.cacheMB, kvBits: o.kvBits, prefillChunk: o.prefillChunk}, tr, agenttrace.ReplayOptions{MaxTokens: o.traceTokens, Temperature: new(float64)})
+	if o.agents < 1 || o.agents > maxParallel {
+		return fmt.Errorf("--agents %d: expected 1 to %d copies of the trace at once", o.agents, maxParallel)
+	}
+	start := time.Now()
+	agents, err := replayServed(cmd.Context(), serveOptions{model: o.model, backend: o.backend, cacheMB: o.cacheMB, kvBits: o.kvBits, prefillChunk: o.prefillChunk, parallel: o.agents}, tr,
+		agenttrace.ReplayOptions{MaxTokens: o.traceTokens, Temperature: new(float64)}, o.agents)
 	if err != nil {
 		return err
 	}
-	out := traceOutput{Trace: o.trace, Backend: o.backend, CacheMB: o.cacheMB, Turns: results, Totals: map[string]float64{}}
-	for _, r := range results {
-		out.Totals["prompt_tokens"] += float64(r.PromptTokens)
-		out.Totals["prefilled_tokens"] += float64(r.PrefilledTokens)
-		out.Totals["cached_tokens"] += float64(r.CachedTokens)
-		out.Totals["ttft_s"] += r.TTFTSeconds
+	results := agents[0]
+	out := traceOutput{Trace: o.trace, Backend: o.backend, CacheMB: o.cacheMB, Turns: results, Totals: map[string]float64{"wall_s": time.Since(start).Seconds()}}
+	if o.agents > 1 {
+		out.Agents = agents
+	}
+	for _, turns := range agents {
+		for _, r := range turns {
+			out.Totals["prompt_tokens"] += float64(r.PromptTokens)
+			out.Totals["prefilled_tokens"] += float64(r.PrefilledTokens)
+			out.Totals["cached_tokens"] += float64(r.CachedTokens)
+			out.Totals["ttft_s"] += r.TTFTSeconds
+		}
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -56,8 +75,9 @@ func runBenchTrace(cmd *cobra.Command, o benchOptions) error {
 	return err
 }
 
-// replayServed loads the model as lily serve does, serves it on 127.0.0.1 and replays tr.
-func replayServed(ctx context.Context, o serveOptions, tr *agenttrace.Trace, ro agenttrace.ReplayOptions) ([]agenttrace.TurnResult, error) {
+// replayServed loads the model as lily serve does, serves it on 127.0.0.1 and replays tr: agents
+// copies at once, each agentStagger after the one before.
+func replayServed(ctx context.Context, o serveOptions, tr *agenttrace.Trace, ro agenttrace.ReplayOptions, agents int) ([][]agenttrace.TurnResult, error) {
 	m, closeModel, err := loadServedModel(o)
 	if err != nil {
 		return nil, err
@@ -67,7 +87,7 @@ func replayServed(ctx context.Context, o serveOptions, tr *agenttrace.Trace, ro 
 	if _, err := m.Runner.Generate(ctx, runner.Request{Prompt: []int{0}, MaxTokens: 1, NoCache: true}, func(runner.Token) (bool, error) { return true, nil }); err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{QueueLimit: 1})
+	srv := server.New(server.Config{QueueLimit: agents})
 	srv.SetModel(m)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,5 +96,19 @@ func replayServed(ctx context.Context, o serveOptions, tr *agenttrace.Trace, ro 
 	hs := srv.HTTPServer()
 	go hs.Serve(ln)
 	defer hs.Close()
-	return agenttrace.Replay(ctx, "http://"+ln.Addr().String(), tr, ro)
+	out, errs := make([][]agenttrace.TurnResult, agents), make([]error, agents)
+	var wg sync.WaitGroup
+	for i := range agents {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * agentStagger)
+			out[i], errs[i] = agenttrace.Replay(ctx, "http://"+ln.Addr().String(), tr, ro)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("agent %d: %w", i, err)
+		}
+	}
+	return out, nil
 }

@@ -24,7 +24,7 @@ func TestAgentTraceReusesEveryTurn(t *testing.T) {
 	zero, warm, seed := 0.0, 0.8, int64(3)
 	for _, ro := range []agenttrace.ReplayOptions{{MaxTokens: 6, Temperature: &zero}, {MaxTokens: 6, Temperature: &warm, Seed: &seed}} {
 		replay := func(cacheMB int) []agenttrace.TurnResult {
-			res, err := replayServed(context.Background(), serveOptions{model: dir, backend: "cpu", cacheMB: cacheMB}, tr, ro)
+			res, err := replayOne(context.Background(), serveOptions{model: dir, backend: "cpu", cacheMB: cacheMB}, tr, ro)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,16 +94,16 @@ func TestServeRestartKeepsConversation(t *testing.T) {
 	zero := 0.0
 	ro := agenttrace.ReplayOptions{MaxTokens: 4, Temperature: &zero}
 	o := serveOptions{model: dir, backend: "cpu", cacheMB: 64, diskCacheGB: 1}
-	before, err := replayServed(context.Background(), o, first, ro)
+	before, err := replayOne(context.Background(), o, first, ro)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := replayServed(context.Background(), o, second, ro) // the restart
+	after, err := replayOne(context.Background(), o, second, ro) // the restart
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.cacheMB = 0
-	cold, err := replayServed(context.Background(), o, second, ro)
+	cold, err := replayOne(context.Background(), o, second, ro)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +112,13 @@ func TestServeRestartKeepsConversation(t *testing.T) {
 			after[0].CachedTokens, after[0].PromptTokens, before[0].PromptTokens, after[0].Output, cold[0].Output)
 	}
 	t.Logf("turn 2 after a restart: %d of %d prompt tokens from disk", after[0].CachedTokens, after[0].PromptTokens)
+}
+
+// replayOne replays tr once (one agent).
+func replayOne(ctx context.Context, o serveOptions, tr *agenttrace.Trace, ro agenttrace.ReplayOptions) ([]agenttrace.TurnResult, error) {
+	out, err := replayServed(ctx, o, tr, ro, 1)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }

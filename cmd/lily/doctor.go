@@ -3,12 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/gpu"
 )
 
@@ -54,6 +58,12 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 		cfg.ModelDir, cfg.Repo, cfg.Revision = lifecycle.ModelDir(lifecycle.DefaultRepo), lifecycle.DefaultRepo, lifecycle.DefaultRevision
 	}
 	checks := syscheck.Run(cmd.Context(), cfg)
+	var g *syscheck.GPUInfo
+	if runtime.GOOS == "darwin" && syscheck.ProbeGPU != nil {
+		info := syscheck.ProbeGPU()
+		g = &info
+	}
+	checks = append(checks, parallelCheck(runtime.GOOS, g, int64(wiredlimit.Memory())))
 	failed := syscheck.Failed(checks)
 	out := cmd.OutOrStdout()
 	if output == "json" {
@@ -83,4 +93,44 @@ func productionContext(workingSet, memory int64) (int, string, error) {
 	d := gpu.DefaultsFor(memory)
 	n, _, why, err := servedContext(workingSet, d.KVBits, d.PrefillChunk)
 	return n, why, err
+}
+
+// servedParallel is what lily serve holds for the production model on the metal backend in a GPU
+// working set of workingSet bytes with kvBits and prefillChunk (-1: by memory): the context and
+// largest prefill chunk (as servedContext sizes them; 0 positions when not one session fits) and
+// the sequences it runs at once, decode.Memory.Parallel at that context, with why.
+func servedParallel(workingSet int64, kvBits, prefillChunk int) (positions, chunk, parallel int, why string) {
+	c := config.Production()
+	chunks, auto := chunkOptions("metal", prefillChunk)
+	mem, chunks, err := gpu.MemoryFor(c, gpu.GPUOptions{WorkingSet: workingSet, KVBits: kvBits, Chunks: chunks, AutoChunks: auto})
+	if err != nil {
+		return 0, 0, 0, err.Error()
+	}
+	chunk = slices.Max(append([]int{0}, chunks...))
+	if positions, _, err = mem.Context(c, 0, workingSet); err != nil {
+		return 0, chunk, 0, err.Error()
+	}
+	parallel, why = mem.Parallel(positions, workingSet)
+	return positions, chunk, parallel, why
+}
+
+// parallelCheck is doctor's line on how many sequences lily serve runs at once on this Mac (its
+// serving defaults, gpu.DefaultsFor memory bytes) in the GPU's working set; skipped where there
+// is no GPU working set to size them in.
+func parallelCheck(goos string, g *syscheck.GPUInfo, memory int64) syscheck.Check {
+	c := syscheck.Check{Name: "parallel", Status: syscheck.Skip}
+	switch {
+	case goos != "darwin":
+		c.Detail = "parallel sequences: sized on macOS only"
+	case g == nil || !g.Available || g.RecommendedMaxWorkingSet == 0:
+		c.Detail = "parallel sequences: no GPU working set to size them in"
+	default:
+		d := gpu.DefaultsFor(memory)
+		_, _, n, why := servedParallel(int64(g.RecommendedMaxWorkingSet), d.KVBits, d.PrefillChunk)
+		c.Status, c.Detail = syscheck.Pass, fmt.Sprintf("parallel sequences: %d (%s)", n, why)
+		if n == 0 {
+			c.Status = syscheck.Warn
+		}
+	}
+	return c
 }

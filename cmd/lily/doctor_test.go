@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/metal/decode"
 )
 
 func TestDoctorJSON(t *testing.T) {
@@ -23,11 +25,11 @@ func TestDoctorJSON(t *testing.T) {
 	var names []string
 	for _, c := range got.Checks {
 		names = append(names, c.Name)
-		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || c.Name == "context" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
+		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || c.Name == "context" || c.Name == "parallel" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
 			t.Errorf("%s: %s on %s, want skip", c.Name, c.Status, runtime.GOOS)
 		}
 	}
-	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory,context" {
+	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory,context,parallel" {
 		t.Fatalf("checks %v", names)
 	}
 	if got.OK != (err == nil) || got.OK != (syscheck.Failed(got.Checks) == 0) {
@@ -44,7 +46,7 @@ func TestDoctorTextAndExitCode(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, hub.MarkerName), raw, 0o644)
 
 	out, err := execute(t, "doctor", "--model", dir)
-	if err == nil || !regexp.MustCompile(`^doctor: \d of 8 checks failed$`).MatchString(err.Error()) {
+	if err == nil || !regexp.MustCompile(`^doctor: \d of 9 checks failed$`).MatchString(err.Error()) {
 		t.Fatalf("err = %v", err)
 	}
 	if !strings.Contains(out, "fail  model       damaged") || !strings.Contains(out, "fix: run `lily pull`") {
@@ -57,5 +59,38 @@ func TestDoctorTextAndExitCode(t *testing.T) {
 	}
 	if _, err := execute(t, "doctor", "--output", "yaml"); err == nil || !strings.Contains(err.Error(), "expected json or text") {
 		t.Fatalf("bad --output: %v", err)
+	}
+}
+
+// TestParallelCheck: doctor's line on the sequences lily serve runs at once, from the GPU's
+// working set with the Mac's serving defaults: the most on a 64 GB Mac, one on 32 GB (its
+// context fills the working set), none on 24 GB at macOS's default limit; skipped off macOS
+// or without a working set.
+func TestParallelCheck(t *testing.T) {
+	mac := func(gb int) syscheck.Check {
+		ws := decode.MacWorkingSet(gb)
+		return parallelCheck("darwin", &syscheck.GPUInfo{Available: true, RecommendedMaxWorkingSet: uint64(ws)}, int64(gb)<<30)
+	}
+	ctx32, _, err := productionContext(decode.MacWorkingSet(32), 32<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c      syscheck.Check
+		status syscheck.Status
+		detail string
+	}{
+		{mac(64), syscheck.Pass, fmt.Sprintf("parallel sequences: %d (each can hold %d positions", decode.MaxParallel, decode.ParallelContext)},
+		{mac(32), syscheck.Pass, fmt.Sprintf("parallel sequences: 1 (one session of %d positions fills", ctx32)},
+		{mac(24), syscheck.Warn, "parallel sequences: 0 ("},
+		{parallelCheck("linux", nil, 0), syscheck.Skip, "parallel sequences: sized on macOS only"},
+		{parallelCheck("darwin", &syscheck.GPUInfo{}, 64<<30), syscheck.Skip, "parallel sequences: no GPU working set"},
+	} {
+		if tc.c.Name != "parallel" || tc.c.Status != tc.status || !strings.HasPrefix(tc.c.Detail, tc.detail) || strings.Contains(tc.c.Detail, "\n") {
+			t.Errorf("%+v, want %s %q…", tc.c, tc.status, tc.detail)
+		}
+	}
+	if d := mac(32).Detail; !strings.Contains(d, "lower --ctx") {
+		t.Errorf("32 GB: %q does not say how to run more", d)
 	}
 }

@@ -21,7 +21,13 @@ import (
 // serveDemo serves the demo model (CPU backend, a prefix cache of cacheMB) on a loopback port
 // until the test ends.
 func serveDemo(t *testing.T, cacheMB int) string {
-	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "cpu", cacheMB: cacheMB, kvBits: 16, prefillChunk: -1})
+	return serveDemoWith(t, serveOptions{backend: "cpu", cacheMB: cacheMB})
+}
+
+// serveDemoWith serves the demo model with o's backend, cache and parallel settings.
+func serveDemoWith(t *testing.T, o serveOptions) string {
+	o.demo, o.kvBits, o.prefillChunk = true, 16, -1
+	m, closeModel, err := loadServedModel(o)
 	if err != nil {
 		t.Fatal(err)
 	}

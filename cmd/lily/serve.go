@@ -41,7 +41,7 @@ import (
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
-	maxOutput, prefillChunk, ollamaPort                       int
+	maxOutput, prefillChunk, ollamaPort, parallel             int
 	diskCacheGB                                               float64
 	demo, insecure                                            bool
 	timeout, stallTimeout                                     time.Duration
@@ -81,7 +81,8 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.maxOutput, "max-output-tokens", 0, "the most tokens one answer generates, whatever the request asks (0: what the context leaves); for clients that send no limit or a large one (Codex sends none, Claude Code 32,000)")
-	f.IntVar(&o.queue, "queue", 16, "requests that may wait while one generates (more get 429; 0: none may wait)")
+	f.IntVar(&o.queue, "queue", 16, "requests that may wait while --parallel generate (more get 429; 0: none may wait)")
+	f.IntVar(&o.parallel, "parallel", 0, parallelHelp)
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables; default on metal 4096, 1024 on Macs under 32 GB)")
 	f.Float64Var(&o.diskCacheGB, "disk-cache-gb", 8, "prefix-cache budget on disk in GiB, under the user cache directory, so conversations survive a restart (0 disables)")
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
@@ -115,6 +116,8 @@ func (o serveOptions) check() error {
 		return errors.New("--demo and --model are exclusive")
 	case o.maxOutput < 0:
 		return fmt.Errorf("--max-output-tokens %d: expected 0 (no cap) or more", o.maxOutput)
+	case o.parallel < 0 || o.parallel > maxParallel:
+		return fmt.Errorf("--parallel %d: expected 1 to %d requests generating at once (0: by memory)", o.parallel, maxParallel)
 	case o.queue < 0:
 		return fmt.Errorf("--queue %d: expected 0 or more waiting requests (0: a request that arrives while one generates gets 429)", o.queue)
 	case o.maxBodyMB < 1:
@@ -334,7 +337,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk})
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk, parallel: o.parallel})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -368,7 +371,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		ID:         id,
 		Size:       weightBytes(dir),
 		Params:     parameterCount(cfg),
-		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Hold: mtl.BeginActivity, Disk: disk}),
+		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Parallel: parallelOf(b, o.parallel), Hold: mtl.BeginActivity, Disk: disk}),
 		Tokenizer:  server.TokenizerOf(tok),
 		Template:   server.TemplateOf(tmpl),
 		StopIDs:    stops,

@@ -1,6 +1,7 @@
 // Package backend defines what every executor (CPU reference, emulated Metal, Metal) offers the
-// rest of Lily: sessions that consume tokens and return logits, whose state can be saved as a
-// snapshot (the prefix cache) and restored later, and that give their device memory back.
+// rest of Lily: sessions that consume tokens and return logits, a step over several sessions'
+// rows at once, snapshots of a session's state (the prefix cache) restored later, and device
+// memory given back.
 package backend
 
 import (
@@ -61,13 +62,52 @@ type Persistent interface {
 // position stay there, two steps are in flight, and the host reads a few bytes per token instead
 // of a logits row.
 type Generator interface {
-	// Continue goes on from first, the token the host chose from the session's last logits row
-	// (step 0 of sample.New(p, prompt)), choosing up to max more with p's procedure (p.Seed set)
+	// Continue goes on from generated, the tokens chosen so far by sample.New(p, prompt) (steps
+	// 0 … len−1; the session has consumed all but the last, which the host chose from its last
+	// logits row), choosing up to max more with p's procedure (p.Seed set; step k draws from
+	// (seed, k), so a generation paused and continued chooses what it would have in one go)
 	// and calling onToken for each (with its logprob and p.TopLogprobs alternatives when p asks
-	// for logprobs): stop=true or an error ends the generation. Every token passed on, and
-	// first, is consumed (Pos grows by their number). It returns the logits row after the last
-	// one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
-	Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
+	// for logprobs): stop=true or an error ends it. Every token passed on, and the last of
+	// generated, is consumed (Pos grows by their number). It returns the logits row after the
+	// last one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
+	Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
+}
+
+// Row is one session's part of a step: tokens it consumes at its next positions. A step's rows
+// belong to distinct sessions.
+type Row struct {
+	Session Session
+	Tokens  []int
+}
+
+// RowResult is what a step gives one row: the logits row after its last token, or why the row
+// failed (the other rows are unaffected).
+type RowResult struct {
+	Logits []float32
+	Err    error
+}
+
+// Stepper is a Backend that runs several sessions' rows in one step (weights read once for all).
+// Each row's logits must not depend on the other rows (batch invariance).
+type Stepper interface {
+	Step(rows []Row) []RowResult
+}
+
+// Step runs rows on b: in one step when b is a Stepper, else row after row through each session's
+// Forward (the CPU backend), which is batch-invariant by construction.
+func Step(b Backend, rows []Row) []RowResult {
+	if st, ok := b.(Stepper); ok {
+		return st.Step(rows)
+	}
+	out := make([]RowResult, len(rows))
+	for i, r := range rows {
+		logits, err := r.Session.Forward(r.Tokens, false)
+		if err == nil {
+			out[i].Logits = logits[0]
+		}
+		out[i].Err = err
+	}
+	return out
 }
 
 // ErrNotOnDevice is Continue's answer for sampling settings the device does not run (candidates

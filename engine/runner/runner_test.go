@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/backend"
@@ -53,7 +54,7 @@ func TestCachedEqualsUncached(t *testing.T) {
 	seed := uint64(11)
 	for _, params := range []sample.Params{{}, {Temperature: 0.9, TopP: 0.95, TopK: 20, Seed: &seed}} {
 		cold := New(m, Options{}) // no cache
-		warm := New(m, Options{CacheBytes: 1 << 30, PrefillChunk: 7})
+		warm := New(m, Options{CacheBytes: 1 << 30, PrefillSlice: 7})
 		p := prompt(70, 1)
 		req := Request{Prompt: p, MaxTokens: 12, Sampling: params}
 		want, _ := collect(t, cold, req)
@@ -157,7 +158,7 @@ func TestCheckpointsServeLaterTurns(t *testing.T) {
 	seed := uint64(5)
 	for _, params := range []sample.Params{{}, {Temperature: 0.8, TopK: 20, Seed: &seed}} {
 		cold := New(m, Options{})
-		warm := New(m, Options{CacheBytes: 1 << 30, PrefillChunk: 7, CheckpointEvery: 16})
+		warm := New(m, Options{CacheBytes: 1 << 30, PrefillSlice: 7, CheckpointEvery: 16})
 		p1 := prompt(60, 1)
 		collect(t, warm, Request{Prompt: p1, MaxTokens: 4, Sampling: params, Checkpoints: []int{45, 20, 45, 0, 60, 99}})
 		for _, c := range []struct{ shared, want int }{{45, 45}, {20, 20}, {40, 32}, {17, 16}, {10, 0}} {
@@ -218,23 +219,19 @@ func TestOnLogitsSeesEveryChoice(t *testing.T) {
 	}
 }
 
-// TestHoldSpansEachGeneration: the hold is taken as a generation starts and released when it
-// ends, also when it fails.
+// TestHoldSpansEachGeneration: the hold is taken once a generation starts (before its first
+// step: the steps record it) and released when it ends, also when it fails.
 func TestHoldSpansEachGeneration(t *testing.T) {
-	held := 0
-	r := New(tinyBackend(t), Options{Hold: func(string) func() { held++; return func() { held-- } }})
-	_, err := r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 3}, func(Token) (bool, error) {
-		if held != 1 {
-			t.Errorf("held %d while generating", held)
-		}
-		return false, nil
-	})
-	if err != nil || held != 0 {
-		t.Fatalf("after: err %v, held %d", err, held)
+	var held, taken atomic.Int32
+	hold := func(string) func() { taken.Add(1); held.Add(1); return func() { held.Add(-1) } }
+	r := New(heldSteps{tinyBackend(t), &held, t}, Options{Hold: hold})
+	_, err := r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 3}, func(Token) (bool, error) { return false, nil })
+	if n := held.Load(); err != nil || n != 0 || taken.Load() != 1 {
+		t.Fatalf("after: err %v, held %d, taken %d times", err, n, taken.Load())
 	}
 	r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 3}, func(Token) (bool, error) { return false, errors.New("client gone") })
-	if held != 0 {
-		t.Fatalf("held %d after a failed generation", held)
+	if n := held.Load(); n != 0 {
+		t.Fatalf("held %d after a failed generation", n)
 	}
 }
 
@@ -251,6 +248,27 @@ func TestCancelledBeforeAFullHit(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || emitted != 0 || res.CachedTokens != len(p) {
 		t.Fatalf("err %v, %d emitted, cached %d", err, emitted, res.CachedTokens)
 	}
+}
+
+// heldSteps fails the test when a step runs without the hold.
+type heldSteps struct {
+	*cpu.Model
+	held *atomic.Int32
+	t    *testing.T
+}
+
+func (h heldSteps) NewSession() backend.Session { return heldSession{h.Model.NewSession(), h} }
+
+type heldSession struct {
+	backend.Session
+	h heldSteps
+}
+
+func (s heldSession) Forward(tokens []int, all bool) ([][]float32, error) {
+	if n := s.h.held.Load(); n != 1 {
+		s.h.t.Errorf("a step ran with the hold taken %d times", n)
+	}
+	return s.Session.Forward(tokens, all)
 }
 
 // closeCounting counts the sessions its backend started and closed.
@@ -275,7 +293,7 @@ func (s closingSession) Close() { *s.closed++; s.Session.Close() }
 // error and closes the session it started (it once closed a nil one and panicked).
 func TestCancelledPrefillClosesSession(t *testing.T) {
 	var opened, closed int
-	r := New(closeCounting{tinyBackend(t), &opened, &closed}, Options{PrefillChunk: 4})
+	r := New(closeCounting{tinyBackend(t), &opened, &closed}, Options{PrefillSlice: 4})
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
 	_, err := r.Generate(ctx, Request{Prompt: prompt(40, 3), MaxTokens: 4, Progress: func(done, total int) {

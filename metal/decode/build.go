@@ -80,6 +80,10 @@ type Step struct {
 
 	weights []weightSrc
 	consts  []constSrc
+	// routed are the routed experts' weight buffers (gate, up, down of every layer) and embed the
+	// embedding's: a step over several rows (BatchModel) reads the experts its rows route to and
+	// one embedding row per token, where it reads every other weight once.
+	routed, embed []int
 }
 
 // weightSrc fills one Weights buffer from a loaded checkpoint.
@@ -117,6 +121,9 @@ func (m qmat) rowsRange(r0, n int) []plan.Range {
 }
 
 func (m qmat) all() []plan.Range { return m.rowsRange(0, m.rows) }
+
+// buffers is the matrix's three plan buffers.
+func (m qmat) buffers() []int { return []int{m.words, m.scales, m.biases} }
 
 // bufs is the matrix's buffers, as the kernel calls bind them.
 func (m qmat) bufs() kernels.QMatrixBuffers[int] {
@@ -411,6 +418,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// embed_q4: the token's row into the residual stream.
 	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
+	s.embed = emb.buffers()
 	b.call(kernels.EmbedCall(H, V, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
 		append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
 	for _, ch := range chs {
@@ -559,6 +567,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		shGate := b.matrix(m+"shared_expert.gate_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedGate })
 		shUp := b.matrix(m+"shared_expert.up_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedUp })
 		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
+		s.routed = slices.Concat(s.routed, gate.buffers(), up.buffers(), down.buffers())
 
 		b.call(kernels.MoERouterNormCall(ms, eps, kernels.MoERouterThreads, kernels.MoERouterBuffers[int]{
 			Router: router.bufs(), SharedGate: seg.bufs(), X: res, IDs: ids, Weights: weights, Gain: postNorm}),

@@ -3,6 +3,7 @@ package decode
 import (
 	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/plan"
@@ -17,8 +18,11 @@ type Memory struct {
 	KVPerPosition int64 `json:"kv_bytes_per_position"` // K and V rows of every attention layer
 	State         int64 `json:"state_bytes"`           // DeltaNet state and conv windows
 	Scratch       int64 `json:"scratch_bytes"`         // activations, logits, step buffer
-	KVBits        int   `json:"kv_bits"`               // the KV cache's format (16 or 8)
-	PageSize      int   `json:"kv_page_positions"`     // positions per page of the KV pool
+	// RowScratch is the part of Scratch the decode step itself binds (its activations, logits,
+	// sampler buffers; not a prefill chunk's): what each row of a multi-row step holds.
+	RowScratch int64 `json:"row_scratch_bytes"`
+	KVBits     int   `json:"kv_bits"`           // the KV cache's format (16 or 8)
+	PageSize   int   `json:"kv_page_positions"` // positions per page of the KV pool
 }
 
 // reserve is device memory left to Metal itself (pipelines, command buffers, the OS's own use
@@ -38,7 +42,8 @@ func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 		return Memory{}, err
 	}
 	m := Memory{KVBits: s.KVBits, PageSize: s.Attn.PageSize}
-	for _, b := range s.Plan.Buffers {
+	row := s.stepBuffers()
+	for i, b := range s.Plan.Buffers {
 		switch b.Kind {
 		case plan.Weights:
 			m.Weights += b.Size
@@ -48,10 +53,30 @@ func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 			m.State += b.Size
 		default:
 			m.Scratch += b.Size
+			if row[i] {
+				m.RowScratch += b.Size
+			}
 		}
 	}
 	return m, nil
 }
+
+// stepBuffers are the buffers the decode step's own dispatches bind (those of its modes, not a
+// prefill chunk's).
+func (s *Step) stepBuffers() map[int]bool {
+	bound := map[int]bool{}
+	for _, d := range s.Plan.Dispatches {
+		if slices.ContainsFunc(stepModes, d.RunsIn) {
+			for _, b := range d.Buffers {
+				bound[b.Buffer] = true
+			}
+		}
+	}
+	return bound
+}
+
+// stepModes are the decode step's modes.
+var stepModes = []string{ModeGreedy, ModeSample, ModePrefill, ModeGreedyLogprobs, ModeSampleLogprobs}
 
 // Session is the device memory of one session holding n positions: its state and scratch, and a
 // KV pool of the pages n positions take plus the spare one.
@@ -73,7 +98,15 @@ func (m Memory) Fit(workingSet int64) int {
 // Pages is how many KV pages of pageSize positions fit beside the weights, one session's state
 // and scratch in workingSet bytes.
 func (m Memory) Pages(workingSet int64, pageSize int) int {
-	room := workingSet - reserve - m.Weights - m.State - m.Scratch
+	return m.PagesBeside(workingSet, pageSize, 1)
+}
+
+// PagesBeside is how many KV pages of pageSize positions fit in workingSet bytes beside the
+// weights, the scratch and n sequences' state: a multi-row step holds each row's DeltaNet state,
+// conv windows and own scratch (RowScratch), and the rest of the scratch (a prefill chunk's
+// activations) once.
+func (m Memory) PagesBeside(workingSet int64, pageSize, n int) int {
+	room := workingSet - reserve - m.Weights - m.Scratch - int64(n)*m.State - int64(n-1)*m.RowScratch
 	if room <= 0 || m.KVPerPosition <= 0 {
 		return 0
 	}
@@ -95,7 +128,6 @@ func (m Memory) Context(c *config.Config, asked int, workingSet int64) (int, str
 		return cmp.Or(asked, full), "", nil
 	}
 	fit := m.Fit(workingSet)
-	gib := func(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
 	more := "raise iogpu.wired_limit_mb"
 	if m.KVBits != 8 {
 		more += " or use --kv-bits 8 (half the KV memory)"
@@ -123,3 +155,6 @@ func MacWorkingSet(ramGB int) int64 {
 	}
 	return ram * 3 / 4
 }
+
+// gib formats bytes in GiB for the sizing messages.
+func gib(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }

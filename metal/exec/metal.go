@@ -109,6 +109,9 @@ func (m *MetalDevice) Close() {
 
 // WorkingSet is the device's recommendedMaxWorkingSetSize: how much memory the GPU may keep
 // resident without slowing down, the budget weights, KV caches and scratch must fit in.
+// Name is the GPU's name ("Apple M4 Max"), which plan.ChipNamed reads.
+func (m *MetalDevice) Name() string { return m.dev.Info().Name }
+
 func (m *MetalDevice) WorkingSet() int64 { return int64(m.dev.Info().RecommendedMaxWorkingSetSize) }
 
 // KernelNames lists the kernels a .metal source defines (`kernel void NAME(` and

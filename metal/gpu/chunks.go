@@ -2,9 +2,11 @@ package gpu
 
 import (
 	"slices"
+	"time"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 // Prefill chunk sizes. The largest, 4,096 tokens, gives each of the 256 experts about 128 of its
@@ -87,4 +89,46 @@ func MemoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
 	}
 	mem, err := decode.MemoryOfChunked(c, o.KVBits, slices.Max(append([]int{0}, chunks...)))
 	return mem, chunks, err
+}
+
+// SliceTarget is how long a prefill slice may hold up the streams running beside it.
+const SliceTarget = 250 * time.Millisecond
+
+// SliceFor is the prompt tokens the engine loop runs per step (runner.Options.PrefillSlice): the
+// largest of chunks whose modelled time on chip (plan.Chip.Seconds, bench --plan --prefill's
+// model at 100 % of the chip's peaks, so a real slice takes longer) is within SliceTarget, else
+// the smallest. With no chip known (the emulator) it is
+// ChunkMedium where the plan has it. A request's slices do not depend on what else runs, so
+// this is also what a prompt prefilling alone runs.
+func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip) int {
+	if len(chunks) == 0 {
+		return 0
+	}
+	sorted := slices.Sorted(slices.Values(chunks))
+	if chip == nil {
+		if slices.Contains(sorted, ChunkMedium) {
+			return ChunkMedium
+		}
+		return sorted[0]
+	}
+	best := sorted[0]
+	for _, m := range sorted {
+		p, err := decode.PrefillModel(c, m, 0, kvBits)
+		if err != nil {
+			break
+		}
+		if time.Duration(chip.Seconds(p.Bytes, p.FLOPs)*float64(time.Second)) > SliceTarget {
+			break
+		}
+		best = m
+	}
+	return best
+}
+
+// PrefillSlice is runner.Options.PrefillSlice's default for this backend (SliceFor).
+func (e *GPU) PrefillSlice() int {
+	if e.slice > 0 {
+		return e.slice
+	}
+	return SliceFor(e.w.Config, e.step.Chunks, 0, nil)
 }

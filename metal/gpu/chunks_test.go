@@ -6,6 +6,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 func TestBuckets(t *testing.T) {
@@ -45,6 +46,31 @@ func TestDefaultChunks(t *testing.T) {
 		}
 		if want, _ := decode.MemoryOfChunked(c, tc.o.KVBits, tc.largest); mem.Scratch != want.Scratch {
 			t.Errorf("%s: MemoryFor scratch %d, want the largest chunk's %d", tc.name, mem.Scratch, want.Scratch)
+		}
+	}
+}
+
+// TestSliceFor: the slice is the largest chunk the model puts within SliceTarget on a chip —
+// 512 tokens on an M4 Max (about 180 ms modelled), 64 on an M4 Pro, 8 on a base M1 (reading
+// the experts alone takes 280 ms there) — and without a chip the
+// medium chunk.
+func TestSliceFor(t *testing.T) {
+	c := config.Production()
+	chunks := Buckets(ChunkLarge)
+	for _, tc := range []struct {
+		chip string
+		want int
+	}{{"M4 Max", ChunkMedium}, {"M4 Pro", ChunkSmall}, {"M1", ChunkTiny}, {"", ChunkMedium}} {
+		var chip *plan.Chip
+		if tc.chip != "" {
+			ch, ok := plan.ChipNamed(tc.chip)
+			if !ok {
+				t.Fatal(tc.chip)
+			}
+			chip = &ch
+		}
+		if got := SliceFor(c, chunks, 16, chip); got != tc.want {
+			t.Errorf("%q: slice %d, want %d", tc.chip, got, tc.want)
 		}
 	}
 }

@@ -50,3 +50,48 @@ func TestDefaultsFor24GBRaised(t *testing.T) {
 		t.Errorf("the 4,096-token chunk in 20 GiB holds %d positions: the small chunk is not needed", n)
 	}
 }
+
+// TestPoolPagesParallel: with Parallel sequences the pool holds decode.SessionsPages (each of
+// them min(context, decode.ParallelContext) positions at once, one alone the context), then the
+// prefix cache's pages as far as the room beside their states goes; one sequence (0 or 1) is
+// sized as before; the emulator keeps at least four sessions' worth and at least Parallel's.
+func TestPoolPagesParallel(t *testing.T) {
+	mem, err := decode.MemoryOf(config.Production(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ctx, ps = 65536, decode.DefaultPageSize
+	page := int64(ps) * mem.KVPerPosition
+	session, each := ctx/ps+1, decode.ParallelContext/ps+1
+	// room for four sequences' states and rows of scratch and ten pages more than their pool
+	ws := 512<<20 + mem.Weights + mem.Scratch + 3*mem.RowScratch + 4*mem.State + int64(4*each+10)*page
+	for _, tc := range []struct {
+		name string
+		o    GPUOptions
+		want int
+	}{
+		{"one, by default", GPUOptions{WorkingSet: ws}, session},
+		{"one", GPUOptions{WorkingSet: ws, Parallel: 1, CacheBytes: 3 * page}, session + 3},
+		{"four", GPUOptions{WorkingSet: ws, Parallel: 4}, 4 * each},
+		{"four and a cache larger than the room", GPUOptions{WorkingSet: ws, Parallel: 4, CacheBytes: 100 * page}, 4*each + 10},
+		{"emulator, two", GPUOptions{Parallel: 2}, 4*(session-1) + 1},
+		{"emulator, eight", GPUOptions{Parallel: 8}, 8*(session-1) + 1},
+	} {
+		if got := poolPages(mem, ctx, tc.o); got != tc.want {
+			t.Errorf("%s: %d pages, want %d", tc.name, got, tc.want)
+		}
+	}
+	if n, _ := mem.Parallel(ctx, ws); n != 4 {
+		t.Errorf("the working set made for four holds %d", n)
+	}
+	for _, p := range []int{0, 1, 4} {
+		if err := checkParallel(mem, ctx, GPUOptions{WorkingSet: ws, Parallel: p}); err != nil {
+			t.Errorf("%d sequences: %v", p, err)
+		}
+	}
+	for _, p := range []int{-1, 5} {
+		if err := checkParallel(mem, ctx, GPUOptions{WorkingSet: ws, Parallel: p}); err == nil {
+			t.Errorf("%d sequences accepted", p)
+		}
+	}
+}

@@ -19,6 +19,7 @@ type EmuOptions struct {
 	CacheBytes  int64     // the prefix cache's budget (GPUOptions.CacheBytes)
 	Chunks      []int     // prompt tokens per batched prefill step, one per size (GPUOptions.Chunks)
 	ChunkLogits bool      // GPUOptions.ChunkLogits
+	Parallel    int       // GPUOptions.Parallel
 	Threads     emu.Order // thread order inside threadgroups
 	GroupOrder  emu.Order // order of the dispatches between two barriers
 	Seed        uint64
@@ -42,5 +43,5 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Budget: o.Budget})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Parallel: o.Parallel, Budget: o.Budget})
 }

@@ -19,6 +19,7 @@ type EmuOptions struct {
 	CacheBytes  int64
 	Chunks      []int
 	ChunkLogits bool
+	Parallel    int
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

@@ -221,10 +221,11 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens, t
 
 // Continue implements backend.Generator: the request's selection runs in the step (greedy:
 // argmax of the penalised logits; sampling: sample_select + sample_final), bit for bit
-// engine/sample's, with the token state (prompt ids seen, first counted), logit bias, the
-// vocabulary limit (as a bias of -inf on the ids past it) and the penalty table written into the
-// step's sampler buffers first.
-func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
+// engine/sample's, with the token state (prompt ids seen, the generated ones counted), logit
+// bias, the vocabulary limit (as a bias of -inf on the ids past it) and the penalty table written
+// into the step's sampler buffers first. The sampler's step 0 sat at position pos−len(generated),
+// so a paused generation's draws go on where they stopped.
+func (s *Session) Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -234,16 +235,19 @@ func (s *Session) Continue(ctx context.Context, p sample.Params, prompt []int, f
 	if s.pos == 0 {
 		return nil, errors.New("generate: no prompt (feed it with Forward first)")
 	}
+	if len(generated) == 0 || len(generated) > s.pos {
+		return nil, fmt.Errorf("generate: %d generated tokens at position %d", len(generated), s.pos)
+	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	if err := s.setSampler(p, prompt, first); err != nil {
+	if err := s.setSampler(p, prompt, generated); err != nil {
 		return nil, err
 	}
-	tokens, err := s.loop(ctx, first, false, 1+max, p.TopLogprobs, stopIDs, onToken)
+	tokens, err := s.loop(ctx, generated[len(generated)-1], false, 1+max, p.TopLogprobs, stopIDs, onToken)
 	if len(tokens) == 0 {
 		return nil, err
 	}
-	return decode.FloatsOf(s.x.Bytes(s.e.step.Logits)), err
+	return s.logits(), err
 }
 
 // onDevice reports whether the step reproduces p: greedy or a top-k the sampler sorts whole (with
@@ -255,19 +259,22 @@ func onDevice(p sample.Params) bool {
 }
 
 // setSampler writes the request's sampler buffers and chooses the step's mode.
-func (s *Session) setSampler(p sample.Params, prompt []int, first int) error {
+func (s *Session) setSampler(p sample.Params, prompt, generated []int) error {
 	V := s.e.w.Config.VocabSize
-	setup, err := kernels.NewSampleSetup(p, prompt, V, s.pos-1, s.e.step.MaxCtx)
+	setup, err := kernels.NewSampleSetup(p, prompt, V, s.pos-len(generated), s.e.step.MaxCtx)
 	if err != nil {
 		return err
 	}
 	pr := &setup.Params
-	if first >= 0 && first < V {
+	for _, id := range generated {
+		if id < 0 || id >= V {
+			continue
+		}
 		if pr.Flags&kernels.SampleFlagCount != 0 {
-			setup.State[first]++
+			setup.State[id]++
 		}
 		if pr.Flags&kernels.SampleFlagSeen != 0 {
-			setup.State[first] |= kernels.TokenSeen
+			setup.State[id] |= kernels.TokenSeen
 		}
 	}
 	if p.VocabLimit > 0 && p.VocabLimit < V { // padding rows are never chosen

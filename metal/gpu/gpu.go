@@ -50,6 +50,8 @@ type GPU struct {
 	pages   *pagePool
 	kv      map[int][]byte // host views of the K and V pools, by plan buffer
 
+	slice    int         // prompt tokens per engine-loop step on this chip (SliceFor); 0: not chosen
+	parallel int         // sequences the KV pool holds at once (GPUOptions.Parallel)
 	closeDev func()      // releases the device, when the backend made it (NewMetal); nil otherwise
 	budget   exec.Budget // every executor's
 }
@@ -68,6 +70,11 @@ type GPUOptions struct {
 	// CacheBytes is the prefix cache's budget: the pool gets as many more pages as that holds
 	// and the working set leaves room for, so cached prefixes keep their pages.
 	CacheBytes int64
+	// Parallel is how many sequences run at once (0: as many as fit, by decode.Memory.Parallel;
+	// with no working set known, 4): the pool holds their pages by decode.SessionsPages' rule
+	// (each min(MaxCtx, decode.ParallelContext) positions at once, one alone MaxCtx), which must
+	// fit beside their states.
+	Parallel int
 	// Chunks are the prompt tokens a batched prefill step takes, one size per plan mode
 	// (decode.Options.Chunks; none: prompts run through the decode step token by token); Forward
 	// takes the largest that fits what is left of a prompt. AutoChunks, with no Chunks, picks
@@ -95,15 +102,19 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
+	o.Parallel = parallelFor(mem, maxCtx, o)
+	if err := checkParallel(mem, maxCtx, o); err != nil {
+		return nil, err
+	}
 	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunks: o.Chunks, ChunkLogits: o.ChunkLogits})
 	if err != nil {
 		return nil, err
 	}
-	shared := &sharedDevice{Device: dev, weights: map[string]exec.Memory{}, pipes: map[string]exec.Pipeline{}}
+	shared := &sharedDevice{Device: dev, shared: map[string]exec.Memory{}, pipes: map[string]exec.Pipeline{}}
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
+	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, parallel: o.Parallel, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
 	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers and the KV pool
 	if err != nil {
 		shared.freeWeights()
@@ -118,7 +129,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 		logf("%s: %d of %d weight tensors (%.2f GB) copied into GPU memory instead of wrapped in the mapped checkpoint: %v",
 			name, shared.copied, len(shared.views), float64(shared.copiedBytes)/1e9, shared.wrapErr)
 	}
-	wrapped := func(buf int) bool { _, ok := shared.weights[step.Plan.Buffers[buf].Name].(exec.View); return ok }
+	wrapped := func(buf int) bool { _, ok := shared.shared[step.Plan.Buffers[buf].Name].(exec.View); return ok }
 	if err := step.Upload(w, sl.x.Bytes, wrapped); err != nil {
 		sl.x.Close()
 		shared.freeWeights()
@@ -131,22 +142,56 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	return e, nil
 }
 
-// poolPages sizes the KV pool: a session's pages and a spare (decode.Memory.Fit keeps room for
-// them), then as many more as the prefix cache's budget holds and the working set leaves room
-// for, so that cached prefixes keep their pages rather than spill them to host memory. With no
-// working set known (the emulator) there is no limit, and at least four sessions' worth (tests
-// keep forks of a session alive).
+// poolPages sizes the KV pool: the pages of o.Parallel sequences (decode.SessionsPages; one: a
+// session's pages and a spare, which decode.Memory.Fit keeps room for), then as many more as the
+// prefix cache's budget holds and the working set leaves room for beside their states, so that
+// cached prefixes keep their pages rather than spill them to host memory. With no working set
+// known (the emulator) there is no limit, and at least four sessions' worth (tests keep forks of
+// a session alive), and at least o.Parallel's.
 func poolPages(mem decode.Memory, maxCtx int, o GPUOptions) int {
 	if o.Pages > 0 {
 		return o.Pages
 	}
 	ps := cmp.Or(o.PageSize, min(decode.DefaultPageSize, (maxCtx+15)/16*16))
-	session := (maxCtx+ps-1)/ps + 1
+	n := max(o.Parallel, 1)
+	sessions := decode.SessionsPages(maxCtx, n, ps)
 	extra := int(o.CacheBytes / (int64(ps) * max(mem.KVPerPosition, 1)))
 	if o.WorkingSet == 0 {
-		return max(4*(session-1)+1, session+extra)
+		session := decode.SessionsPages(maxCtx, 1, ps)
+		return max(max(4, n)*(session-1)+1, sessions+extra)
 	}
-	return session + max(0, min(extra, mem.Pages(o.WorkingSet, ps)-session))
+	return sessions + max(0, min(extra, mem.PagesBeside(o.WorkingSet, ps, n)-sessions))
+}
+
+// parallelFor is o.Parallel, or when 0 as many sequences as fit beside the weights (at least
+// one; the emulator, with no working set known, 4).
+func parallelFor(mem decode.Memory, maxCtx int, o GPUOptions) int {
+	switch {
+	case o.Parallel != 0:
+		return o.Parallel
+	case o.WorkingSet == 0:
+		return 4
+	}
+	n, _ := mem.Parallel(maxCtx, o.WorkingSet)
+	return max(n, 1)
+}
+
+// Parallel is how many sequences the KV pool was sized to run at once.
+func (e *GPU) Parallel() int { return e.parallel }
+
+// checkParallel fails when o.Parallel sequences do not fit in the working set at maxCtx, rather
+// than leave the device to fail the pool's allocation.
+func checkParallel(mem decode.Memory, maxCtx int, o GPUOptions) error {
+	if o.Parallel < 0 {
+		return fmt.Errorf("gpu: %d parallel sequences: want 0 or more", o.Parallel)
+	}
+	if o.Parallel <= 1 || o.WorkingSet == 0 {
+		return nil
+	}
+	if fit, why := mem.Parallel(maxCtx, o.WorkingSet); o.Parallel > fit {
+		return fmt.Errorf("gpu: %d parallel sequences of %d positions do not fit: %d do (%s)", o.Parallel, maxCtx, fit, why)
+	}
+	return nil
 }
 
 // decode.Step is the plan the backend runs.
@@ -308,7 +353,7 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 			}
 			done += n
 		}
-		return [][]float32{decode.FloatsOf(s.x.Bytes(s.e.step.Logits))}, nil
+		return [][]float32{s.logits()}, nil
 	}
 	if !all || s.e.step.ChunkLogits > 0 {
 		rows, n, err := s.chunks(tokens[:len(tokens)-1], all)
@@ -333,7 +378,7 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 		}
 		s.pos++
 		if keep {
-			out = append(out, decode.FloatsOf(s.x.Bytes(s.e.step.Logits)))
+			out = append(out, s.logits())
 		}
 	}
 	return out, nil
@@ -367,7 +412,7 @@ func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
 			return nil, done, err
 		}
 		if rows {
-			all := decode.FloatsOf(s.x.Bytes(s.e.step.ChunkLogits))
+			all := slices.Clone(decode.FloatsOf(s.x.Bytes(s.e.step.ChunkLogits))) // shared scratch
 			V := s.e.w.Config.VocabSize
 			for i := range n {
 				out = append(out, all[i*V:(i+1)*V])
@@ -397,6 +442,11 @@ func (s *Session) chunk(tokens []int, mode string) error {
 	}
 	s.pos += len(tokens)
 	return nil
+}
+
+// logits copies the last step's logits row out of the scratch every session's steps share.
+func (s *Session) logits() []float32 {
+	return slices.Clone(decode.FloatsOf(s.x.Bytes(s.e.step.Logits)))
 }
 
 // NextToken is the greedy token the last step chose on the GPU (argmax_final's output).
@@ -538,15 +588,18 @@ func (sn *Snapshot) Restore() (backend.Session, error) {
 	return s, nil
 }
 
-// sharedDevice allocates each Weights and KVCache buffer once (by name) and caches pipelines, so
-// every session's executor shares them; it counts the other allocations (live) for GPU.Live.
+// sharedDevice allocates each Weights, KVCache and Activations buffer once (by name) and caches
+// pipelines, so every session's executor shares them: steps run one at a time, so one set of
+// per-step scratch serves every session (the 1.2 GB of a 4,096-token prefill chunk's among it),
+// and what a step leaves there (the logits) is copied out before another runs. It counts the
+// other allocations (live: each session's state and control buffers) for GPU.Live.
 type sharedDevice struct {
 	exec.Device
-	mu      sync.Mutex
-	weights map[string]exec.Memory
-	pipes   map[string]exec.Pipeline
-	views   map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
-	sizes   map[exec.Memory]int64
+	mu     sync.Mutex
+	shared map[string]exec.Memory // Weights, KVCache and Activations buffers, by name
+	pipes  map[string]exec.Pipeline
+	views  map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
+	sizes  map[exec.Memory]int64
 
 	copied      int   // views that could not be wrapped and were allocated (copied) instead
 	copiedBytes int64 // their size
@@ -554,7 +607,7 @@ type sharedDevice struct {
 }
 
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
-	if b.Kind != plan.Weights && b.Kind != plan.KVCache {
+	if b.Kind != plan.Weights && b.Kind != plan.KVCache && b.Kind != plan.Activations {
 		m, err := d.Device.Alloc(b)
 		if err == nil {
 			d.mu.Lock()
@@ -568,7 +621,7 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if m, ok := d.weights[b.Name]; ok {
+	if m, ok := d.shared[b.Name]; ok {
 		return m, nil
 	}
 	if data, ok := d.views[b.Name]; ok && b.Kind == plan.Weights {
@@ -576,7 +629,7 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 		mem, off, err := d.Device.(exec.Wrapper).Wrap(data)
 		if err == nil {
 			v := exec.View{Mem: mem, Offset: off, Size: b.Size}
-			d.weights[b.Name] = v
+			d.shared[b.Name] = v
 			return v, nil
 		}
 		if d.copied++; d.wrapErr == nil {
@@ -586,7 +639,7 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	}
 	m, err := d.Device.Alloc(b)
 	if err == nil {
-		d.weights[b.Name] = m
+		d.shared[b.Name] = m
 	}
 	return m, err
 }
@@ -605,9 +658,9 @@ func (d *sharedDevice) Free(m exec.Memory) {
 func (d *sharedDevice) freeWeights() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for name, m := range d.weights {
+	for name, m := range d.shared {
 		d.Device.Free(m)
-		delete(d.weights, name)
+		delete(d.shared, name)
 	}
 }
 

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -78,11 +79,12 @@ func (nopEncoder) Commit()                           {}
 func (nopEncoder) Wait() error                       { return nil }
 func (nopEncoder) Finish() error                     { return nil }
 
-// TestMemoryReturnsAfterMixedRequests: 100 requests through the runner — shared prefixes, cache
-// hits, evictions under a small budget, cancellations, uncached and sampled ones — leave the
-// device with what it had before (the weights, the KV pool and one idle executor), every KV page
-// held by a cached snapshot or free (none once the cache is cleared), and closing the backend
-// gives everything back.
+// TestMemoryReturnsAfterMixedRequests: 200 requests through the engine loop, four running at
+// once — shared prefixes, cache hits, evictions under a small budget, cancellations before
+// admission, during prefill and after a token, uncached and sampled ones — leave the device with
+// what it had before (the weights, the KV pool, the shared scratch and one idle executor), every
+// KV page held by a cached snapshot or free (none once the cache is cleared), and closing the
+// backend gives everything back.
 func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	w, err := model.Load("../../testdata/golden/tiny-a")
 	if err != nil {
@@ -90,47 +92,65 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	}
 	defer w.Close()
 	dev := &countingDevice{}
-	e, err := NewGPU("counted", w, dev, GPUOptions{MaxCtx: 48})
+	e, err := NewGPU("counted", w, dev, GPUOptions{MaxCtx: 48, Parallel: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	baseBufs, baseBytes := e.Live()
 	devBufs, devBytes := dev.held()
 	mem, _ := decode.MemoryOf(w.Config, 0)
-	r := runner.New(e, runner.Options{CacheBytes: 3 * mem.Snapshot(16), PrefillChunk: 5, CheckpointEvery: 8})
+	r := runner.New(e, runner.Options{CacheBytes: 3 * mem.Snapshot(16), PrefillSlice: 5, CheckpointEvery: 8, Parallel: 4})
 	seed := uint64(1)
 	start := time.Now()
-	for i := range 100 {
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
 		prompt := []int{11, 22, 33, 44, 55, 66, 77}[:3+i%5]
 		for k := range i % 7 {
 			prompt = append(prompt, 100+(i*7+k*13)%400)
 		}
-		req := runner.Request{Prompt: prompt, MaxTokens: 1 + i%3, NoCache: i%11 == 0, Checkpoints: []int{len(prompt) - 1}}
+		// OnLogits keeps every choice on the host: the device runs nothing, so the device's own
+		// loop, which reads back what its kernels wrote, cannot run on it.
+		req := runner.Request{Prompt: prompt, MaxTokens: 1 + i%3, NoCache: i%11 == 0, Checkpoints: []int{len(prompt) - 1},
+			OnLogits: func(int, []float32) error { return nil }}
 		if i%4 == 1 {
 			req.Sampling = sample.Params{Temperature: 0.7, TopK: 10, Seed: &seed}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		emitted := 0
-		_, err := r.Generate(ctx, req, func(runner.Token) (bool, error) {
-			if emitted++; i%9 == 4 {
-				cancel() // the client went away after the first token
-			}
-			return false, nil
-		})
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("request %d: %v", i, err)
+		if i%13 == 6 {
+			time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel) // before admission or mid-prefill
 		}
+		wg.Go(func() {
+			defer cancel()
+			emitted := 0
+			_, err := r.Generate(ctx, req, func(runner.Token) (bool, error) {
+				if emitted++; i%9 == 4 {
+					cancel() // the client went away after the first token
+				}
+				return false, nil
+			})
+			if err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("request %d: %w", i, err)
+			}
+		})
+		if i%8 == 7 {
+			wg.Wait() // waves of eight: some wait for a place, the next wave reuses the cache
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	st := r.Cache().Stats()
 	if st.Hits == 0 || st.Evictions == 0 {
 		t.Fatalf("cache stats %+v: the mix should hit and evict", st)
 	}
 	if n, b := e.Live(); n != baseBufs || b != baseBytes {
-		t.Fatalf("after 100 requests the backend holds %d buffers (%d bytes) beside the weights; before, %d (%d)", n, b, baseBufs, baseBytes)
+		t.Fatalf("after 200 requests the backend holds %d buffers (%d bytes) beside the weights; before, %d (%d)", n, b, baseBufs, baseBytes)
 	}
 	if n, b := dev.held(); n != devBufs || b != devBytes {
-		t.Fatalf("after 100 requests the device has %d buffers (%d bytes) out; before, %d (%d)", n, b, devBufs, devBytes)
+		t.Fatalf("after 200 requests the device has %d buffers (%d bytes) out; before, %d (%d)", n, b, devBufs, devBytes)
 	}
 	if e.PagesInUse() > st.Entries*e.Step().Attn.TableLen() {
 		t.Fatalf("%d KV pages in use with no live session and %d cached snapshots", e.PagesInUse(), st.Entries)
@@ -143,5 +163,5 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	if n, b := dev.held(); n != 0 || b != 0 {
 		t.Fatalf("after Close the device still has %d buffers (%d bytes) out", n, b)
 	}
-	t.Logf("100 requests in %v; cache %+v", time.Since(start), st)
+	t.Logf("200 requests in %v; cache %+v", time.Since(start), st)
 }

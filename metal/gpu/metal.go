@@ -6,6 +6,7 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 // NewMetal compiles the kernels on the default Metal device, builds the decode plan for w and
@@ -35,5 +36,8 @@ func NewMetal(w *model.Weights, o GPUOptions) (*GPU, error) {
 		return nil, err
 	}
 	g.closeDev = dev.Close // the GPU made the device, so its Close releases it
+	if chip, ok := plan.ChipNamed(dev.Name()); ok {
+		g.slice = SliceFor(w.Config, g.step.Chunks, o.KVBits, &chip)
+	}
 	return g, nil
 }

@@ -29,8 +29,8 @@ type countedSession struct {
 	continued *int
 }
 
-func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt []int, first, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
-	logits, err := s.Session.Continue(ctx, p, prompt, first, max, stopIDs, onToken)
+func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
+	logits, err := s.Session.Continue(ctx, p, prompt, generated, max, stopIDs, onToken)
 	if err == nil {
 		*s.continued++
 	}

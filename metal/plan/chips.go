@@ -67,3 +67,10 @@ func ChipNamed(name string) (Chip, bool) {
 	}
 	return Chips[best], true
 }
+
+// Seconds is the time model Lily's modelled rates use: work of bytes of DRAM traffic and flops
+// FLOPs takes the longer of the two at 100% of the chip's peaks (traffic and compute overlap
+// fully; no per-dispatch cost, which the plans' dispatch counts report beside it).
+func (c Chip) Seconds(bytes int64, flops float64) float64 {
+	return max(float64(bytes)/c.Bandwidth, flops/c.FLOPs)
+}

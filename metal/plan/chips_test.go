@@ -23,3 +23,15 @@ func TestChipNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestChipSeconds: work takes the longer of its traffic over the bandwidth and its FLOPs over
+// the peak.
+func TestChipSeconds(t *testing.T) {
+	c, _ := ChipNamed("M4 Max")
+	if got, want := c.Seconds(int64(c.Bandwidth), c.FLOPs/2), 1.0; got != want {
+		t.Errorf("bandwidth-bound: %g s, want %g", got, want)
+	}
+	if got, want := c.Seconds(int64(c.Bandwidth/4), 2*c.FLOPs), 2.0; got != want {
+		t.Errorf("compute-bound: %g s, want %g", got, want)
+	}
+}

@@ -1,0 +1,373 @@
+package runner
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/sample"
+)
+
+// loop is the engine loop. Each turn it admits arrivals (up to Parallel running), ends the
+// sequences their callers stopped or cancelled, chooses every decoding sequence's next token,
+// and runs one step: a row per decoding sequence plus a slice of the oldest unfinished prefill,
+// so a stream waits at most one slice. A slice has the same size whether or not others run (a
+// prefill's rounding may depend on where its slices end, and a request's tokens must not depend
+// on what else runs). A sequence running alone whose session can generate on its device does so
+// until something arrives.
+func (r *Runner) loop() {
+	var run []*seq
+	for {
+		var ok bool
+		if run, ok = r.admit(run); !ok {
+			return
+		}
+		run = r.reap(run)
+		decoding := r.choose(run)
+		run = slices.DeleteFunc(run, (*seq).over)
+		if len(run) == 1 && len(decoding) == 1 && r.burstable(decoding[0]) {
+			r.burst(decoding[0])
+		} else {
+			r.step(decoding, r.prefillNext(run))
+		}
+		run = slices.DeleteFunc(run, (*seq).over)
+	}
+}
+
+// admit moves arrivals into the running set, up to Parallel, and starts their sessions. With
+// nothing running or arriving the loop ends (false).
+func (r *Runner) admit(run []*seq) ([]*seq, bool) {
+	r.mu.Lock()
+	if len(run) == 0 && len(r.arrivals) == 0 {
+		r.looping = false
+		r.mu.Unlock()
+		return nil, false
+	}
+	n := min(r.parallel-len(run), len(r.arrivals))
+	admitted := slices.Clone(r.arrivals[:n])
+	r.arrivals = slices.Delete(r.arrivals, 0, n)
+	r.running.Add(int32(n))
+	r.waiting.Add(-int32(n))
+	r.mu.Unlock()
+	if r.hold != nil && r.release == nil && n > 0 {
+		r.release = r.hold("Lily is generating text")
+	}
+	for _, s := range admitted {
+		if err := r.start(s); err != nil {
+			r.end(s, err)
+			continue
+		}
+		run = append(run, s)
+	}
+	return run, true
+}
+
+// start restores the longest cached prefix of s's prompt, from memory or from disk, or starts an
+// empty session.
+func (r *Runner) start(s *seq) error {
+	s.started = time.Now()
+	s.res.Queued = s.started.Sub(s.arrived)
+	hit, fromDisk := r.lookup(s.req)
+	if hit == nil {
+		s.sess = r.b.NewSession()
+		s.marks = r.marks(s.req, 0)
+		return nil
+	}
+	sess, err := hit.snap.Restore()
+	if fromDisk { // memory keeps it for the next turn
+		if r.cache.Wants(hit.tokens) {
+			r.cache.Store(hit.tokens, hit.snap, hit.logits)
+		} else {
+			hit.snap.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.sess, s.done, s.res.CachedTokens = sess, len(hit.tokens), len(hit.tokens)
+	s.marks = r.marks(s.req, s.done)
+	if s.done == len(s.req.Prompt) {
+		s.logits = hit.logits
+		s.res.Prefill = time.Since(s.started)
+	}
+	return nil
+}
+
+// reap ends the sequences whose callers stopped them or went away.
+func (r *Runner) reap(run []*seq) []*seq {
+	for _, s := range run {
+		switch {
+		case s.halted.Load():
+			r.end(s, nil)
+		case s.ctx.Err() != nil:
+			r.end(s, s.ctx.Err())
+		}
+	}
+	return slices.DeleteFunc(run, (*seq).over)
+}
+
+// choose picks the next token of every decoding sequence, hands it to its caller, and ends the
+// sequences a stop id or the token limit ends. It returns those that go on: each has a token to
+// consume.
+func (r *Runner) choose(run []*seq) []*seq {
+	var decoding []*seq
+	for _, s := range run {
+		if s.prefilling() {
+			continue
+		}
+		if err := r.pick(s); err != nil {
+			r.end(s, err)
+			continue
+		}
+		last := s.res.Tokens[len(s.res.Tokens)-1]
+		switch {
+		case slices.Contains(s.req.StopIDs, last):
+			s.res.FinishReason = "stop"
+			r.end(s, nil)
+		case len(s.res.Tokens) == s.req.MaxTokens:
+			s.res.FinishReason = "length"
+			r.end(s, nil)
+		default:
+			decoding = append(decoding, s)
+		}
+	}
+	return decoding
+}
+
+// pick chooses s's next token from its logits row, as its steer allows, and posts it.
+func (r *Runner) pick(s *seq) error {
+	step := len(s.res.Tokens)
+	if step == 0 {
+		s.decoding = time.Now()
+	}
+	if s.req.OnLogits != nil {
+		if err := s.req.OnLogits(step, s.logits); err != nil {
+			return err
+		}
+	}
+	c, err := next(s.sampler, s.req.Steer, s.logits)
+	if err != nil {
+		return err
+	}
+	s.res.Tokens = append(s.res.Tokens, c.ID)
+	s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
+	return nil
+}
+
+// next chooses the next token from logits, as steer allows (nil: freely).
+func next(sampler *sample.Sampler, steer Steer, logits []float32) (sample.Choice, error) {
+	if steer == nil {
+		return sampler.Next(logits), nil
+	}
+	var c sample.Choice
+	if id, forced, allowed := steer.Next(); forced {
+		c = sampler.Forced(id)
+	} else {
+		c = sampler.NextAllowed(logits, allowed)
+	}
+	return c, steer.Accept(c.ID)
+}
+
+// prefill is one step's slice of a prompt: s's tokens [s.done, end).
+type prefill struct {
+	s   *seq
+	end int
+}
+
+// prefillNext is the slice of the oldest unfinished prefill this step runs; it ends at the next
+// checkpoint.
+func (r *Runner) prefillNext(run []*seq) *prefill {
+	i := slices.IndexFunc(run, (*seq).prefilling)
+	if i < 0 {
+		return nil
+	}
+	s := run[i]
+	end := min(s.done+r.slice, len(s.req.Prompt))
+	if len(s.marks) > 0 {
+		end = min(end, s.marks[0])
+	}
+	return &prefill{s, end}
+}
+
+// step runs one backend step over the decoding sequences' rows and the prefill slice.
+func (r *Runner) step(decoding []*seq, pf *prefill) {
+	rows := make([]backend.Row, 0, len(decoding)+1)
+	for _, s := range decoding {
+		rows = append(rows, backend.Row{Session: s.sess, Tokens: s.res.Tokens[len(s.res.Tokens)-1:]})
+	}
+	if pf != nil {
+		rows = append(rows, backend.Row{Session: pf.s.sess, Tokens: pf.s.req.Prompt[pf.s.done:pf.end]})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	results := backend.Step(r.b, rows)
+	for i, s := range decoding {
+		if err := results[i].Err; err != nil {
+			r.end(s, err)
+			continue
+		}
+		s.logits, s.consumed = results[i].Logits, s.consumed+1
+	}
+	if pf != nil {
+		r.prefilled(pf, results[len(results)-1])
+	}
+}
+
+// prefilled records a prefill slice's result: checkpoints saved on the way, progress, and at the
+// prompt's end the first logits row.
+func (r *Runner) prefilled(pf *prefill, res backend.RowResult) {
+	s := pf.s
+	if res.Err != nil {
+		r.end(s, res.Err)
+		return
+	}
+	s.done = pf.end
+	prompt := s.req.Prompt
+	if len(s.marks) > 0 && s.marks[0] == s.done {
+		s.marks = s.marks[1:]
+		r.save(s.req, prompt[:s.done], s.sess, res.Logits, slices.Contains(s.req.Checkpoints, s.done))
+	}
+	s.out.post(event{progress: true, done: s.done})
+	if s.done < len(prompt) {
+		return
+	}
+	s.logits = res.Logits
+	s.res.Prefill = time.Since(s.started)
+	if s.res.CachedTokens < len(prompt) {
+		r.save(s.req, prompt, s.sess, s.logits, false)
+	}
+}
+
+// burstable reports whether s, running alone, can go on on its device (backend.Generator): the
+// device samples, so nothing may need each logits row on the host. The device chooses exactly the
+// host's tokens, but its logprobs may differ in the last bits, so with others possibly running
+// beside it (Parallel > 1) a request that asks for logprobs stays on the host, alone or not.
+func (r *Runner) burstable(s *seq) bool {
+	_, ok := s.sess.(backend.Generator)
+	logprobs := s.params.Logprobs || s.params.TopLogprobs > 0
+	return ok && !s.onHost && s.req.Steer == nil && s.req.OnLogits == nil && r.waiting.Load() == 0 && (r.parallel == 1 || !logprobs)
+}
+
+// burst lets s's device generate, a token at a time through the same stop and limit rules,
+// until the sequence ends or another request arrives (it then goes on in the loop's steps,
+// where its device draws the same numbers the host would: see backend.Generator).
+func (r *Runner) burst(s *seq) {
+	g := s.sess.(backend.Generator)
+	last, err := g.Continue(s.ctx, s.params, s.req.Prompt, s.res.Tokens, s.req.MaxTokens-len(s.res.Tokens), s.req.StopIDs, func(c sample.Choice) (bool, error) {
+		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
+		s.res.Tokens = append(s.res.Tokens, c.ID)
+		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
+		switch {
+		case slices.Contains(s.req.StopIDs, c.ID):
+			s.res.FinishReason = "stop"
+		case len(s.res.Tokens) == s.req.MaxTokens:
+			s.res.FinishReason = "length"
+		}
+		return s.res.FinishReason != "" || s.halted.Load() || r.waiting.Load() > 0, nil
+	})
+	switch {
+	case errors.Is(err, backend.ErrNotOnDevice): // nothing consumed: the next step runs it on the host
+		s.onHost = true
+		r.step([]*seq{s}, nil)
+	case err != nil:
+		r.end(s, err)
+	default:
+		s.logits, s.consumed = last, len(s.res.Tokens)
+		if s.res.FinishReason != "" {
+			r.end(s, nil)
+		}
+	}
+}
+
+func (s *seq) over() bool { return s.ended }
+
+// end finishes s: its state is cached (a generation that ended cleanly), its session closed, and
+// its caller told. The hold is released first when nothing else runs or waits.
+func (r *Runner) end(s *seq, err error) {
+	s.ended = true
+	if !s.decoding.IsZero() {
+		s.res.Decode = time.Since(s.decoding)
+	}
+	if s.sess != nil {
+		if err == nil && s.consumed > 0 {
+			r.save(s.req, s.history(), s.sess, s.logits, true)
+		}
+		s.sess.Close()
+		s.sess = nil
+	}
+	if r.running.Add(-1) == 0 && r.waiting.Load() == 0 && r.release != nil {
+		r.release()
+		r.release = nil
+	}
+	res := s.res
+	res.Tokens = slices.Clone(s.res.Tokens)
+	s.out.post(event{final: true, res: res, err: err})
+}
+
+// save stores the state of sess, which has consumed tokens, in the prefix cache (unless the
+// request opts out or the cache holds that state already), and with persist on disk too. A
+// failed save only costs the entry.
+func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []float32, persist bool) {
+	if req.NoCache {
+		return
+	}
+	toDisk := persist && r.disk != nil && r.disk.wants(tokens)
+	if !r.cache.Wants(tokens) && !toDisk {
+		return
+	}
+	snap, err := sess.Save()
+	if err != nil {
+		return
+	}
+	if toDisk {
+		if data, err := r.codec.EncodeSnapshot(snap); err == nil {
+			r.disk.put(tokens, data, logits)
+		}
+	}
+	if r.cache.Wants(tokens) {
+		r.cache.Store(tokens, snap, logits)
+	} else {
+		snap.Close()
+	}
+}
+
+// marks are the checkpoints strictly between the cached prefix and the prompt's end, sorted.
+// Slices end at them whether or not the cache is on, so both compute the same slices.
+func (r *Runner) marks(req Request, cached int) []int {
+	var out []int
+	for _, m := range req.Checkpoints {
+		if m > cached && m < len(req.Prompt) {
+			out = append(out, m)
+		}
+	}
+	if r.every > 0 {
+		for m := (cached/r.every + 1) * r.every; m < len(req.Prompt); m += r.every {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// lookup finds the longest cached prefix of the prompt: in memory, or on disk when the disk
+// holds a longer one (fromDisk: the entry is loaded, not yet in memory).
+func (r *Runner) lookup(req Request) (hit *entry, fromDisk bool) {
+	if req.NoCache {
+		return nil, false
+	}
+	hit = r.cache.Lookup(req.Prompt)
+	if r.disk == nil {
+		return hit, false
+	}
+	de := r.disk.longest(req.Prompt)
+	if de == nil || hit != nil && len(de.tokens) <= len(hit.tokens) {
+		return hit, false
+	}
+	snap, logits, err := r.disk.load(de, r.codec)
+	if err != nil {
+		return hit, false // the file is gone; memory's hit, if any, still serves
+	}
+	return &entry{tokens: de.tokens, snap: snap, logits: logits}, true
+}
