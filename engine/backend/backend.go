@@ -73,6 +73,13 @@ type Generator interface {
 	Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
 }
 
+// Admitter is a Backend whose sessions share a fixed memory pool (a GPU's KV pages): Fits says
+// whether sequences reaching the given positions (prompt plus the most tokens each may generate)
+// can run at once, so the engine loop admits a sequence only when its memory is sure to be there.
+type Admitter interface {
+	Fits(positions []int) bool
+}
+
 // Row is one session's part of a step: tokens it consumes at its next positions. A step's rows
 // belong to distinct sessions.
 type Row struct {

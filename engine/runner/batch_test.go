@@ -229,3 +229,74 @@ func TestManyRequestsLeaveNothingBehind(t *testing.T) {
 		t.Fatalf("the cache holds %d bytes over its budget", st.Bytes)
 	}
 }
+
+// roomFor is a CPU backend whose sequences share a pool of cap positions (backend.Admitter).
+type roomFor struct {
+	*stepLog
+	cap int
+}
+
+func (r roomFor) Fits(positions []int) bool {
+	n := 0
+	for _, p := range positions {
+		n += p
+	}
+	return n <= r.cap
+}
+
+// TestAdmitsOnlyWhatFits: a request whose memory is not there waits, in arrival order, until the
+// running one ends; it still runs alone when only it could ever fit.
+func TestAdmitsOnlyWhatFits(t *testing.T) {
+	l := &stepLog{Model: tinyBackend(t)}
+	r := New(roomFor{l, 80}, Options{Parallel: 4, PrefillSlice: 8})
+	var wg sync.WaitGroup
+	reqs := []Request{{Prompt: prompt(10, 1), MaxTokens: 40}, {Prompt: prompt(10, 2), MaxTokens: 40}, {Prompt: prompt(5, 3), MaxTokens: 3}}
+	for i, req := range reqs {
+		wg.Go(func() {
+			if res := generate(context.Background(), r, req); res.err != nil {
+				t.Errorf("request %d: %v", i, res.err)
+			}
+		})
+		time.Sleep(20 * time.Millisecond) // arrival order
+	}
+	wg.Wait()
+	last := func(sess int) int { // index of a session's last call
+		i := -1
+		for j, c := range l.calls {
+			if c.sess == sess {
+				i = j
+			}
+		}
+		return i
+	}
+	first := func(sess int) int { return slices.IndexFunc(l.calls, func(c call) bool { return c.sess == sess }) }
+	if first(2) < last(1) || first(3) < first(2) {
+		t.Fatalf("sessions 2 and 3 started at calls %d and %d, session 1 ended at %d: the second request did not wait for room, or the third jumped it", first(2), first(3), last(1))
+	}
+	alone := New(roomFor{l, 10}, Options{Parallel: 4})
+	if res := generate(context.Background(), alone, Request{Prompt: prompt(10, 1), MaxTokens: 5}); res.err != nil || len(res.ids) != 5 {
+		t.Fatalf("a request larger than the pool alone: %v, %d tokens", res.err, len(res.ids))
+	}
+}
+
+// TestRunningSequencesShareTheCache: two requests running at once that extend a cached prompt
+// (two agents with one system prompt) both start from it, and get what they get alone.
+func TestRunningSequencesShareTheCache(t *testing.T) {
+	l := &stepLog{Model: tinyBackend(t)}
+	r := New(l, Options{Parallel: 2, CacheBytes: 1 << 30, PrefillSlice: 8})
+	system := prompt(30, 1)
+	generate(context.Background(), r, Request{Prompt: system, MaxTokens: 1})
+	cold := New(l, Options{PrefillSlice: 8})
+	var wg sync.WaitGroup
+	for i := range 2 {
+		req := Request{Prompt: append(slices.Clone(system), prompt(6, 10+i)...), MaxTokens: 6}
+		want := generate(context.Background(), cold, req)
+		wg.Go(func() {
+			got := generate(context.Background(), r, req)
+			if got.err != nil || got.res.CachedTokens != len(system) || !slices.Equal(got.ids, want.ids) {
+				t.Errorf("agent %d: cached %d of %d, tokens %v (alone, uncached: %v), %v", i, got.res.CachedTokens, len(system), got.ids, want.ids, got.err)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -35,8 +35,9 @@ func (r *Runner) loop() {
 	}
 }
 
-// admit moves arrivals into the running set, up to Parallel, and starts their sessions. With
-// nothing running or arriving the loop ends (false).
+// admit moves arrivals into the running set in arrival order, up to Parallel and while the
+// backend's memory holds them (backend.Admitter), and starts their sessions. With nothing
+// running or arriving the loop ends (false).
 func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 	r.mu.Lock()
 	if len(run) == 0 && len(r.arrivals) == 0 {
@@ -44,7 +45,7 @@ func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 		r.mu.Unlock()
 		return nil, false
 	}
-	n := min(r.parallel-len(run), len(r.arrivals))
+	n := r.fitting(run, r.arrivals[:min(r.parallel-len(run), len(r.arrivals))])
 	admitted := slices.Clone(r.arrivals[:n])
 	r.arrivals = slices.Delete(r.arrivals, 0, n)
 	r.running.Add(int32(n))
@@ -61,6 +62,26 @@ func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 		run = append(run, s)
 	}
 	return run, true
+}
+
+// fitting is how many of the first arrivals can join run: all of them unless the backend's
+// memory would not hold every sequence at its longest. One alone always fits (the backend's
+// context is one sequence's), so a long request waits for the others to finish, never forever.
+func (r *Runner) fitting(run, arrivals []*seq) int {
+	a, ok := r.b.(backend.Admitter)
+	if !ok {
+		return len(arrivals)
+	}
+	var positions []int
+	for _, s := range run {
+		positions = append(positions, s.reach())
+	}
+	for i, s := range arrivals {
+		if positions = append(positions, s.reach()); len(positions) > 1 && !a.Fits(positions) {
+			return i
+		}
+	}
+	return len(arrivals)
 }
 
 // start restores the longest cached prefix of s's prompt, from memory or from disk, or starts an

@@ -48,6 +48,9 @@ func newSeq(ctx context.Context, req Request) *seq {
 	return s
 }
 
+// reach is the most positions the sequence can come to hold.
+func (s *seq) reach() int { return len(s.req.Prompt) + s.req.MaxTokens }
+
 // prefilling reports whether the session has not yet consumed the whole prompt.
 func (s *seq) prefilling() bool { return s.logits == nil }
 

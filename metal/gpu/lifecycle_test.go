@@ -165,3 +165,32 @@ func TestMemoryReturnsAfterMixedRequests(t *testing.T) {
 	}
 	t.Logf("200 requests in %v; cache %+v", time.Since(start), st)
 }
+
+// TestFitsCountsPages: sequences fit while their pages, each with a spare, are within the pool.
+func TestFitsCountsPages(t *testing.T) {
+	w, err := model.Load("../../testdata/golden/tiny-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e, err := NewGPU("counted", w, &countingDevice{}, GPUOptions{MaxCtx: 48, PageSize: 16, Pages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, tc := range []struct {
+		positions []int
+		want      bool
+	}{
+		{[]int{48}, true},          // 3 pages + a spare
+		{[]int{48, 48}, true},      // 8
+		{[]int{48, 48, 1}, true},   // 10
+		{[]int{48, 48, 17}, false}, // 11
+		{[]int{16, 16, 16, 16, 16}, true},
+		{[]int{16, 16, 16, 16, 16, 1}, false},
+	} {
+		if got := e.Fits(tc.positions); got != tc.want {
+			t.Errorf("Fits(%v) = %v, want %v", tc.positions, got, tc.want)
+		}
+	}
+}

@@ -50,6 +50,22 @@ func (p *pagePool) release(pages []int32) {
 	}
 }
 
+// Fits reports whether sequences that reach the given positions can run at once
+// (backend.Admitter): their pages, each with a spare for a copy on write, within the pool. It
+// counts every page a sequence may hold as its own (pages shared with a snapshot or another
+// session only make it hold fewer), and snapshots give their pages up when a session needs one,
+// so a set that fits never finds the pool full.
+func (e *GPU) Fits(positions []int) bool {
+	ps := e.step.Attn.Page()
+	need := 0
+	for _, n := range positions {
+		need += (n+ps-1)/ps + 1
+	}
+	e.pagesMu.Lock()
+	defer e.pagesMu.Unlock()
+	return need <= len(e.pages.ref)
+}
+
 // inUse is the number of pages some session or snapshot holds.
 func (p *pagePool) inUse() int { return len(p.ref) - len(p.free) }
 
