@@ -33,3 +33,32 @@ func Coverage(files map[string]string, ran map[string]bool, exempt map[string]st
 	}
 	return errors.Join(errs...)
 }
+
+// VariantCoverage names each kernel instance of instances that no case runs in some variant of
+// variants: a case runs "<instance>+v" when one of its Kernels is the instance with v among its
+// "+suffixes" ("qmv_q4+add+rows3" runs qmv_q4 in the variants add and rows3). The multi-row
+// kernels are covered per row count this way ("rows1" … "rows8").
+func VariantCoverage(instances []string, cs []Case, variants []string) error {
+	ran := map[string]bool{}
+	for _, c := range cs {
+		for _, k := range c.Kernels {
+			parts := strings.Split(k, "+")
+			for _, v := range parts[1:] {
+				ran[parts[0]+"+"+v] = true
+			}
+		}
+	}
+	var errs []error
+	for _, k := range instances {
+		var missing []string
+		for _, v := range variants {
+			if !ran[k+"+"+v] {
+				missing = append(missing, v)
+			}
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("no case runs %s in %s", k, strings.Join(missing, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -37,6 +37,11 @@ func embedCases() []Case {
 	for _, t := range []int{0, 65537, 69999} {
 		out = append(out, embedCase(70000, 2048, t, true, randEmbedding(70000, 2048)))
 	}
+	// The multi-row decode step: R rows' tokens (one past the end, repeats) from [R]{pos, token}.
+	for _, r := range qmvBatches {
+		out = append(out, embedBatchCase(37, 192, r))
+	}
+	out = append(out, embedBatchCase(1000, 2048, 8))
 	out = append(out, Case{
 		Name: "embed_chunk/37x192_5tok", Kernels: []string{"embed_chunk"}, Tol: embedTol,
 		Shape: "vocab 37 × hidden 192, tokens 3 0 36 3 17 (a row of threadgroups each)",
@@ -93,4 +98,46 @@ func (c *Ctx) embedCompare(got, want []float32) error {
 		return Bits("out", got, want)
 	}
 	return nil
+}
+
+// embedBatchCase runs rows decode rows' tokens through one embed_q4 dispatch and checks each row
+// against the reference and, bit for bit, against a one-row dispatch (EmbedCall) on its step.
+func embedBatchCase(vocab, hidden, rows int) Case {
+	kernel := fmt.Sprintf("embed_q4+rows%d", rows)
+	return Case{
+		Name: fmt.Sprintf("%s/%dx%d", kernel, vocab, hidden), Kernels: []string{kernel}, Tol: embedTol,
+		Shape: fmt.Sprintf("vocab %d × hidden %d, %d rows' {pos, token} in one dispatch and one at a time", vocab, hidden, rows),
+		Run: func(c *Ctx) error {
+			e := quant.Quantize(RandFloats(c.R, vocab*hidden, 0.02), vocab, hidden, 4)
+			steps := make([]uint32, 2*rows)
+			for r := range rows {
+				steps[2*r], steps[2*r+1] = uint32(100+r), uint32(c.R.IntN(vocab))
+			}
+			if rows > 1 {
+				steps[2*rows-1] = uint32(vocab + 2) // past the end: clamped to the last row
+			}
+			em := c.QM("embed", e)
+			all := kernels.EmbedBuffers[int]{Embed: em, Step: c.In("steps", steps), Out: c.Out("out", 4*rows*hidden)}
+			c.Add(kernels.EmbedRowsCall(hidden, vocab, rows, all), false)
+			one := make([]int, rows)
+			for r := range rows {
+				one[r] = c.Out(fmt.Sprintf("row%d.out", r), 4*hidden)
+				c.Add(kernels.EmbedCall(hidden, vocab, kernels.EmbedBuffers[int]{Embed: em, Step: c.In(fmt.Sprintf("row%d.step", r), steps[2*r:2*r+2]), Out: one[r]}), false)
+			}
+			if err := c.Step(); err != nil {
+				return err
+			}
+			got := c.F32(all.Out)
+			for r := range rows {
+				row := got[r*hidden : (r+1)*hidden]
+				if err := c.embedCompare(row, kernels.Embed(e, int(steps[2*r+1]))); err != nil {
+					return fmt.Errorf("row %d of %d: %w", r, rows, err)
+				}
+				if err := Bits(fmt.Sprintf("row %d of %d: out", r, rows), row, c.F32(one[r])); err != nil {
+					return fmt.Errorf("not batch-invariant (want the one-row dispatch on the row alone): %w", err)
+				}
+			}
+			return nil
+		},
+	}
 }

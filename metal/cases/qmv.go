@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/lilyformac/lily/engine/quant"
@@ -31,6 +32,7 @@ type qmvShape struct {
 	codes            bool // random codes, scales and biases (too large to quantize)
 	heavy            bool
 	why              string
+	batch            int // rows of x in one dispatch (qmv_batch.go); 0: today's one-row cases
 }
 
 func (s qmvShape) kernel() string {
@@ -101,11 +103,19 @@ func qmvCases() []Case {
 	for _, s := range shapes {
 		out = append(out, qmvCase(s))
 	}
+	for _, s := range qmvBatchShapes() {
+		out = append(out, qmvBatchCase(s))
+	}
 	return out
 }
 
+// qmvRowsTag is a case name's spelling of the matrices' rows: "13", "5_3".
+func qmvRowsTag(rows []int) string {
+	return strings.Trim(strings.Join(strings.Fields(fmt.Sprint(rows)), "_"), "[]")
+}
+
 func qmvCase(s qmvShape) Case {
-	rows := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.rows)), "_"), "[]")
+	rows := qmvRowsTag(s.rows)
 	shape := fmt.Sprintf("%v × %d, %d-bit", s.rows, s.k, s.bits)
 	if s.why != "" {
 		shape += " (" + s.why + ")"
@@ -152,7 +162,7 @@ func qmvCase(s qmvShape) Case {
 			}
 			for j, m := range ms {
 				name := outName(j, len(ms))
-				if err := c.qmvCompare(name, m, xn, y0s[j], c.F32(ys[j]), s.perRow, !s.norm && !s.add); err != nil {
+				if err := c.qmvCompare(name, m, xn, kernels.QMV(m, xn), y0s[j], c.F32(ys[j]), s.perRow, !s.norm && !s.add); err != nil {
 					return err
 				}
 			}
@@ -176,11 +186,11 @@ func qmvMatrix(r *rand.Rand, rows, cols, bits int, codes bool) *quant.Matrix {
 	})
 }
 
-// qmvCompare measures got against quant.MatVec (+ y0) relative to max(Σ|w·x|, |y₀|) over the
-// rows (each row's own with perRow); with exact, on the emulator, it also requires got within
-// qmvExactTol of the float64 product.
-func (c *Ctx) qmvCompare(name string, m *quant.Matrix, x, y0, got []float32, perRow, exact bool) error {
-	want := kernels.QMV(m, x)
+// qmvCompare measures got against want, the reference's W·x (quant.MatVec), plus y0 relative to
+// max(Σ|w·x|, |y₀|) over the rows (each row's own with perRow); with exact, on the emulator, it
+// also requires got within qmvExactTol of the float64 product.
+func (c *Ctx) qmvCompare(name string, m *quant.Matrix, x, want, y0, got []float32, perRow, exact bool) error {
+	want = slices.Clone(want)
 	row := make([]float32, m.Cols)
 	f64, mag := make([]float64, m.Rows), make([]float64, m.Rows)
 	var scale float64

@@ -1,6 +1,7 @@
 package cases
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/lilyformac/lily/metal/kernels"
@@ -73,5 +74,61 @@ func rmsnormCases() []Case {
 			},
 		})
 	}
+	for _, r := range qmvBatches {
+		out = append(out, rmsnormBatchCase(200, 96, r, false), rmsnormBatchCase(2048, kernels.RMSNormThreads, r, true))
+	}
 	return out
+}
+
+// rmsnormBatchCase runs rows rows of h through one dispatch and checks each row against the
+// reference on that row alone and, bit for bit (res and out), against a one-row dispatch on it:
+// the multi-row decode step's batch invariance (a threadgroup per row, so the rows never meet).
+func rmsnormBatchCase(h, threads, rows int, inPlace bool) Case {
+	kernel := fmt.Sprintf("add_rmsnorm+rows%d", rows)
+	shape := fmt.Sprintf("%d rows of %d in one dispatch and one at a time, threadgroups of %d", rows, h, threads)
+	if inPlace {
+		shape += ", the residual written over x"
+	}
+	return Case{
+		Name: fmt.Sprintf("%s/h%d_tg%d", kernel, h, threads), Kernels: []string{kernel}, Shape: shape, Tol: rmsTol,
+		Run: func(c *Ctx) error {
+			x, d, w := RandFloats(c.R, h*rows, 1), RandFloats(c.R, h*rows, 0.5), RandGain(c.R, h, 0.1)
+			all := rmsnormBuffers(c, "", x, d, w, inPlace)
+			c.Add(kernels.AddRMSNormCall(h, rows, eps, threads, all), false)
+			one := make([]kernels.AddRMSNormBuffers[int], rows)
+			for r := range rows {
+				one[r] = rmsnormBuffers(c, fmt.Sprintf("row%d.", r), x[r*h:(r+1)*h], d[r*h:(r+1)*h], w, inPlace)
+				c.Add(kernels.AddRMSNormCall(h, 1, eps, threads, one[r]), false)
+			}
+			if err := c.Step(); err != nil {
+				return err
+			}
+			res, out := c.F32(all.Res), c.F32(all.Out)
+			for r := range rows {
+				wantRes, wantOut := make([]float32, h), make([]float32, h)
+				o := r * h
+				kernels.AddRMSNorm(wantRes, wantOut, x[o:o+h], d[o:o+h], w, eps)
+				name := fmt.Sprintf("row %d of %d: ", r, rows)
+				c.Rel(name+"out", out[o:o+h], wantOut)
+				if err := errors.Join(Bits(name+"res", res[o:o+h], wantRes), Bits(name+"res", res[o:o+h], c.F32(one[r].Res)),
+					Bits(name+"out", out[o:o+h], c.F32(one[r].Out))); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// rmsnormBuffers declares add_rmsnorm's buffers for x and d (names prefixed), the residual
+// written over x with inPlace.
+func rmsnormBuffers(c *Ctx, prefix string, x, d []float32, w []uint16, inPlace bool) kernels.AddRMSNormBuffers[int] {
+	bs := kernels.AddRMSNormBuffers[int]{D: c.In(prefix+"d", d), W: c.In(prefix+"w", w), Out: c.Out(prefix+"out", 4*len(x))}
+	if inPlace {
+		bs.X = c.InOut(prefix+"x", x)
+		bs.Res = bs.X
+	} else {
+		bs.X, bs.Res = c.In(prefix+"x", x), c.Out(prefix+"res", 4*len(x))
+	}
+	return bs
 }

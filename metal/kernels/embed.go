@@ -27,18 +27,24 @@ func Embed(e *quant.Matrix, token int) []float32 {
 // EmbedBuffers are embed_q4's buffers, by role.
 type EmbedBuffers[B any] struct {
 	Embed QMatrixBuffers[B] // 0-2: the 4-bit embedding [vocab][hidden]
-	Step  B                 // 3: the step buffer {pos, token}
-	Out   B                 // 4: [hidden] float32
+	Step  B                 // 3: the step buffer {pos, token} ([rows]{pos, token} for EmbedRowsCall)
+	Out   B                 // 4: [hidden] float32 ([rows][hidden])
 }
 
 // EmbedCall is embed_q4 for the step buffer's token of a vocab × hidden embedding: one thread
 // per word of the row (EmbedThreadsGrid), in whole threadgroups of EmbedThreads.
 func EmbedCall[B any](hidden, vocab int, b EmbedBuffers[B]) Call[B] {
+	return EmbedRowsCall(hidden, vocab, 1, b)
+}
+
+// EmbedRowsCall is embed_q4 for the rows steps of a multi-row decode step ([rows]{pos, token} in
+// b.Step, [rows][hidden] out): EmbedCall's threadgroups once per row; rows 1 is EmbedCall.
+func EmbedRowsCall[B any](hidden, vocab, rows int, b EmbedBuffers[B]) Call[B] {
 	bs := map[int]B{3: b.Step, 4: b.Out}
 	b.Embed.bind(bs, 0)
 	return Call[B]{
 		Kernel: "embed_q4", Constants: map[int]any{EmbedHidden: hidden, EmbedVocab: vocab}, Buffers: bs,
-		Threadgroups: grid(groupsFor(EmbedThreadsGrid(hidden), EmbedThreads)), Group: grid(EmbedThreads),
+		Threadgroups: [3]int{groupsFor(EmbedThreadsGrid(hidden), EmbedThreads), rows, 1}, Group: grid(EmbedThreads),
 	}
 }
 

@@ -12,8 +12,8 @@
 // last row (the selection kernels never produce one; the clamp only keeps a bad id in bounds).
 //
 // Geometry: one thread per uint32 word (8 values, two float4 stores): dispatchThreads(H/8) in
-// threadgroups of EmbedThreads (64), so H = 2048 is 256 threads in 4 threadgroups. H must be a
-// multiple of 64.
+// threadgroups of EmbedThreads (64), so H = 2048 is 256 threads in 4 threadgroups (and a row of
+// them per row of a multi-row step). H must be a multiple of 64.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -39,14 +39,18 @@ inline void embed_row(device const uint* words, device const bfloat* scales, dev
   o[1] = float4(v[4], v[5], v[6], v[7]);
 }
 
+// embed_q4 over R rows (the multi-row decode step: a row of threadgroups per row, grid
+// (H/8 threads, R)) reads row r's {pos, token} at step[2r] and writes out[r]; each row is
+// computed on its own, so it is bit-identical to a one-row dispatch on it. R = 1 is the one-row
+// kernel.
 kernel void embed_q4(device const uint* words [[buffer(0)]],     // [VOCAB][H/8]
                      device const bfloat* scales [[buffer(1)]],  // [VOCAB][H/64]
                      device const bfloat* biases [[buffer(2)]],  // [VOCAB][H/64]
-                     device const uint* step [[buffer(3)]],      // {pos, token}
-                     device float* out [[buffer(4)]],            // [H]
-                     uint w [[thread_position_in_grid]]) {
-  if (w < EMBED_H / 8) {
-    embed_row(words, scales, biases, step[1], out, w);
+                     device const uint* step [[buffer(3)]],      // [R]{pos, token}
+                     device float* out [[buffer(4)]],            // [R][H]
+                     uint2 g [[thread_position_in_grid]]) {      // (word, row)
+  if (g.x < EMBED_H / 8) {
+    embed_row(words, scales, biases, step[2 * g.y + 1], out + ulong(g.y) * EMBED_H, g.x);
   }
 }
 

@@ -16,7 +16,12 @@ const (
 	QMVRows1 = 5 // uint: rows of qmv_multi's matrix 1 (0: absent)
 	QMVRows2 = 6 // uint: matrix 2
 	QMVRows3 = 7 // uint: matrix 3
+	QMVBatch = 8 // uint QMV_BATCH: rows of x and y, [R][K] in and [R][N] out (unset: 1)
 )
+
+// QMVMaxBatch is the most rows of x one qmv dispatch takes (QMV_MAX_BATCH: the accumulators a
+// lane holds are sized for it).
+const QMVMaxBatch = 8
 
 // QMV geometry: 64-thread threadgroups of 8 rows.
 const (
@@ -96,6 +101,17 @@ func QMVNormed(m *quant.Matrix, x []float32, gain []uint16, eps float32) []float
 	return QMV(m, xn)
 }
 
+// QMVBatched is the Go reference of a dispatch of rows batch rows (QMVVariant.Batch): row r of
+// the result is ref on row r of x ([rows][K]) alone.
+func QMVBatched(x []float32, rows int, ref func(x []float32) []float32) []float32 {
+	k := len(x) / rows
+	var y []float32
+	for r := range rows {
+		y = append(y, ref(x[r*k:(r+1)*k])...)
+	}
+	return y
+}
+
 // QMVVariant selects qmv's fused modes, which combine freely.
 type QMVVariant struct {
 	// Norm folds the RMSNorm in: y = W·rmsnorm(x, gain) with epsilon Eps (the _norm kernels,
@@ -104,9 +120,19 @@ type QMVVariant struct {
 	Eps  float32
 	// Add adds the product into y in place (QMV_ADD): the residual add of a projection.
 	Add bool
+	// Batch is the number of rows of x and y (QMV_BATCH, 1 to QMVMaxBatch): x [Batch][cols], y
+	// [Batch][rows], each row's result bit-identical to a one-row dispatch on it. 0 leaves the
+	// constant unset: one row, the pipeline every one-row dispatch has always had.
+	Batch int
 }
 
 func (v QMVVariant) constants(c map[int]any) map[int]any {
+	if v.Batch < 0 || v.Batch > QMVMaxBatch {
+		panic(fmt.Sprintf("kernels: qmv over %d rows of x (at most %d)", v.Batch, QMVMaxBatch))
+	}
+	if v.Batch > 0 {
+		c[QMVBatch] = v.Batch
+	}
 	if v.Norm {
 		c[QMVEps] = v.Eps
 	}
@@ -119,12 +145,13 @@ func (v QMVVariant) constants(c map[int]any) map[int]any {
 // QMVBuffers are qmv's and qmv_norm's buffers, by role.
 type QMVBuffers[B any] struct {
 	W    QMatrixBuffers[B] // 0-2: [rows, cols]
-	X    B                 // 3: [cols] float32
-	Y    B                 // 4: [rows] float32
+	X    B                 // 3: [batch][cols] float32
+	Y    B                 // 4: [batch][rows] float32
 	Gain B                 // QMVGain: [cols] bf16, bound by the Norm variant only
 }
 
-// QMVCall is qmv_q<bits> (qmv_norm_q<bits> with v.Norm) over a rows × cols matrix.
+// QMVCall is qmv_q<bits> (qmv_norm_q<bits> with v.Norm) over a rows × cols matrix, for
+// v.Batch rows of x (the same grid for any).
 func QMVCall[B any](bits, rows, cols int, v QMVVariant, b QMVBuffers[B]) Call[B] {
 	bs := map[int]B{3: b.X, 4: b.Y}
 	b.W.bind(bs, 0)
@@ -143,8 +170,8 @@ func QMVCall[B any](bits, rows, cols int, v QMVVariant, b QMVBuffers[B]) Call[B]
 // matrix j and its output, for 1 to QMVMaxMatrices matrices.
 type QMVMultiBuffers[B any] struct {
 	W    []QMatrixBuffers[B] // at QMVMultiMatrix(j)
-	Y    []B                 // at QMVMultiMatrix(j)+3
-	X    B                   // QMVMultiX: [cols] float32
+	Y    []B                 // at QMVMultiMatrix(j)+3: [batch][rows[j]] float32
+	X    B                   // QMVMultiX: [batch][cols] float32
 	Gain B                   // QMVMultiGain: [cols] bf16, bound by the Norm variant only
 }
 

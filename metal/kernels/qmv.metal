@@ -14,6 +14,13 @@
 // Grid: ceil(N / 8) threadgroups. K must be a multiple of 64 (any, not only of 512); x must be
 // 16-byte aligned.
 //
+// Batch rows (multi-row decode): QMV_BATCH (function constant 8, 1 to 8; unset: 1) is the number
+// R of rows of x, laid out [R][K], and of y, [R][N] (each matrix's y in qmv_multi; the residual
+// of QMV_ADD too). Each simdgroup reads its weight rows once per step and applies them to all R
+// rows; row b's accumulation is exactly the one-row kernel's (same lanes, same order, same
+// simd_sum), so y[b] is bit-identical whatever R is and whatever the other rows hold, and R = 1
+// is the one-row kernel. The norm variants compute one r per batch row. Same grid for any R.
+//
 // Fused variants (the decode plan's):
 //   qmv_norm_q4/q8    x is the un-normed residual: each simdgroup computes r = rsqrt(mean(x²) +
 //                     QMV_EPS) over all K values itself (K floats, read through the caches) and uses
@@ -44,10 +51,13 @@ constant bool QMV_ADD = is_function_constant_defined(QMV_ADD_FC) && QMV_ADD_FC;
 constant uint QMV_N1 = is_function_constant_defined(QMV_N1_FC) ? QMV_N1_FC : 0u;
 constant uint QMV_N2 = is_function_constant_defined(QMV_N2_FC) ? QMV_N2_FC : 0u;
 constant uint QMV_N3 = is_function_constant_defined(QMV_N3_FC) ? QMV_N3_FC : 0u;
+constant uint QMV_BATCH_FC [[function_constant(8)]];
+constant uint QMV_BATCH = is_function_constant_defined(QMV_BATCH_FC) ? QMV_BATCH_FC : 1u;
 
 #define QMV_ROWS 4
 #define QMV_SIMDGROUPS 2
 #define QMV_VALUES 16  // values per lane per step
+#define QMV_MAX_BATCH 8
 
 // qmv_inv_rms is rsqrt(mean(x²) + QMV_EPS) over QMV_K values, computed by one whole simdgroup.
 inline float qmv_inv_rms(device const float* x, uint lane) {
@@ -60,68 +70,121 @@ inline float qmv_inv_rms(device const float* x, uint lane) {
   return rsqrt(ss / float(QMV_K) + QMV_EPS);
 }
 
-// qmv_rows computes rows row0 .. row0+3 (those below n) of one matrix; run by a whole simdgroup.
+// qmv_load_x reads a lane's QMV_VALUES values of x at column k (normed with inv and the gain
+// for NORM) into xs, each pre-divided by the place value of its code inside a half-word, and
+// returns their sum.
+template <int BITS, bool NORM>
+inline float qmv_load_x(device const float* x, device const bfloat* gain, uint k, float inv,
+                        thread float* xs) {
+  float xsum = 0.0f;
+  for (uint i = 0; i < QMV_VALUES; i += 4) {
+    float4 v = *(device const float4*)(x + k + i);
+    if (NORM) {
+      const float4 g = float4(float(gain[k + i]), float(gain[k + i + 1]), float(gain[k + i + 2]),
+                              float(gain[k + i + 3]));
+      v = (v * inv) * g;  // add_rmsnorm's h * r * w
+    }
+    xsum += (v.x + v.y) + (v.z + v.w);
+    if (BITS == 4) {
+      xs[i] = v.x;
+      xs[i + 1] = v.y / 16.0f;
+      xs[i + 2] = v.z / 256.0f;
+      xs[i + 3] = v.w / 4096.0f;
+    } else {
+      xs[i] = v.x;
+      xs[i + 1] = v.y / 256.0f;
+      xs[i + 2] = v.z;
+      xs[i + 3] = v.w / 256.0f;
+    }
+  }
+  return xsum;
+}
+
+// qmv_dot is Σ q·x over one row's HALVES half-words of codes c (in place) and the pre-divided xs.
+template <int BITS>
+inline float qmv_dot(thread const ushort* c, thread const float* xs) {
+  constexpr uint HALVES = QMV_VALUES * BITS / 16;
+  float qx = 0.0f;
+  for (uint h = 0; h < HALVES; h++) {
+    if (BITS == 4) {
+      qx += xs[4 * h] * float(c[h] & 0x000fu) + xs[4 * h + 1] * float(c[h] & 0x00f0u) +
+            xs[4 * h + 2] * float(c[h] & 0x0f00u) + xs[4 * h + 3] * float(c[h] & 0xf000u);
+    } else {
+      qx += xs[2 * h] * float(c[h] & 0x00ffu) + xs[2 * h + 1] * float(c[h] & 0xff00u);
+    }
+  }
+  return qx;
+}
+
+// qmv_weights is one K step of a simdgroup's weight rows, as a lane reads them: each row's
+// half-words of codes and its group's scale and bias.
+template <int BITS>
+struct qmv_weights {
+  ushort c[QMV_ROWS][QMV_VALUES * BITS / 16];
+  float scale[QMV_ROWS];
+  float bias[QMV_ROWS];
+};
+
+// qmv_load_w reads the step at column k of rows row0 .. row0+live-1.
+template <int BITS>
+inline qmv_weights<BITS> qmv_load_w(device const uint* w, device const bfloat* scales,
+                                    device const bfloat* biases, uint row0, uint live, uint k) {
+  constexpr uint PER_HALF = 16 / BITS;            // values per 16-bit half-word
+  constexpr uint HALVES = QMV_VALUES / PER_HALF;  // half-words per row per step
+  qmv_weights<BITS> s;
+  for (uint r = 0; r < QMV_ROWS; r++) {
+    if (r >= live) {
+      break;  // the same for the whole simdgroup; constant bounds keep the arrays in registers
+    }
+    device const ushort* q = (device const ushort*)w + ulong(row0 + r) * (QMV_K / PER_HALF) + k / PER_HALF;
+    for (uint h = 0; h < HALVES; h++) {
+      s.c[r][h] = q[h];
+    }
+    const ulong gi = ulong(row0 + r) * (QMV_K / 64) + k / 64;
+    s.scale[r] = float(scales[gi]);
+    s.bias[r] = float(biases[gi]);
+  }
+  return s;
+}
+
+// qmv_rows computes rows row0 .. row0+3 (those below n) of one matrix for each of the QMV_BATCH
+// rows of x ([QMV_BATCH][QMV_K]) into y ([QMV_BATCH][n]); run by a whole simdgroup. Each step's
+// codes, scales and biases are read once and applied to every batch row; a batch row's own
+// accumulation (lane, order, reduction) is the one-row kernel's, so its result does not depend
+// on QMV_BATCH or on the other rows.
 template <int BITS, bool NORM>
 inline void qmv_rows(device const uint* w, device const bfloat* scales, device const bfloat* biases,
                      device const float* x, device const bfloat* gain, device float* y, uint n,
                      uint row0, uint lane) {
-  constexpr uint PER_HALF = 16 / BITS;         // values per 16-bit half-word
-  constexpr uint HALVES = QMV_VALUES / PER_HALF;  // half-words per row per step
-  const uint halves_per_row = QMV_K / PER_HALF;
-  const uint groups_per_row = QMV_K / 64;
-  device const ushort* codes = (device const ushort*)w;
-  const float inv = NORM ? qmv_inv_rms(x, lane) : 1.0f;
-
-  float acc[QMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (uint k = lane * QMV_VALUES; k < QMV_K; k += 32 * QMV_VALUES) {
-    // x, pre-divided by the place value of each code inside its half-word.
-    float xs[QMV_VALUES];
-    float xsum = 0.0f;
-    for (uint i = 0; i < QMV_VALUES; i += 4) {
-      float4 v = *(device const float4*)(x + k + i);
-      if (NORM) {
-        const float4 g = float4(float(gain[k + i]), float(gain[k + i + 1]), float(gain[k + i + 2]),
-                                float(gain[k + i + 3]));
-        v = (v * inv) * g;  // add_rmsnorm's h * r * w
-      }
-      xsum += (v.x + v.y) + (v.z + v.w);
-      if (BITS == 4) {
-        xs[i] = v.x;
-        xs[i + 1] = v.y / 16.0f;
-        xs[i + 2] = v.z / 256.0f;
-        xs[i + 3] = v.w / 4096.0f;
-      } else {
-        xs[i] = v.x;
-        xs[i + 1] = v.y / 256.0f;
-        xs[i + 2] = v.z;
-        xs[i + 3] = v.w / 256.0f;
-      }
-    }
-    const uint g = k / 64;
+  const uint live = min(uint(QMV_ROWS), n - row0);  // rows of this simdgroup below n
+  float inv[QMV_MAX_BATCH];
+  float acc[QMV_MAX_BATCH][QMV_ROWS];
+  for (uint b = 0; b < QMV_BATCH; b++) {
+    inv[b] = NORM ? qmv_inv_rms(x + b * QMV_K, lane) : 1.0f;
     for (uint r = 0; r < QMV_ROWS; r++) {
-      const uint row = row0 + r;
-      if (row >= n) {
-        break;  // the same for the whole simdgroup
-      }
-      device const ushort* q = codes + ulong(row) * halves_per_row + k / PER_HALF;
-      float qx = 0.0f;
-      for (uint h = 0; h < HALVES; h++) {
-        const ushort c = q[h];
-        if (BITS == 4) {
-          qx += xs[4 * h] * float(c & 0x000fu) + xs[4 * h + 1] * float(c & 0x00f0u) +
-                xs[4 * h + 2] * float(c & 0x0f00u) + xs[4 * h + 3] * float(c & 0xf000u);
-        } else {
-          qx += xs[2 * h] * float(c & 0x00ffu) + xs[2 * h + 1] * float(c & 0xff00u);
-        }
-      }
-      const ulong gi = ulong(row) * groups_per_row + g;
-      acc[r] += float(scales[gi]) * qx + float(biases[gi]) * xsum;
+      acc[b][r] = 0.0f;
     }
   }
-  for (uint r = 0; r < QMV_ROWS; r++) {
-    const float s = simd_sum(acc[r]);
-    if (lane == 0 && row0 + r < n) {
-      y[row0 + r] = QMV_ADD ? y[row0 + r] + s : s;
+  for (uint k = lane * QMV_VALUES; k < QMV_K; k += 32 * QMV_VALUES) {
+    const qmv_weights<BITS> ws = qmv_load_w<BITS>(w, scales, biases, row0, live, k);
+    for (uint b = 0; b < QMV_BATCH; b++) {
+      float xs[QMV_VALUES];
+      const float xsum = qmv_load_x<BITS, NORM>(x + b * QMV_K, gain, k, inv[b], xs);
+      for (uint r = 0; r < QMV_ROWS; r++) {
+        if (r >= live) {
+          break;
+        }
+        acc[b][r] += ws.scale[r] * qmv_dot<BITS>(ws.c[r], xs) + ws.bias[r] * xsum;
+      }
+    }
+  }
+  for (uint b = 0; b < QMV_BATCH; b++) {
+    for (uint r = 0; r < QMV_ROWS; r++) {
+      const float s = simd_sum(acc[b][r]);
+      if (lane == 0 && r < live) {
+        device float* out = y + ulong(b) * n + row0 + r;
+        *out = QMV_ADD ? *out + s : s;
+      }
     }
   }
 }
