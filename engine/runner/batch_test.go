@@ -300,3 +300,40 @@ func TestRunningSequencesShareTheCache(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestWaitingRequestWithdraws: a request waiting for a place whose caller goes away returns at
+// once, never runs, and leaves the running one alone.
+func TestWaitingRequestWithdraws(t *testing.T) {
+	l := &stepLog{Model: tinyBackend(t)}
+	r := New(l, Options{Parallel: 1})
+	started := make(chan struct{})
+	first := make(chan run, 1)
+	go func() {
+		var once sync.Once
+		var out run
+		out.res, out.err = r.Generate(context.Background(), Request{Prompt: prompt(5, 1), MaxTokens: 300}, func(tok Token) (bool, error) {
+			once.Do(func() { close(started) })
+			out.ids = append(out.ids, tok.ID)
+			return false, nil
+		})
+		first <- out
+	}()
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	res := generate(ctx, r, Request{Prompt: prompt(5, 2), MaxTokens: 5})
+	if !errors.Is(res.err, context.Canceled) || len(res.ids) != 0 {
+		t.Fatalf("withdrawn request: %v, %d tokens", res.err, len(res.ids))
+	}
+	select {
+	case out := <-first:
+		t.Fatalf("the withdrawn request waited for the running one to end (%d tokens, %v)", len(out.ids), out.err)
+	default:
+	}
+	if out := <-first; out.err != nil || len(out.ids) != 300 {
+		t.Fatalf("running request: %v, %d tokens", out.err, len(out.ids))
+	}
+	if opened := l.opened.Load(); opened != 1 {
+		t.Fatalf("%d sessions opened: the withdrawn request ran", opened)
+	}
+}

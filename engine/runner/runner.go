@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,7 +169,7 @@ func (r *Runner) Generate(ctx context.Context, req Request, emit func(Token) (st
 	}
 	s := newSeq(ctx, req)
 	r.submit(s)
-	return s.deliver(emit)
+	return s.deliver(r, emit)
 }
 
 func (r *Runner) check(req Request) error {
@@ -182,6 +183,19 @@ func (r *Runner) check(req Request) error {
 		return fmt.Errorf("runner: %d prompt + %d new tokens exceed the context of %d", len(req.Prompt), req.MaxTokens, r.ctxLength)
 	}
 	return req.Sampling.Validate()
+}
+
+// withdraw takes s out of the arrivals if it is still there (false: the loop has admitted it).
+func (r *Runner) withdraw(s *seq) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := slices.Index(r.arrivals, s)
+	if i < 0 {
+		return false
+	}
+	r.arrivals = slices.Delete(r.arrivals, i, i+1)
+	r.waiting.Add(-1)
+	return true
 }
 
 // submit queues s and starts the loop when it is not running.

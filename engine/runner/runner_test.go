@@ -236,7 +236,7 @@ func TestHoldSpansEachGeneration(t *testing.T) {
 }
 
 // TestCancelledBeforeAFullHit: a request whose whole prompt is cached, arriving cancelled, emits
-// nothing.
+// nothing, whether it is withdrawn before admission or admitted with its full hit first.
 func TestCancelledBeforeAFullHit(t *testing.T) {
 	r := New(tinyBackend(t), Options{CacheBytes: 1 << 30})
 	p := prompt(12, 6)
@@ -245,7 +245,7 @@ func TestCancelledBeforeAFullHit(t *testing.T) {
 	cancel()
 	emitted := 0
 	res, err := r.Generate(ctx, Request{Prompt: p, MaxTokens: 2}, func(Token) (bool, error) { emitted++; return false, nil })
-	if !errors.Is(err, context.Canceled) || emitted != 0 || res.CachedTokens != len(p) {
+	if !errors.Is(err, context.Canceled) || emitted != 0 || res.CachedTokens != 0 && res.CachedTokens != len(p) {
 		t.Fatalf("err %v, %d emitted, cached %d", err, emitted, res.CachedTokens)
 	}
 }

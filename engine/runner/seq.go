@@ -87,23 +87,38 @@ func (o *outbox) post(e event) {
 	}
 }
 
-func (o *outbox) take() []event {
-	<-o.signal
+// take waits for events; false when done ends first.
+func (o *outbox) take(done <-chan struct{}) ([]event, bool) {
+	select {
+	case <-o.signal:
+	case <-done:
+		return nil, false
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	evs := o.events
 	o.events = nil
-	return evs
+	return evs, true
 }
 
 // deliver passes the loop's events to emit until the sequence ends. Once emit stops or fails, or
-// ctx ends, later tokens are dropped and the loop is told to end the sequence at its next step.
-func (s *seq) deliver(emit func(Token) (bool, error)) (Result, error) {
+// ctx ends, later tokens are dropped and the loop is told to end the sequence at its next step;
+// a sequence still waiting for a place is withdrawn at once.
+func (s *seq) deliver(r *Runner, emit func(Token) (bool, error)) (Result, error) {
 	var sent []int
 	stopped, cut := false, false
 	var failed error
+	done := s.ctx.Done()
 	for {
-		for _, e := range s.out.take() {
+		evs, ok := s.out.take(done)
+		if !ok {
+			if r.withdraw(s) {
+				return s.res, s.ctx.Err()
+			}
+			done = nil // running: the loop ends it at its next step and says so
+			continue
+		}
+		for _, e := range evs {
 			switch {
 			case e.final:
 				if cut && failed == nil && !stopped {
