@@ -39,7 +39,8 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 		s.ChunkLogits = act("logits", n*s.Config.VocabSize)
 	}
 	c.res, c.xn, c.o = act("res", n*H), act("xn", n*H), act("o", n*H)
-	c.zero = b.floats("chunk.zero", n*H, plan.Control)
+	// Zeros no kernel writes: scratch-like, so the GPU backend keeps one copy for all sessions.
+	c.zero = b.floats("chunk.zero", n*H, plan.Activations)
 	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 4*n*H)})
 	if gs.HV > 0 {
 		c.qkv, c.u = act("gdn.qkv", n*gs.Channels()), act("gdn.u", n*gs.Channels())
