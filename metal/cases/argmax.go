@@ -59,6 +59,7 @@ func argmaxCases() []Case {
 	for _, g := range []kernels.LogitGen{kernels.LogitGens[2], kernels.LogitGens[1]} {
 		out = append(out, argmaxCase(n, kernels.ArgmaxDefaultGroups, kernels.ArgmaxThreads, 64, 1e30, g, true))
 	}
+	out = append(out, argmaxBatchCases()...)
 	return append(out, argmaxPenaltiesCase(), stepCopyCase())
 }
 

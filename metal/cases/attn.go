@@ -159,7 +159,7 @@ func attnCases() []Case {
 	} {
 		out = append(out, attnPrefillCase(p.s, p.pos0, p.tokens, p.table))
 	}
-	return out
+	return append(out, attnBatchDecodeCases()...)
 }
 
 // attnDecodeCase runs attn_decode_partial and attn_decode_combine for one token: every split

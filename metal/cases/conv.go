@@ -62,5 +62,5 @@ func convCases() []Case {
 			},
 		})
 	}
-	return out
+	return append(out, convBatchCases()...)
 }

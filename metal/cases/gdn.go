@@ -75,7 +75,7 @@ func gdnCases() []Case {
 	} {
 		out = append(out, gdnChunkCase(c.s, c.tokens))
 	}
-	return out
+	return append(out, gdnBatchCases()...)
 }
 
 func gdnStepCase(s kernels.GDNShape, nsg, steps int) Case {

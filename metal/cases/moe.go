@@ -78,6 +78,7 @@ func moeCases() []Case {
 	out = append(out, moeRouterTiesCase(), moeRouterZeroCase())
 	out = append(out, moeTopKCases()...)
 	out = append(out, moeProductionCase(false), moeProductionCase(true))
+	out = append(out, moeBatchCases()...)
 	return append(out, moePrefillCases()...)
 }
 

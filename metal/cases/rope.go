@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/kernels"
@@ -71,7 +72,7 @@ func ropeCases() []Case {
 	for _, r := range shapes {
 		out = append(out, ropeCase(r))
 	}
-	return out
+	return append(out, ropeBatchCases()...)
 }
 
 // ropeCase runs attn_qk_rope_kv for one token at pos (or a chunk of tokens from pos) and
@@ -94,11 +95,7 @@ func ropeCase(rs ropeShape) Case {
 				return err
 			}
 			r := c.R
-			p := kernels.AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: kernels.RopeInvFreq(s.RotaryDim, 1e7), Eps: eps}
-			for i := range p.QNorm {
-				p.QNorm[i] = 1 + 0.2*float32(r.NormFloat64())
-				p.KNorm[i] = 1 + 0.2*float32(r.NormFloat64())
-			}
+			p := ropeParams(r, s)
 			qg := RandFloats(r, tokens*s.Heads*2*s.HeadDim, 1)
 			k, v := RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1), RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1)
 			table := attnTable(r, s, rs.table)
@@ -121,39 +118,59 @@ func ropeCase(rs ropeShape) Case {
 				return err
 			}
 			c.Rel("q", c.F32(bs.QOut), qWant)
-			kGot, vGot := c.Bytes(bs.KCache), c.Bytes(bs.VCache)
-			inRows := make([]bool, len(kWant)) // bytes of the tokens' rows
+			var writes []ropeWrite
 			for t := range tokens {
 				if pos := rs.pos + t; pos < s.MaxCtx {
-					s.CacheSpans(s.Row(table, pos), 1, func(off, n int64) {
-						for i := off; i < off+n; i++ {
-							inRows[i] = true
-						}
-					})
+					writes = append(writes, ropeWrite{pos: pos, row: s.Row(table, pos)})
 				}
 			}
-			for i := range vWant {
-				if vGot[i] != vWant[i] {
-					return fmt.Errorf("v_cache byte %d = %#x, want %#x", i, vGot[i], vWant[i])
-				}
-				if !inRows[i] && kGot[i] != 0xFF {
-					return fmt.Errorf("k_cache byte %d written (%#x) outside the token's rows", i, kGot[i])
-				}
-			}
-			for t := range tokens {
-				if pos := rs.pos + t; pos < s.MaxCtx {
-					steps, err := kRowSteps(s, s.Row(table, pos), kGot, kWant)
-					if err != nil {
-						return fmt.Errorf("pos %d: %w", pos, err)
-					}
-					if steps > ropeKSteps(c.Kind) {
-						return fmt.Errorf("pos %d: K off by %d steps, want ≤ %d", pos, steps, ropeKSteps(c.Kind))
-					}
-				}
-			}
-			return nil
+			return ropeCheckCaches(c, s, writes, c.Bytes(bs.KCache), c.Bytes(bs.VCache), kWant, vWant)
 		},
 	}
+}
+
+// ropeParams are random norm gains around 1 and the model's RoPE table (theta 1e7).
+func ropeParams(r *rand.Rand, s kernels.AttnShape) kernels.AttnRopeParams {
+	p := kernels.AttnRopeParams{QNorm: make([]float32, s.HeadDim), KNorm: make([]float32, s.HeadDim), InvFreq: kernels.RopeInvFreq(s.RotaryDim, 1e7), Eps: eps}
+	for i := range p.QNorm {
+		p.QNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+		p.KNorm[i] = 1 + 0.2*float32(r.NormFloat64())
+	}
+	return p
+}
+
+// ropeWrite is a position a dispatch writes into the cache and its pool row.
+type ropeWrite struct{ pos, row int }
+
+// ropeCheckCaches compares a dispatch's caches with the reference's: V exact, K within
+// ropeKSteps at each written row, and no K byte outside the written rows touched.
+func ropeCheckCaches(c *Ctx, s kernels.AttnShape, writes []ropeWrite, kGot, vGot, kWant, vWant []byte) error {
+	inRows := make([]bool, len(kWant)) // bytes of the written rows
+	for _, w := range writes {
+		s.CacheSpans(w.row, 1, func(off, n int64) {
+			for i := off; i < off+n; i++ {
+				inRows[i] = true
+			}
+		})
+	}
+	for i := range vWant {
+		if vGot[i] != vWant[i] {
+			return fmt.Errorf("v_cache byte %d = %#x, want %#x", i, vGot[i], vWant[i])
+		}
+		if !inRows[i] && kGot[i] != 0xFF {
+			return fmt.Errorf("k_cache byte %d written (%#x) outside the token's rows", i, kGot[i])
+		}
+	}
+	for _, w := range writes {
+		steps, err := kRowSteps(s, w.row, kGot, kWant)
+		if err != nil {
+			return fmt.Errorf("pos %d: %w", w.pos, err)
+		}
+		if steps > ropeKSteps(c.Kind) {
+			return fmt.Errorf("pos %d: K off by %d steps, want ≤ %d", w.pos, steps, ropeKSteps(c.Kind))
+		}
+	}
+	return nil
 }
 
 // kRowSteps is the largest distance between two caches' pool row: in bf16 steps, or for an 8-bit

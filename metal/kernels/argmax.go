@@ -28,6 +28,31 @@ func Argmax(x []float32, n int) int {
 	return best
 }
 
+// ArgmaxRows is the Go reference of argmax_partial + argmax_final over rows rows of n logits
+// ([rows][n]): Argmax on each row.
+func ArgmaxRows(x []float32, n, rows int) []int {
+	ids := make([]int, rows)
+	for r := range ids {
+		ids[r] = Argmax(x[r*n:(r+1)*n], n)
+	}
+	return ids
+}
+
+// ArgmaxRecord is argmax_final's record of the chosen id for the penalties, as sample_final's:
+// with SampleFlagCount in flags state[id] counts one more, with SampleFlagSeen it gets TokenSeen
+// (ids >= len(state), which no real choice gives, record nothing).
+func ArgmaxRecord(state []uint32, id int, flags uint32) {
+	if id >= len(state) {
+		return
+	}
+	if flags&SampleFlagCount != 0 {
+		state[id]++
+	}
+	if flags&SampleFlagSeen != 0 {
+		state[id] |= TokenSeen
+	}
+}
+
 // StepCopy is step_copy's Go reference: the slot gets the step buffer's {pos, token}.
 func StepCopy(step []uint32) [2]uint32 { return [2]uint32{step[0], step[1]} }
 
@@ -37,22 +62,32 @@ func argmaxConstants(n, groups int) map[int]any {
 	return map[int]any{ArgmaxVocab: n, ArgmaxGroups: groups}
 }
 
-// ArgmaxPartialBuffers are argmax_partial's buffers, by role.
+// ArgmaxPartialBuffers are argmax_partial's buffers, by role (a row per sequence for the Rows
+// calls).
 type ArgmaxPartialBuffers[B any] struct {
-	Logits  B // 0: [>= n] float32
-	Partial B // 1: [groups] uint64 keys
+	Logits  B // 0: [>= n] float32 ([rows][n] for ArgmaxPartialRowsCall)
+	Partial B // 1: [groups] uint64 keys ([rows][groups])
 }
 
 // ArgmaxPartialCall is argmax_partial over n ids in groups threadgroups of threads
 // (ArgmaxDefaultGroups of ArgmaxThreads in production).
 func ArgmaxPartialCall[B any](n, groups, threads int, b ArgmaxPartialBuffers[B]) Call[B] {
+	return ArgmaxPartialRowsCall(n, groups, threads, 1, b)
+}
+
+// ArgmaxPartialRowsCall is argmax_partial over the rows logits rows of a multi-row decode step:
+// ArgmaxPartialCall's threadgroups once per row (the grid's second dimension), so rows 1 is
+// ArgmaxPartialCall.
+func ArgmaxPartialRowsCall[B any](n, groups, threads, rows int, b ArgmaxPartialBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "argmax_partial", Constants: argmaxConstants(n, groups), Buffers: map[int]B{0: b.Logits, 1: b.Partial},
-		Threadgroups: grid(groups), Group: grid(threads),
+		Threadgroups: [3]int{groups, recurrentRows(rows), 1}, Group: grid(threads),
 	}
 }
 
-// ArgmaxFinalBuffers are argmax_final's buffers, by role.
+// ArgmaxFinalBuffers are argmax_final's buffers, by role. For ArgmaxFinalRowsCall each holds a
+// row per sequence: Partial [rows][groups], Step [rows]{pos, token}, and the per-sequence sampler
+// buffers Params [rows][16] words and State [rows][n].
 type ArgmaxFinalBuffers[B any] struct {
 	Partial B // 0: argmax_partial's [groups] keys
 	Step    B // 1: the step buffer {pos, token} -> {pos+1, argmax}
@@ -62,10 +97,17 @@ type ArgmaxFinalBuffers[B any] struct {
 
 // ArgmaxFinalCall is argmax_final over argmax_partial's groups keys: one threadgroup of threads.
 func ArgmaxFinalCall[B any](n, groups, threads int, b ArgmaxFinalBuffers[B]) Call[B] {
+	return ArgmaxFinalRowsCall(n, groups, threads, 1, b)
+}
+
+// ArgmaxFinalRowsCall is argmax_final for the rows sequences of a multi-row decode step: a
+// threadgroup per row, each writing its row's step entry and updating its row's sampler state,
+// so rows 1 is ArgmaxFinalCall.
+func ArgmaxFinalRowsCall[B any](n, groups, threads, rows int, b ArgmaxFinalBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "argmax_final", Constants: argmaxConstants(n, groups),
 		Buffers:      map[int]B{0: b.Partial, 1: b.Step, 2: b.Params, 3: b.State},
-		Threadgroups: grid(1), Group: grid(threads),
+		Threadgroups: grid(recurrentRows(rows)), Group: grid(threads),
 	}
 }
 

@@ -13,12 +13,21 @@
 // argmax_final: one threadgroup of ArgmaxThreads reduces the ARGMAX_GROUPS keys, writes
 //   step = {pos + 1, token} and, as sample_final does, records the token for the penalties
 //   (params word 5: SAMPLE_COUNT adds 1 to state[token], SAMPLE_SEEN sets its bit 31).
+//
+// Rows (the multi-row decode step: R sequences, each its own logits and sampler): the grid's
+// second dimension of argmax_partial and argmax_final's first is the row r. Row r reads logits[r]
+// ([R][N]: rows N apart) and writes partial[r] ([R][GROUPS]); argmax_final's threadgroup r writes
+// step[r] ([R]{pos, token}) and reads and updates row r's sampler buffers: params[r] ([R][16]
+// words, SampleParams) and state[r] ([R][N]). A threadgroup's operations do not depend on r or on
+// the other rows, so each row is bit-identical to a one-row dispatch on it; R = 1 is today's
+// dispatch.
 #include <metal_stdlib>
 using namespace metal;
 
 constant uint ARGMAX_N [[function_constant(0)]];       // ids that may be chosen (vocab limit)
 constant uint ARGMAX_GROUPS [[function_constant(1)]];  // argmax_partial's threadgroups
 
+#define ARGMAX_PARAM_WORDS 16  // SampleParams' words (sample.metal): a row's params
 #define ARGMAX_PARAM_FLAGS 5  // word of SampleParams (sample.metal) holding the flags
 #define ARGMAX_COUNT 2u       // SAMPLE_COUNT
 #define ARGMAX_SEEN 4u        // SAMPLE_SEEN
@@ -58,15 +67,18 @@ inline ulong threadgroup_max_key(ulong k, threadgroup ulong* best, uint lane, ui
   return simd_max_key(k);
 }
 
-kernel void argmax_partial(device const float* logits [[buffer(0)]],  // [>= N]
-                           device ulong* partial [[buffer(1)]],        // [GROUPS] keys
-                           uint g [[threadgroup_position_in_grid]],
+kernel void argmax_partial(device const float* logits_rows [[buffer(0)]],  // [R][N] ([>= N] for one)
+                           device ulong* partial_rows [[buffer(1)]],        // [R][GROUPS] keys
+                           uint2 tg [[threadgroup_position_in_grid]],       // (group, row)
                            uint tid [[thread_index_in_threadgroup]],
                            uint ntg [[threads_per_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]],
                            uint sg [[simdgroup_index_in_threadgroup]],
                            uint nsg [[simdgroups_per_threadgroup]]) {
   threadgroup ulong best[32];
+  const uint g = tg.x;
+  device const float* logits = logits_rows + ulong(tg.y) * ARGMAX_N;
+  device ulong* partial = partial_rows + ulong(tg.y) * ARGMAX_GROUPS;
   const uint chunk = (ARGMAX_N + ARGMAX_GROUPS - 1) / ARGMAX_GROUPS;
   const uint begin = g * chunk, end = min(ARGMAX_N, begin + chunk);
   ulong k = 0;  // below every real key (an empty chunk reports 0)
@@ -79,16 +91,22 @@ kernel void argmax_partial(device const float* logits [[buffer(0)]],  // [>= N]
   }
 }
 
-kernel void argmax_final(device const ulong* partial [[buffer(0)]],  // [GROUPS]
-                         device uint* step [[buffer(1)]],            // {pos, token} -> {pos+1, argmax}
-                         constant uint* params [[buffer(2)]],        // SampleParams (flags only)
-                         device uint* state [[buffer(3)]],           // [N] count | seen<<31, if flagged
+kernel void argmax_final(device const ulong* partial_rows [[buffer(0)]],  // [R][GROUPS]
+                         device uint* steps [[buffer(1)]],  // [R]{pos, token} -> {pos+1, argmax}
+                         constant uint* params_rows [[buffer(2)]],  // [R] SampleParams (flags)
+                         device uint* states [[buffer(3)]],  // [R][N] count | seen<<31, if flagged
+                         uint row [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint ntg [[threads_per_threadgroup]],
                          uint lane [[thread_index_in_simdgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]],
                          uint nsg [[simdgroups_per_threadgroup]]) {
   threadgroup ulong best[32];
+  // This row's sequence: everything below is the one-row kernel on these.
+  device const ulong* partial = partial_rows + ulong(row) * ARGMAX_GROUPS;
+  device uint* step = steps + 2 * row;
+  constant uint* params = params_rows + ARGMAX_PARAM_WORDS * row;
+  device uint* state = states + ulong(row) * ARGMAX_N;
   ulong k = 0;
   for (uint i = tid; i < ARGMAX_GROUPS; i += ntg) {
     k = max_key(k, partial[i]);

@@ -55,7 +55,7 @@ func (s AttnShape) AttnPartialThreads() int { return 32 * s.Heads / s.KVHeads }
 func (s AttnShape) AttnPartialThreadgroupMem() int { return 2 * AttnTile * s.RowBytes() }
 
 // AttnPartialLens are the lengths in floats of attn_decode_partial's outputs: o [Heads][splits]
-// [HeadDim] and (max, sum) [Heads][splits][2].
+// [HeadDim] and (max, sum) [Heads][splits][2] (per row of a multi-row dispatch).
 func (s AttnShape) AttnPartialLens(splits int) (o, ml int) {
 	return s.Heads * splits * s.HeadDim, s.Heads * splits * 2
 }
@@ -103,7 +103,21 @@ func AttnDecode(s AttnShape, pos int, q, qg []float32, kCache, vCache []byte, ta
 	return out
 }
 
-// AttnDecodePartialBuffers are attn_decode_partial's buffers, by role.
+// AttnDecodeRows is the Go reference of a multi-row decode step's attention: AttnDecode for each
+// sequence r of steps ([rows]{pos, token}) on its rows of q ([rows][Heads·HeadDim]) and qg at
+// its pos under its table (row r of tables, [rows][TableLen]); a row of output per sequence.
+func AttnDecodeRows(s AttnShape, steps []uint32, q, qg []float32, kCache, vCache []byte, tables []uint32) []float32 {
+	var out []float32
+	qd, tl := s.Heads*s.HeadDim, s.TableLen()
+	for r := range len(steps) / 2 {
+		out = append(out, AttnDecode(s, int(steps[2*r]), q[r*qd:(r+1)*qd], qg[2*r*qd:2*(r+1)*qd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
+	}
+	return out
+}
+
+// AttnDecodePartialBuffers are attn_decode_partial's buffers, by role. A multi-row dispatch
+// (AttnDecodePartialRowsCall) holds a row per sequence in each but the pools: Q [rows][...],
+// Step [rows]{pos, token}, OPart and MLPart [rows][...], Table [rows][TableLen].
 type AttnDecodePartialBuffers[B any] struct {
 	Q      B // 0: [Heads·HeadDim] the rotated queries
 	KCache B // 1: the K pool
@@ -117,15 +131,24 @@ type AttnDecodePartialBuffers[B any] struct {
 // AttnDecodePartialCall is attn_decode_partial over splits splits per kv head: a threadgroup
 // per (kv head, split), one simdgroup per query head of the group.
 func AttnDecodePartialCall[B any](s AttnShape, splits int, b AttnDecodePartialBuffers[B]) Call[B] {
+	return AttnDecodePartialRowsCall(s, splits, 1, b)
+}
+
+// AttnDecodePartialRowsCall is attn_decode_partial for the rows sequences of a multi-row decode
+// step: AttnDecodePartialCall's threadgroups once per row (the grid's z), each row over its own
+// positions and pages with the plan's splits, so bit-identical to the one-row call on it; rows 1
+// is AttnDecodePartialCall.
+func AttnDecodePartialRowsCall[B any](s AttnShape, splits, rows int, b AttnDecodePartialBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "attn_decode_partial", Constants: s.AttnDecodeConstants(splits),
 		Buffers:      map[int]B{0: b.Q, 1: b.KCache, 2: b.VCache, 3: b.Step, 4: b.OPart, 5: b.MLPart, 6: b.Table},
-		Threadgroups: [3]int{s.KVHeads, splits, 1}, Group: grid(s.AttnPartialThreads()),
+		Threadgroups: [3]int{s.KVHeads, splits, attnRows(rows)}, Group: grid(s.AttnPartialThreads()),
 		ThreadgroupMem: map[int]int{0: s.AttnPartialThreadgroupMem()},
 	}
 }
 
-// AttnDecodeCombineBuffers are attn_decode_combine's buffers, by role.
+// AttnDecodeCombineBuffers are attn_decode_combine's buffers, by role (a row per sequence in
+// each for AttnDecodeCombineRowsCall).
 type AttnDecodeCombineBuffers[B any] struct {
 	OPart, MLPart B // 0, 1: attn_decode_partial's outputs
 	QG            B // 2: [Heads][2·HeadDim] the q projection (the gates are its second halves)
@@ -135,9 +158,15 @@ type AttnDecodeCombineBuffers[B any] struct {
 
 // AttnDecodeCombineCall is attn_decode_combine of splits splits: a threadgroup per query head.
 func AttnDecodeCombineCall[B any](s AttnShape, splits int, b AttnDecodeCombineBuffers[B]) Call[B] {
+	return AttnDecodeCombineRowsCall(s, splits, 1, b)
+}
+
+// AttnDecodeCombineRowsCall is attn_decode_combine for the rows sequences of a multi-row decode
+// step: a row of threadgroups per sequence (the grid's y); rows 1 is AttnDecodeCombineCall.
+func AttnDecodeCombineRowsCall[B any](s AttnShape, splits, rows int, b AttnDecodeCombineBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "attn_decode_combine", Constants: s.AttnDecodeConstants(splits),
 		Buffers:      map[int]B{0: b.OPart, 1: b.MLPart, 2: b.QG, 3: b.Step, 4: b.Out},
-		Threadgroups: grid(s.Heads), Group: grid(AttnCombineThreads),
+		Threadgroups: [3]int{s.Heads, attnRows(rows), 1}, Group: grid(AttnCombineThreads),
 	}
 }

@@ -31,6 +31,14 @@
 // out[d] = (Σ_s w_s o_s[d]) / (Σ_s w_s l_s) * sigmoid(gate[d]), the gate read from the q
 // projection ([NQ][query | gate], as attn_qk_rope_kv leaves it). The output is the float32
 // [NQ·HD] vector o_proj consumes.
+//
+// Multi-row decode: R sequences in one dispatch, the row r = the grid's last dimension
+// (partial: (NKV, SPLITS, R); combine: (NQ, R)). Row r reads its own position step[2r] ([R]{pos,
+// token}) and block table table[r·TABLE_LEN ..] ([R][TABLE_LEN], TABLE_LEN = ceil(MAX_CTX /
+// PAGE)) into the shared page pool; q, qg, out, o_part and ml_part hold a row each ([R][...]).
+// SPLITS stays the plan's, and a threadgroup reads only its row, so each row takes the one-row
+// dispatch's chunks, lanes and order: bit-identical to it whatever R is and whatever the other
+// rows hold. R = 1 is the one-row dispatch.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -42,6 +50,8 @@ constant uint ATTN_SPLITS [[function_constant(6)]];   // the grid's splits per k
 constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
 constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a multiple of ATTN_TILE
 constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool
+
+constant uint ATTN_TABLE_LEN = (ATTN_MAX_CTX + ATTN_PAGE - 1) / ATTN_PAGE;  // a sequence's table
 
 #define ATTN_TILE 16
 #define ATTN_MIN_CHUNK 64
@@ -57,15 +67,15 @@ inline uint attn_chunk(uint n) {
   return max(c, uint(ATTN_MIN_CHUNK));
 }
 
-kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // [NQ*HD] rotated
+kernel void attn_decode_partial(device const float* q_all [[buffer(0)]],     // [R][NQ*HD] rotated
                                 device const uchar* k_cache [[buffer(1)]],   // [NKV][POOL][HD]
                                 device const uchar* v_cache [[buffer(2)]],   // [NKV][POOL][HD]
-                                device const uint* step [[buffer(3)]],       // {pos, token}
-                                device float* o_part [[buffer(4)]],          // [NQ][SPLITS][HD]
-                                device float2* ml_part [[buffer(5)]],        // [NQ][SPLITS]
-                                device const uint* table [[buffer(6)]],      // [MAX_CTX / PAGE] pages
+                                device const uint* steps [[buffer(3)]],      // [R]{pos, token}
+                                device float* o_all [[buffer(4)]],           // [R][NQ][SPLITS][HD]
+                                device float2* ml_all [[buffer(5)]],         // [R][NQ][SPLITS]
+                                device const uint* tables [[buffer(6)]],     // [R][TABLE_LEN] pages
                                 threadgroup uint4* tiles [[threadgroup(0)]],  // K, V tiles: 2*TILE*HD bf16
-                                uint2 tg [[threadgroup_position_in_grid]],   // (kv head, split)
+                                uint3 tg [[threadgroup_position_in_grid]],   // (kv head, split, row)
                                 uint tid [[thread_index_in_threadgroup]],
                                 uint ntg [[threads_per_threadgroup]],
                                 uint sg [[simdgroup_index_in_threadgroup]],
@@ -74,6 +84,12 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
   const uint E = ATTN_HD / 32;
   const uint kvh = tg.x, split = tg.y;
   const uint h = kvh * G + sg;
+  // the row's sequence: its step, table, queries and partials
+  device const uint* step = steps + 2 * tg.z;
+  device const uint* table = tables + ulong(tg.z) * ATTN_TABLE_LEN;
+  device const float* q = q_all + ulong(tg.z) * ATTN_NQ * ATTN_HD;
+  device float* o_part = o_all + ulong(tg.z) * ATTN_NQ * ATTN_SPLITS * ATTN_HD;
+  device float2* ml_part = ml_all + ulong(tg.z) * ATTN_NQ * ATTN_SPLITS;
   const uint n = attn_positions(step);
   const uint chunk = attn_chunk(n);
   const uint begin = split * chunk;
@@ -180,14 +196,21 @@ kernel void attn_decode_partial(device const float* q [[buffer(0)]],         // 
   }
 }
 
-kernel void attn_decode_combine(device const float* o_part [[buffer(0)]],    // [NQ][SPLITS][HD]
-                                device const float2* ml_part [[buffer(1)]],  // [NQ][SPLITS]
-                                device const float* qg [[buffer(2)]],        // [NQ][2*HD]: gate
-                                device const uint* step [[buffer(3)]],       // {pos, token}
-                                device float* out [[buffer(4)]],             // [NQ*HD]
-                                uint h [[threadgroup_position_in_grid]],
+kernel void attn_decode_combine(device const float* o_all [[buffer(0)]],     // [R][NQ][SPLITS][HD]
+                                device const float2* ml_all [[buffer(1)]],   // [R][NQ][SPLITS]
+                                device const float* qg_all [[buffer(2)]],    // [R][NQ][2*HD]: gate
+                                device const uint* steps [[buffer(3)]],      // [R]{pos, token}
+                                device float* out_all [[buffer(4)]],         // [R][NQ*HD]
+                                uint2 tg [[threadgroup_position_in_grid]],   // (query head, row)
                                 uint tid [[thread_index_in_threadgroup]],
                                 uint ntg [[threads_per_threadgroup]]) {
+  const uint h = tg.x;
+  // the row's sequence: its step, partials, gates and output
+  device const uint* step = steps + 2 * tg.y;
+  device const float* o_part = o_all + ulong(tg.y) * ATTN_NQ * ATTN_SPLITS * ATTN_HD;
+  device const float2* ml_part = ml_all + ulong(tg.y) * ATTN_NQ * ATTN_SPLITS;
+  device const float* qg = qg_all + ulong(tg.y) * ATTN_NQ * 2 * ATTN_HD;
+  device float* out = out_all + ulong(tg.y) * ATTN_NQ * ATTN_HD;
   const uint n = attn_positions(step);
   const uint chunk = attn_chunk(n);
   const uint active = (n + chunk - 1) / chunk;

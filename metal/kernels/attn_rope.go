@@ -21,6 +21,10 @@ const (
 	AttnKVBits    = 7 // uint ATTN_KV_BITS: the cache format
 	AttnPage      = 8 // uint ATTN_PAGE: positions per page of the pool
 	AttnPool      = 9 // uint ATTN_POOL: rows per kv head in the pool
+	// AttnSeqRows (bool ATTN_SEQ_ROWS, attn_qk_rope_kv only) makes grid y index the sequences of a
+	// multi-row decode step, each at its own position with its own block table, instead of a
+	// chunk's tokens; unset, every existing dispatch keeps its pipeline.
+	AttnSeqRows = 11
 )
 
 // KV cache formats (AttnShape.KVBits). An 8-bit cache holds int8 codes, then a binary16 scale
@@ -261,7 +265,8 @@ func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kC
 	return q
 }
 
-// AttnQKRopeKVBuffers are attn_qk_rope_kv's buffers, by role.
+// AttnQKRopeKVBuffers are attn_qk_rope_kv's buffers, by role. For AttnQKRopeKVRowsCall, QG, K, V
+// and QOut hold a row per sequence, Step [rows]{pos, token} and Table [rows][TableLen].
 type AttnQKRopeKVBuffers[B any] struct {
 	QG      B // 0: [Heads][2·HeadDim] the q projection, query ‖ gate per head
 	K, V    B // 1, 2: [KVHeads·HeadDim] the kv projections
@@ -303,6 +308,37 @@ func AttnQKRopeKVChunk(s AttnShape, p AttnRopeParams, pos0, tokens int, qg, k, v
 	qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
 	for t := range tokens {
 		q = append(q, AttnQKRopeKV(s, p, pos0+t, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
+	}
+	return q
+}
+
+// AttnQKRopeKVRowsCall is attn_qk_rope_kv for the rows sequences of a multi-row decode step
+// (ATTN_SEQ_ROWS): a row of threadgroups per sequence, row r at its own position steps[r].pos
+// through its own block table (row r of Table) into the shared pool. Each row is bit-identical to
+// AttnQKRopeKVCall on that row alone.
+func AttnQKRopeKVRowsCall[B any](s AttnShape, eps float32, threads, rows int, b AttnQKRopeKVBuffers[B]) Call[B] {
+	c := AttnQKRopeKVCall(s, eps, threads, b)
+	c.Constants[AttnSeqRows] = true
+	c.Threadgroups[1] = attnRows(rows)
+	return c
+}
+
+// attnRows is rows, checked: a multi-row dispatch has at least one.
+func attnRows(rows int) int {
+	if rows < 1 {
+		panic(fmt.Sprintf("kernels: attention over %d rows", rows))
+	}
+	return rows
+}
+
+// AttnQKRopeKVRows is the Go reference of AttnQKRopeKVRowsCall: AttnQKRopeKV for each sequence r
+// of steps ([rows]{pos, token}) on its rows of qg, k and v at its pos under its table (row r of
+// tables, [rows][TableLen]); it returns the rotated queries, a row per sequence.
+func AttnQKRopeKVRows(s AttnShape, p AttnRopeParams, steps []uint32, qg, k, v []float32, kCache, vCache []byte, tables []uint32) []float32 {
+	var q []float32
+	qd, kd, tl := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim, s.TableLen()
+	for r := range len(steps) / 2 {
+		q = append(q, AttnQKRopeKV(s, p, int(steps[2*r]), qg[r*qd:(r+1)*qd], k[r*kd:(r+1)*kd], v[r*kd:(r+1)*kd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
 	}
 	return q
 }

@@ -32,6 +32,13 @@
 // consecutive) of any size up to 1024 (AttnRopeThreads =
 // 256, one thread per dim for HD = 256). The normalised head goes through threadgroup memory
 // (HD <= 512 floats) so a thread can read its RoPE partner.
+//
+// Multi-row decode (ATTN_SEQ_ROWS set): grid y indexes R different sequences instead of one
+// sequence's tokens — row r at its own position step[2r] ([R]{pos, token}) through its own block
+// table, table[r·TABLE_LEN ..] ([R][TABLE_LEN], TABLE_LEN = ceil(MAX_CTX / PAGE)), into the shared
+// page pool; qg, k, v and q_out hold a row per sequence as in a chunk. A threadgroup reads only
+// its row, so each row is bit-identical to a one-row dispatch on it whatever R is. Unset: the
+// kernel above (a chunk's tokens, or the one-row decode step at T = 1).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -44,6 +51,9 @@ constant float ATTN_EPS [[function_constant(5)]];     // RMSNorm epsilon (1e-6)
 constant uint ATTN_KV_BITS [[function_constant(7)]];  // cache format: 16 (bfloat) or 8 (int8 blocks)
 constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a multiple of 16
 constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool (pages · PAGE)
+constant bool ATTN_SEQ_ROWS_FC [[function_constant(11)]];  // grid y: sequences, not a chunk's tokens
+constant bool ATTN_SEQ_ROWS = is_function_constant_defined(ATTN_SEQ_ROWS_FC) && ATTN_SEQ_ROWS_FC;
+constant uint ATTN_TABLE_LEN = (ATTN_MAX_CTX + ATTN_PAGE - 1) / ATTN_PAGE;  // a sequence's table
 
 #define ATTN_ROPE_MAX_HD 512
 
@@ -74,12 +84,12 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device const float* q_norm [[buffer(3)]],    // [HD]
                             device const float* k_norm [[buffer(4)]],    // [HD]
                             device const float* inv_freq [[buffer(5)]],  // [ROT/2]
-                            device const uint* step [[buffer(6)]],       // {pos, token}
+                            device const uint* step [[buffer(6)]],       // {pos, token} ([R] rows)
                             device float* q_out [[buffer(7)]],           // [NQ*HD]
                             device uchar* k_cache [[buffer(8)]],         // [NKV][POOL][HD]
                             device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
-                            device const uint* table [[buffer(10)]],     // [MAX_CTX / PAGE] pages
-                            uint2 tg [[threadgroup_position_in_grid]],  // (head, token)
+                            device const uint* table [[buffer(10)]],     // [TABLE_LEN] pages ([R] rows)
+                            uint2 tg [[threadgroup_position_in_grid]],  // (head, token or row)
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]],
@@ -91,9 +101,11 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
   threadgroup float inv_rms;
 
   // A prefill chunk dispatches one row of threadgroups per token: token t at position step.pos + t,
-  // its rows of qg, k, v and q_out t rows in (decode: one token, t = 0).
+  // its rows of qg, k, v and q_out t rows in (decode: one token, t = 0). Multi-row decode: row t
+  // is a sequence of its own, with its own position and block table.
   const uint head = tg.x, t = tg.y;
-  const uint pos = step[0] + t;
+  const uint pos = ATTN_SEQ_ROWS ? step[2 * t] : step[0] + t;
+  device const uint* table_t = ATTN_SEQ_ROWS ? table + ulong(t) * ATTN_TABLE_LEN : table;
   device const float* qg_t = qg + ulong(t) * ATTN_NQ * 2 * ATTN_HD;
   device const float* k_t = k + ulong(t) * ATTN_NKV * ATTN_HD;
   device const float* v_t = v + ulong(t) * ATTN_NKV * ATTN_HD;
@@ -129,7 +141,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
 
   const uint half_rot = ATTN_ROT / 2;
   // the position's pool row (read only where the cache is written: pos < MAX_CTX)
-  const uint prow = !is_q && pos < ATTN_MAX_CTX ? table[pos / ATTN_PAGE] * ATTN_PAGE + pos % ATTN_PAGE : 0;
+  const uint prow = !is_q && pos < ATTN_MAX_CTX ? table_t[pos / ATTN_PAGE] * ATTN_PAGE + pos % ATTN_PAGE : 0;
   const ulong row = (ulong(kvh) * ATTN_POOL + prow) * ATTN_HD;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
     float o = y[d];

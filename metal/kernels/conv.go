@@ -34,21 +34,38 @@ func Conv1DStep(u, window, taps, x []float32) {
 	copy(window[(ConvKernel-2)*c:], x)
 }
 
+// Conv1DStepRows is the Go reference of conv1d_step over rows rows (Conv1DStepRowsCall): each
+// row is Conv1DStep on its own x and u rows ([rows][C]) and its own window ([rows][3][C]).
+func Conv1DStepRows(u, window, taps, x []float32, rows int) {
+	c := len(x) / rows
+	w := (ConvKernel - 1) * c
+	for r := range rows {
+		Conv1DStep(u[r*c:(r+1)*c], window[r*w:(r+1)*w], taps, x[r*c:(r+1)*c])
+	}
+}
+
 // Conv1DStepBuffers are conv1d_step's buffers, by role.
 type Conv1DStepBuffers[B any] struct {
-	X      B // 0: [C] the token's qkv projection
+	X      B // 0: [C] the token's qkv projection ([rows][C] for Conv1DStepRowsCall)
 	Taps   B // 1: [C][4] float32
-	Window B // 2: [3][C] float32, shifted in place
-	U      B // 3: [C] silu(conv)
+	Window B // 2: [3][C] float32, shifted in place ([rows][3][C]: a window per sequence)
+	U      B // 3: [C] silu(conv) ([rows][C])
 }
 
 // Conv1DStepCall is conv1d_step over channels channels: one thread per channel, in whole
 // threadgroups of threads (ConvThreads in production).
 func Conv1DStepCall[B any](channels, threads int, b Conv1DStepBuffers[B]) Call[B] {
+	return Conv1DStepRowsCall(channels, threads, 1, b)
+}
+
+// Conv1DStepRowsCall is conv1d_step for the rows sequences of a multi-row decode step, each with
+// its own window: Conv1DStepCall's threadgroups once per row (the grid's second dimension), so
+// rows 1 is Conv1DStepCall.
+func Conv1DStepRowsCall[B any](channels, threads, rows int, b Conv1DStepBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "conv1d_step", Constants: map[int]any{ConvChannels: channels},
 		Buffers:      map[int]B{0: b.X, 1: b.Taps, 2: b.Window, 3: b.U},
-		Threadgroups: grid(groupsFor(channels, threads)), Group: grid(threads),
+		Threadgroups: [3]int{groupsFor(channels, threads), recurrentRows(rows), 1}, Group: grid(threads),
 	}
 }
 

@@ -12,31 +12,39 @@
 // Geometry: one thread per channel, dispatchThreads(C) in threadgroups of ConvThreads (256): 32
 // threadgroups for the model. Each thread reads and writes only its own channel, so the in-place
 // shift needs no synchronisation.
+//
+// Rows (the multi-row decode step, R sequences each with its own window): the grid's second
+// dimension is the row r, a row of threadgroups per row; row r reads x[r] and writes u[r] ([R][C])
+// and shifts its own window win[r] ([R][3][C]). A thread's operations do not depend on r or on
+// the other rows, so each row is bit-identical to a one-row dispatch on it; R = 1 is today's
+// dispatch.
 #include <metal_stdlib>
 using namespace metal;
 
 constant uint CONV_C [[function_constant(0)]];  // channels (8192)
 
-kernel void conv1d_step(device const float* x [[buffer(0)]],       // [C] the qkv projection
+kernel void conv1d_step(device const float* x [[buffer(0)]],       // [R][C] the qkv projections
                         device const float4* taps [[buffer(1)]],   // [C][4]
-                        device float* win [[buffer(2)]],           // [3][C], updated in place
-                        device float* u [[buffer(3)]],             // [C] silu(conv)
-                        uint c [[thread_position_in_grid]]) {
+                        device float* win [[buffer(2)]],           // [R][3][C], updated in place
+                        device float* u [[buffer(3)]],             // [R][C] silu(conv)
+                        uint2 g [[thread_position_in_grid]]) {     // (channel, row)
+  const uint c = g.x;
   if (c >= CONV_C) {
     return;
   }
+  device float* w = win + ulong(g.y) * 3 * CONV_C;  // this row's window
   const float4 t = taps[c];
-  const float w0 = win[c], w1 = win[CONV_C + c], w2 = win[2 * CONV_C + c];
-  const float xc = x[c];
+  const float w0 = w[c], w1 = w[CONV_C + c], w2 = w[2 * CONV_C + c];
+  const float xc = x[ulong(g.y) * CONV_C + c];
   float acc = 0.0f;
   acc += t.x * w0;
   acc += t.y * w1;
   acc += t.z * w2;
   acc += t.w * xc;
-  u[c] = acc * (1.0f / (1.0f + exp(-acc)));
-  win[c] = w1;
-  win[CONV_C + c] = w2;
-  win[2 * CONV_C + c] = xc;
+  u[ulong(g.y) * CONV_C + c] = acc * (1.0f / (1.0f + exp(-acc)));
+  w[c] = w1;
+  w[CONV_C + c] = w2;
+  w[2 * CONV_C + c] = xc;
 }
 
 // conv1d_chunk: conv1d_step for the CONV_T tokens of a prefill chunk in one dispatch: x and u

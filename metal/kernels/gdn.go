@@ -108,7 +108,18 @@ func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 	}
 }
 
-// GDNStepBuffers are gdn_step's buffers, by role.
+// GDNStepRows is the Go reference of gdn_step over rows sequences (GDNStepRowsCall): each row is
+// GDNStep on its own rows of qkv, z, a, b and y and its own state ([rows][HV][DV][DK]).
+func GDNStepRows(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32, rows int) {
+	c, hd, n := s.Channels(), s.HV*s.DV, s.StateLen()
+	for r := range rows {
+		GDNStep(s, p, state[r*n:(r+1)*n], y[r*hd:(r+1)*hd], qkv[r*c:(r+1)*c], z[r*hd:(r+1)*hd], a[r*s.HV:(r+1)*s.HV], b[r*s.HV:(r+1)*s.HV])
+	}
+}
+
+// GDNStepBuffers are gdn_step's buffers, by role. For GDNStepRowsCall (and gdn_chunk) QKV, Z, A,
+// Beta and Y hold a row per sequence (token); for GDNStepRowsCall State holds a state per
+// sequence, [rows][HV][DV][DK].
 type GDNStepBuffers[B any] struct {
 	QKV    B // 0: [Channels] the conv output, q ‖ k ‖ v
 	Z      B // 1: [HV*DV] the gate projection
@@ -124,10 +135,17 @@ type GDNStepBuffers[B any] struct {
 // GDNStepCall is gdn_step for one token over every value head (a threadgroup each), simdgroups
 // simdgroups per threadgroup (GDNSimdgroups in production).
 func GDNStepCall[B any](s GDNShape, eps float32, simdgroups int, b GDNStepBuffers[B]) Call[B] {
+	return GDNStepRowsCall(s, eps, simdgroups, 1, b)
+}
+
+// GDNStepRowsCall is gdn_step for the rows sequences of a multi-row decode step, each with its
+// own state: GDNStepCall's threadgroups once per row (the grid's second dimension), so rows 1 is
+// GDNStepCall.
+func GDNStepRowsCall[B any](s GDNShape, eps float32, simdgroups, rows int, b GDNStepBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "gdn_step", Constants: s.Constants(eps),
 		Buffers:      map[int]B{0: b.QKV, 1: b.Z, 2: b.A, 3: b.Beta, 4: b.ALog, 5: b.DtBias, 6: b.NormW, 7: b.State, 8: b.Y},
-		Threadgroups: grid(s.HV), Group: grid(32 * simdgroups),
+		Threadgroups: [3]int{s.HV, recurrentRows(rows), 1}, Group: grid(32 * simdgroups),
 		ThreadgroupMem: map[int]int{0: s.ThreadgroupMem()},
 	}
 }

@@ -19,6 +19,13 @@
 // keeps the column's DK values in registers (DK/32 per lane, lane l holds rows l*DK/32 ...),
 // so a column is read once and written once, with two simd_sums. The column outputs meet in
 // threadgroup memory ([[threadgroup(0)]], DV floats) for the gated norm: one barrier.
+//
+// Rows (the multi-row decode step, R sequences each with its own state): the grid's second
+// dimension is the row r, a row of HV threadgroups per row. Row r reads its row of qkv
+// ([R][2*HK*DK + HV*DV]), z ([R][HV*DV]), a and b ([R][HV]), updates its own state
+// ([R][HV][DV][DK]) in place and writes y[r] ([R][HV*DV]); the parameters are shared. A
+// threadgroup's operations do not depend on r or on the other rows, so each row is bit-identical
+// to a one-row dispatch on it; R = 1 is today's dispatch.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -44,23 +51,33 @@ inline float softplus(float x) {
 }
 
 [[max_total_threads_per_threadgroup(1024)]]
-kernel void gdn_step(device const float* qkv [[buffer(0)]],      // [2*HK*DK + HV*DV]: q, k, v
-                     device const float* z [[buffer(1)]],        // [HV*DV]
-                     device const float* a [[buffer(2)]],        // [HV]
-                     device const float* b [[buffer(3)]],        // [HV]
-                     device const float* a_log [[buffer(4)]],    // [HV]
-                     device const float* dt_bias [[buffer(5)]],  // [HV]
-                     device const float* norm_w [[buffer(6)]],   // [DV]
-                     device float* state [[buffer(7)]],          // [HV][DV][DK]
-                     device float* y [[buffer(8)]],              // [HV*DV]
+kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK + HV*DV]: q, k, v
+                     device const float* z_rows [[buffer(1)]],    // [R][HV*DV]
+                     device const float* a_rows [[buffer(2)]],    // [R][HV]
+                     device const float* b_rows [[buffer(3)]],    // [R][HV]
+                     device const float* a_log [[buffer(4)]],     // [HV]
+                     device const float* dt_bias [[buffer(5)]],   // [HV]
+                     device const float* norm_w [[buffer(6)]],    // [DV]
+                     device float* states [[buffer(7)]],          // [R][HV][DV][DK]
+                     device float* y_rows [[buffer(8)]],          // [R][HV*DV]
                      threadgroup float* o_tg [[threadgroup(0)]],  // [DV]
-                     uint head [[threadgroup_position_in_grid]],
+                     uint2 tg [[threadgroup_position_in_grid]],  // (head, row)
                      uint tid [[thread_index_in_threadgroup]],
                      uint ntg [[threads_per_threadgroup]],
                      uint sg [[simdgroup_index_in_threadgroup]],
                      uint nsg [[simdgroups_per_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partial[32];  // Σ o² per simdgroup
+
+  // This row's sequence: everything below is the one-row kernel on these.
+  const uint head = tg.x;
+  const ulong row = tg.y;
+  device const float* qkv = qkv_rows + row * (2 * GDN_HK * GDN_DK + GDN_HV * GDN_DV);
+  device const float* z = z_rows + row * (GDN_HV * GDN_DV);
+  device const float* a = a_rows + row * GDN_HV;
+  device const float* b = b_rows + row * GDN_HV;
+  device float* state = states + row * (GDN_HV * GDN_DV * GDN_DK);
+  device float* y = y_rows + row * (GDN_HV * GDN_DV);
 
   const uint E = GDN_DK / 32;  // key rows per lane
   const uint kh = head / (GDN_HV / GDN_HK);

@@ -20,7 +20,28 @@ const (
 	MoEEps            = 5 // float MOE_EPS: the RMSNorm epsilon of moe_router_norm / moe_gate_up_norm (optional)
 	MoETokens         = 6 // uint MOE_T_FC: moe_sort's tokens (optional)
 	MoEBlockRowsConst = 7 // uint MOE_BM_FC: moe_sort's pairs per block (optional, 32)
+	MoEBatch          = 8 // uint MOE_BATCH_FC: decode rows of the decode kernels (optional, 1)
 )
+
+// MoEMaxBatch is the most decode rows one dispatch of moe_router, moe_gate_up or
+// moe_down_combine takes (MOE_MAX_BATCH: the per-row accumulators a lane holds are sized for it).
+const MoEMaxBatch = 8
+
+// MoERouterLogitRoom is the logits moe_router holds in threadgroup memory (MOE_LOGITS): it runs
+// its decode rows in passes of RouterPassRows each, reading the router once per pass.
+const MoERouterLogitRoom = 2056
+
+// RouterPassRows is how many of rows decode rows one moe_router pass takes: all 8 at E = 256.
+func (s MoEShape) RouterPassRows(rows int) int { return max(1, min(rows, MoERouterLogitRoom/(s.E+1))) }
+
+// rowsConstants sets MOE_BATCH to rows (1 to MoEMaxBatch; anything else panics).
+func rowsConstants(c map[int]any, rows int) map[int]any {
+	if rows < 1 || rows > MoEMaxBatch {
+		panic(fmt.Sprintf("kernels: moe over %d decode rows (1 to %d)", rows, MoEMaxBatch))
+	}
+	c[MoEBatch] = rows
+	return c
+}
 
 // The _norm kernels' extra binding: the bf16 post-attention norm gain (x is then the residual).
 const (
@@ -80,7 +101,17 @@ func (s MoEShape) GateUpThreadgroups() [3]int {
 	return [3]int{(max(s.I, s.SI) + MoERowsPerGroup - 1) / MoERowsPerGroup, s.K + 1, 1}
 }
 
-// DownThreadgroups is moe_down_combine's grid: H rows, 8 per threadgroup.
+// GateUpRowsThreadgroups is moe_gate_up's grid for rows decode rows: (row blocks of 8, K·rows
+// (row, slot) pairs + the shared expert, which runs every row). A pair whose expert an earlier
+// row chose returns: that row's pair runs the expert for both.
+func (s MoEShape) GateUpRowsThreadgroups(rows int) [3]int {
+	g := s.GateUpThreadgroups()
+	g[1] = s.K*rows + 1
+	return g
+}
+
+// DownThreadgroups is moe_down_combine's grid: H rows, 8 per threadgroup (for any number of
+// decode rows).
 func (s MoEShape) DownThreadgroups() [3]int {
 	return [3]int{(s.H + MoERowsPerGroup - 1) / MoERowsPerGroup, 1, 1}
 }
@@ -224,13 +255,24 @@ func MoEBlock(mo *model.MoE, s MoEShape, x, res []float32) (ids []uint32, weight
 	return ids, weights
 }
 
+// MoEDecodeRows is the Go reference of the decode MoE block over rows decode rows (x and res
+// [rows][H]): each row is MoEBlock on that row alone. It returns ids [rows][K] and weights
+// [rows][K+1].
+func MoEDecodeRows(mo *model.MoE, s MoEShape, rows int, x, res []float32) (ids []uint32, weights []float32) {
+	for r := range rows {
+		i, w := MoEBlock(mo, s, x[r*s.H:(r+1)*s.H], res[r*s.H:(r+1)*s.H])
+		ids, weights = append(ids, i...), append(weights, w...)
+	}
+	return ids, weights
+}
+
 // MoERouterBuffers are moe_router's and moe_router_norm's buffers, by role.
 type MoERouterBuffers[B any] struct {
 	Router     QMatrixBuffers[B] // 0-2: [E, H] 8-bit
 	SharedGate QMatrixBuffers[B] // 3-5: [1, H] 8-bit, the shared expert's gate
-	X          B                 // 6: [H] (moe_router_norm: the un-normed residual)
-	IDs        B                 // 7: [K] uint32
-	Weights    B                 // 8: [K + 1] float32
+	X          B                 // 6: [rows][H] (moe_router_norm: the un-normed residual)
+	IDs        B                 // 7: [rows][K] uint32
+	Weights    B                 // 8: [rows][K + 1] float32
 	Gain       B                 // MoERouterGain: [H] bf16, bound by MoERouterNormCall only
 }
 
@@ -254,6 +296,22 @@ func MoERouterNormCall[B any](s MoEShape, eps float32, threads int, b MoERouterB
 	return Call[B]{Kernel: "moe_router_norm", Constants: s.NormConstants(eps), Buffers: bs, Threadgroups: grid(1), Group: grid(threads)}
 }
 
+// MoERouterRowsCall is moe_router for rows decode rows (MOE_BATCH set, 1 to MoEMaxBatch): the
+// same single threadgroup, the router read once per pass (RouterPassRows); each row's ids and
+// weights bit-identical to MoERouterCall on that row alone.
+func MoERouterRowsCall[B any](s MoEShape, rows, threads int, b MoERouterBuffers[B]) Call[B] {
+	c := MoERouterCall(s, threads, b)
+	c.Constants = rowsConstants(c.Constants, rows)
+	return c
+}
+
+// MoERouterNormRowsCall is moe_router_norm for rows decode rows (MoERouterRowsCall).
+func MoERouterNormRowsCall[B any](s MoEShape, rows int, eps float32, threads int, b MoERouterBuffers[B]) Call[B] {
+	c := MoERouterNormCall(s, eps, threads, b)
+	c.Constants = rowsConstants(c.Constants, rows)
+	return c
+}
+
 // MoETopKBuffers are moe_topk's buffers, by role.
 type MoETopKBuffers[B any] struct {
 	Logits  B // 0: [E] router logits
@@ -273,12 +331,12 @@ func MoETopKCall[B any](s MoEShape, b MoETopKBuffers[B]) Call[B] {
 
 // MoEGateUpBuffers are moe_gate_up's and moe_gate_up_norm's buffers, by role.
 type MoEGateUpBuffers[B any] struct {
-	IDs        B                 // 0: [K] the chosen experts
+	IDs        B                 // 0: [rows][K] the chosen experts
 	Gate, Up   QMatrixBuffers[B] // 1-3, 4-6: [E·I, H] 4-bit, the routed experts stacked
 	SharedGate QMatrixBuffers[B] // 7-9: [SI, H] 4-bit
 	SharedUp   QMatrixBuffers[B] // 10-12: [SI, H] 4-bit
-	X          B                 // 13: [H] (moe_gate_up_norm: the un-normed residual)
-	Act        B                 // 14: [ActLen]
+	X          B                 // 13: [rows][H] (moe_gate_up_norm: the un-normed residual)
+	Act        B                 // 14: [rows][ActLen]
 	Gain       B                 // MoEGateUpGain: [H] bf16, bound by MoEGateUpNormCall only
 }
 
@@ -303,14 +361,32 @@ func MoEGateUpNormCall[B any](s MoEShape, eps float32, b MoEGateUpBuffers[B]) Ca
 	return Call[B]{Kernel: "moe_gate_up_norm", Constants: s.NormConstants(eps), Buffers: bs, Threadgroups: s.GateUpThreadgroups(), Group: grid(MoEThreads)}
 }
 
+// MoEGateUpRowsCall is moe_gate_up for rows decode rows (MOE_BATCH set, 1 to MoEMaxBatch; grid
+// GateUpRowsThreadgroups; each expert's and the shared expert's weights read once for all the
+// rows that use them): each row's act bit-identical to MoEGateUpCall on that row alone.
+func MoEGateUpRowsCall[B any](s MoEShape, rows int, b MoEGateUpBuffers[B]) Call[B] {
+	return gateUpRows(MoEGateUpCall(s, b), s, rows)
+}
+
+// MoEGateUpNormRowsCall is moe_gate_up_norm for rows decode rows (MoEGateUpRowsCall).
+func MoEGateUpNormRowsCall[B any](s MoEShape, rows int, eps float32, b MoEGateUpBuffers[B]) Call[B] {
+	return gateUpRows(MoEGateUpNormCall(s, eps, b), s, rows)
+}
+
+func gateUpRows[B any](c Call[B], s MoEShape, rows int) Call[B] {
+	c.Constants = rowsConstants(c.Constants, rows)
+	c.Threadgroups = s.GateUpRowsThreadgroups(rows)
+	return c
+}
+
 // MoEDownCombineBuffers are moe_down_combine's buffers, by role.
 type MoEDownCombineBuffers[B any] struct {
-	IDs        B                 // 0: [K]
-	Weights    B                 // 1: [K + 1]
+	IDs        B                 // 0: [rows][K]
+	Weights    B                 // 1: [rows][K + 1]
 	Down       QMatrixBuffers[B] // 2-4: [E·H, I] 4-bit
 	SharedDown QMatrixBuffers[B] // 5-7: [H, SI] 4-bit
-	Act        B                 // 8: [ActLen]
-	Res        B                 // 9: [H], += in place
+	Act        B                 // 8: [rows][ActLen]
+	Res        B                 // 9: [rows][H], += in place
 }
 
 // MoEDownCombineCall is moe_down_combine: res += the weighted experts' down projections
@@ -320,6 +396,15 @@ func MoEDownCombineCall[B any](s MoEShape, b MoEDownCombineBuffers[B]) Call[B] {
 	b.Down.bind(bs, 2)
 	b.SharedDown.bind(bs, 5)
 	return Call[B]{Kernel: "moe_down_combine", Constants: s.Constants(), Buffers: bs, Threadgroups: s.DownThreadgroups(), Group: grid(MoEThreads)}
+}
+
+// MoEDownCombineRowsCall is moe_down_combine for rows decode rows (MOE_BATCH set, 1 to
+// MoEMaxBatch; the same grid, the shared expert's down rows read once for all rows): each row's
+// res bit-identical to MoEDownCombineCall on that row alone.
+func MoEDownCombineRowsCall[B any](s MoEShape, rows int, b MoEDownCombineBuffers[B]) Call[B] {
+	c := MoEDownCombineCall(s, b)
+	c.Constants = rowsConstants(c.Constants, rows)
+	return c
 }
 
 // MoETopKChunkCall is moe_topk for tokens tokens of a prefill chunk (a threadgroup each): logits

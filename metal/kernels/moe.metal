@@ -35,6 +35,22 @@
 //   moe_down_combine  ceil(H / 8) × 64: 4 output rows per simdgroup, all K + 1 slots.
 //   moe_topk          1 × 32.
 // H, I and SI must be multiples of 64; E <= 1024; 1 <= K <= min(E, 32).
+//
+// Rows (multi-row decode): MOE_BATCH (function constant 8, 1 to 8; unset: 1) is the number R of
+// decode rows, each a different sequence's token: x and res [R][H], ids [R][K], weights
+// [R][K + 1], act [R][K·I + SI]. Each row's arithmetic (lanes, accumulation order, simd_sum, its
+// experts combined in its own slot order) is the one-row kernel's, so a row's results are
+// bit-identical whatever R is and whatever the other rows hold, and R = 1 is the one-row kernel.
+//   moe_router        the same single threadgroup: each simdgroup step's router codes are read
+//                     once and applied to every row of a pass (as many rows as MOE_LOGITS holds
+//                     logits for: all 8 at E = 256); simdgroup j then routes the pass's row j.
+//   moe_gate_up       grid (ceil(max(I, SI) / 8), K·R + 1): y < K·R is the pair row·K + slot;
+//                     the first row's pair of each expert runs it for every row that chose it (an
+//                     expert shared by rows is read once), the others return; y = K·R is the
+//                     shared expert for every row, its weights read once.
+//   moe_down_combine  the same grid: each simdgroup computes the shared expert's down rows for
+//                     every row first (weights read once), then row by row its K experts in slot
+//                     order, the shared part added last as in the one-row kernel.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -45,11 +61,15 @@ constant uint MOE_I [[function_constant(3)]];   // routed expert intermediate si
 constant uint MOE_SI [[function_constant(4)]];  // shared expert intermediate size (512)
 constant float MOE_EPS_FC [[function_constant(5)]];  // RMSNorm epsilon of the _norm kernels
 constant float MOE_EPS = is_function_constant_defined(MOE_EPS_FC) ? MOE_EPS_FC : 0.0f;
+constant uint MOE_BATCH_FC [[function_constant(8)]];  // decode rows (1 to 8; unset: 1)
+constant uint MOE_BATCH = is_function_constant_defined(MOE_BATCH_FC) ? MOE_BATCH_FC : 1u;
 
 #define MOE_MAX_E 1024  // experts moe_router/moe_topk can route (32 per lane)
 #define MOE_ROWS 4      // rows per simdgroup pass
 #define MOE_SIMDGROUPS 2  // per threadgroup, moe_gate_up and moe_down_combine
 #define MOE_NONE 0xffffffffu
+#define MOE_MAX_BATCH 8  // decode rows: the per-row accumulators a lane holds are sized for it
+#define MOE_LOGITS 2056  // moe_router's threadgroup logits: 8 rows of E + 1 = 257, 2 of 1,025
 
 // load_x reads the 16 values at x for BITS-bit codes, divided by the place value of each code
 // inside its 16-bit half-word (exact), into xs, and returns their plain sum. With NORM, x is
@@ -91,9 +111,10 @@ inline float inv_rms(device const float* x, uint lane) {
   return rsqrt(ss / float(MOE_H) + MOE_EPS);
 }
 
-// qdot is Σ q·x' over the 16 codes starting at half-word q, for xs from load_x.
-template <int BITS>
-inline float qdot(device const ushort* q, thread const float* xs) {
+// qdot is Σ q·x' over the 16 codes starting at half-word q (device memory, or the lane's copy
+// in registers: the same arithmetic), for xs from load_x.
+template <int BITS, typename Q>
+inline float qdot(Q q, thread const float* xs) {
   float acc = 0.0f;
   if (BITS == 4) {
     for (uint h = 0; h < 4; h++) {
@@ -162,7 +183,85 @@ inline void route(threadgroup float* p, uint lane, device uint* ids, device floa
   }
 }
 
-// moe_router_rows is moe_router's body; logits is its threadgroup array.
+// router_logits computes the E router logits and the shared gate's logit of nb rows of x
+// ([nb][H]) into logits ([nb][E + 1]); simdgroup sg takes router rows 4sg.., 4(sg+nsg).. Each
+// step's codes, scales and biases are read once for all nb rows; a row's accumulation is the
+// one-row kernel's whatever nb is.
+template <bool NORM>
+inline void router_logits(device const uint* router_w, device const bfloat* router_s,
+                          device const bfloat* router_b, device const uint* seg_w,
+                          device const bfloat* seg_s, device const bfloat* seg_b,
+                          device const float* x, device const bfloat* gain, uint nb,
+                          threadgroup float* logits, uint sg, uint nsg, uint lane) {
+  const uint rows = MOE_E + 1;
+  float inv[MOE_MAX_BATCH];
+  for (uint b = 0; b < MOE_BATCH; b++) {
+    if (b >= nb) {
+      break;  // constant bounds keep the per-row arrays in registers
+    }
+    inv[b] = NORM ? inv_rms(x + b * MOE_H, lane) : 1.0f;
+  }
+  const uint halves_per_row = MOE_H / 2;
+  const uint groups_per_row = MOE_H / 64;
+  for (uint row0 = sg * MOE_ROWS; row0 < rows; row0 += nsg * MOE_ROWS) {
+    const uint live = min(uint(MOE_ROWS), rows - row0);  // the same for the whole simdgroup
+    float acc[MOE_MAX_BATCH * MOE_ROWS];
+    for (uint i = 0; i < MOE_BATCH * MOE_ROWS; i++) {
+      acc[i] = 0.0f;
+    }
+    for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
+      ushort c[MOE_ROWS][8];
+      float s[MOE_ROWS], bi[MOE_ROWS];
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        if (r >= live) {
+          break;
+        }
+        const uint row = row0 + r;
+        device const ushort* q;
+        if (row < MOE_E) {
+          q = (device const ushort*)router_w + ulong(row) * halves_per_row + k / 2;
+          const ulong gi = ulong(row) * groups_per_row + k / 64;
+          s[r] = float(router_s[gi]);
+          bi[r] = float(router_b[gi]);
+        } else {
+          q = (device const ushort*)seg_w + k / 2;
+          s[r] = float(seg_s[k / 64]);
+          bi[r] = float(seg_b[k / 64]);
+        }
+        for (uint h = 0; h < 8; h++) {
+          c[r][h] = q[h];
+        }
+      }
+      for (uint b = 0; b < MOE_BATCH; b++) {
+        if (b >= nb) {
+          break;
+        }
+        float xs[16];
+        const float xsum = load_x<8, NORM>(x + b * MOE_H + k, xs, gain + k, inv[b]);
+        for (uint r = 0; r < MOE_ROWS; r++) {
+          if (r >= live) {
+            break;
+          }
+          acc[b * MOE_ROWS + r] += s[r] * qdot<8>(c[r], xs) + bi[r] * xsum;
+        }
+      }
+    }
+    for (uint b = 0; b < MOE_BATCH; b++) {
+      if (b >= nb) {
+        break;  // the same for the whole simdgroup
+      }
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        const float v = simd_sum(acc[b * MOE_ROWS + r]);
+        if (lane == 0 && r < live) {
+          logits[b * rows + row0 + r] = v;
+        }
+      }
+    }
+  }
+}
+
+// moe_router_rows is moe_router's body; logits is its threadgroup array. The MOE_BATCH rows run
+// in passes of as many rows as logits holds; simdgroup j routes the pass's row j.
 template <bool NORM>
 inline void moe_router_rows(device const uint* router_w, device const bfloat* router_s,
                             device const bfloat* router_b, device const uint* seg_w,
@@ -170,53 +269,26 @@ inline void moe_router_rows(device const uint* router_w, device const bfloat* ro
                             device const float* x, device const bfloat* gain, device uint* ids,
                             device float* weights, threadgroup float* logits, uint sg, uint nsg,
                             uint lane) {
-
   const uint rows = MOE_E + 1;
-  const float inv = NORM ? inv_rms(x, lane) : 1.0f;
-  const uint halves_per_row = MOE_H / 2;
-  const uint groups_per_row = MOE_H / 64;
-  for (uint row0 = sg * MOE_ROWS; row0 < rows; row0 += nsg * MOE_ROWS) {
-    float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
-      float xs[16];
-      const float xsum = load_x<8, NORM>(x + k, xs, gain + k, inv);
-      for (uint r = 0; r < MOE_ROWS; r++) {
-        const uint row = row0 + r;
-        if (row >= rows) {
-          break;  // the same for the whole simdgroup
-        }
-        device const ushort* q;
-        float s, b;
-        if (row < MOE_E) {
-          q = (device const ushort*)router_w + ulong(row) * halves_per_row + k / 2;
-          const ulong gi = ulong(row) * groups_per_row + k / 64;
-          s = float(router_s[gi]);
-          b = float(router_b[gi]);
-        } else {
-          q = (device const ushort*)seg_w + k / 2;
-          s = float(seg_s[k / 64]);
-          b = float(seg_b[k / 64]);
-        }
-        acc[r] += s * qdot<8>(q, xs) + b * xsum;
-      }
+  const uint per_pass = min(MOE_BATCH, uint(MOE_LOGITS) / rows);
+  for (uint b0 = 0; b0 < MOE_BATCH; b0 += per_pass) {
+    const uint nb = min(per_pass, MOE_BATCH - b0);
+    if (b0 > 0) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the last pass's routing is done with logits
     }
-    for (uint r = 0; r < MOE_ROWS; r++) {
-      const float v = simd_sum(acc[r]);
-      if (lane == 0 && row0 + r < rows) {
-        logits[row0 + r] = v;
+    router_logits<NORM>(router_w, router_s, router_b, seg_w, seg_s, seg_b, x + b0 * MOE_H, gain, nb,
+                        logits, sg, nsg, lane);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint j = sg; j < nb; j += nsg) {
+      const uint b = b0 + j;
+      threadgroup float* p = logits + j * rows;
+      if (lane == 0) {
+        weights[b * (MOE_K + 1) + MOE_K] = 1.0f / (1.0f + exp(-p[MOE_E]));
       }
+      route(p, lane, ids + b * MOE_K, weights + b * (MOE_K + 1));
     }
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (sg != 0) {
-    return;
-  }
-  if (lane == 0) {
-    weights[MOE_K] = 1.0f / (1.0f + exp(-logits[MOE_E]));
-  }
-  route(logits, lane, ids, weights);
 }
-
 
 [[max_total_threads_per_threadgroup(1024)]]
 kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-bit codes
@@ -225,13 +297,13 @@ kernel void moe_router(device const uint* router_w [[buffer(0)]],   // [E, H] 8-
                        device const uint* seg_w [[buffer(3)]],       // [1, H] 8-bit codes
                        device const bfloat* seg_s [[buffer(4)]],     // [H/64]
                        device const bfloat* seg_b [[buffer(5)]],     // [H/64]
-                       device const float* x [[buffer(6)]],          // [H]
-                       device uint* ids [[buffer(7)]],               // [K]
-                       device float* weights [[buffer(8)]],          // [K + 1]
+                       device const float* x [[buffer(6)]],          // [R][H]
+                       device uint* ids [[buffer(7)]],               // [R][K]
+                       device float* weights [[buffer(8)]],          // [R][K + 1]
                        uint sg [[simdgroup_index_in_threadgroup]],
                        uint nsg [[simdgroups_per_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float logits[MOE_MAX_E + 1];  // E router logits, then the shared gate's
+  threadgroup float logits[MOE_LOGITS];  // per row: E router logits, then the shared gate's
   moe_router_rows<false>(router_w, router_s, router_b, seg_w, seg_s, seg_b, x, seg_s, ids, weights,
                          logits, sg, nsg, lane);  // seg_s: no gain read
 }
@@ -243,14 +315,14 @@ kernel void moe_router_norm(device const uint* router_w [[buffer(0)]],
                             device const uint* seg_w [[buffer(3)]],
                             device const bfloat* seg_s [[buffer(4)]],
                             device const bfloat* seg_b [[buffer(5)]],
-                            device const float* x [[buffer(6)]],       // [H], the un-normed residual
+                            device const float* x [[buffer(6)]],       // [R][H], the un-normed residual
                             device uint* ids [[buffer(7)]],
                             device float* weights [[buffer(8)]],
                             device const bfloat* gain [[buffer(9)]],   // [H] bf16
                             uint sg [[simdgroup_index_in_threadgroup]],
                             uint nsg [[simdgroups_per_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float logits[MOE_MAX_E + 1];
+  threadgroup float logits[MOE_LOGITS];
   moe_router_rows<true>(router_w, router_s, router_b, seg_w, seg_s, seg_b, x, gain, ids, weights,
                         logits, sg, nsg, lane);
 }
@@ -342,7 +414,90 @@ kernel void moe_sort(device const uint* ids [[buffer(0)]],        // [T][K]
   }
 }
 
-// moe_gate_up_rows is moe_gate_up's body.
+// gate_up_pass accumulates rows row0 .. row0+live-1 of one gate/up pair (gq/uq at row row0, its
+// scales and biases likewise) for nb rows of x, x + rows[b]·H (normed with inv[b]), into ag and
+// au ([nb][MOE_ROWS]); run by a whole simdgroup. Each step's codes are read once for all nb rows.
+template <bool NORM>
+inline void gate_up_pass(device const ushort* gq, device const bfloat* gs, device const bfloat* gb,
+                         device const ushort* uq, device const bfloat* us, device const bfloat* ub,
+                         device const float* x, thread const uint* rows, device const bfloat* gain,
+                         thread const float* inv, uint nb, uint live, uint lane, thread float* ag,
+                         thread float* au) {
+  const uint halves_per_row = MOE_H / 4;
+  const uint groups_per_row = MOE_H / 64;
+  for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
+    ushort gc[MOE_ROWS][4], uc[MOE_ROWS][4];
+    float gsc[MOE_ROWS], gbi[MOE_ROWS], usc[MOE_ROWS], ubi[MOE_ROWS];
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      if (r >= live) {
+        break;  // the same for the whole simdgroup
+      }
+      const uint o = r * halves_per_row + k / 4;
+      const uint gi = r * groups_per_row + k / 64;
+      for (uint h = 0; h < 4; h++) {
+        gc[r][h] = gq[o + h];
+        uc[r][h] = uq[o + h];
+      }
+      gsc[r] = float(gs[gi]);
+      gbi[r] = float(gb[gi]);
+      usc[r] = float(us[gi]);
+      ubi[r] = float(ub[gi]);
+    }
+    for (uint b = 0; b < MOE_BATCH; b++) {
+      if (b >= nb) {
+        break;  // constant bounds keep the per-row arrays in registers
+      }
+      float xs[16];
+      const float xsum = load_x<4, NORM>(x + rows[b] * MOE_H + k, xs, gain + k, inv[b]);
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        if (r >= live) {
+          break;
+        }
+        ag[b * MOE_ROWS + r] += gsc[r] * qdot<4>(gc[r], xs) + gbi[r] * xsum;
+        au[b * MOE_ROWS + r] += usc[r] * qdot<4>(uc[r], xs) + ubi[r] * xsum;
+      }
+    }
+  }
+}
+
+// expert_of is the expert of pair p = row·K + slot of ids, clamped so a bad id never reads wild.
+inline uint expert_of(device const uint* ids, uint p) { return min(ids[p], MOE_E - 1); }
+
+// expert_pairs lists in rows and slots the pairs that pair y runs and returns how many (0: an
+// earlier row's pair runs y). A decode row's first pair of an expert joins the first row that
+// chose it, whose pair runs the expert once for all of them (at most one pair a row); a repeat
+// within a row, which moe_router never makes, runs alone.
+inline uint expert_pairs(device const uint* ids, uint y, thread uint* rows, thread uint* slots) {
+  const uint e = expert_of(ids, y), row = y / MOE_K;
+  rows[0] = row;
+  slots[0] = y % MOE_K;
+  for (uint p = row * MOE_K; p < y; p++) {
+    if (expert_of(ids, p) == e) {
+      return 1;  // a repeat within the row
+    }
+  }
+  for (uint p = 0; p < row * MOE_K; p++) {
+    if (expert_of(ids, p) == e) {
+      return 0;  // an earlier row's pair runs it
+    }
+  }
+  uint nb = 1;
+  for (uint r = row + 1; r < MOE_BATCH; r++) {
+    for (uint slot = 0; slot < MOE_K; slot++) {
+      if (expert_of(ids, r * MOE_K + slot) == e) {
+        rows[nb] = r;
+        slots[nb] = slot;
+        nb++;
+        break;
+      }
+    }
+  }
+  return nb;
+}
+
+// moe_gate_up_rows is moe_gate_up's body. Threadgroup row y < K·MOE_BATCH is pair y = row·K +
+// slot, which runs its expert for the pairs expert_pairs lists (rows sharing an expert read its
+// weights once) or returns; y = K·MOE_BATCH is the shared expert for every decode row.
 template <bool NORM>
 inline void moe_gate_up_rows(device const uint* ids, device const uint* gate_w,
                              device const bfloat* gate_s, device const bfloat* gate_b,
@@ -353,60 +508,66 @@ inline void moe_gate_up_rows(device const uint* ids, device const uint* gate_w,
                              device const bfloat* sh_up_b, device const float* x,
                              device const bfloat* gain, device float* act, uint2 group, uint sg,
                              uint lane) {
-  const uint slot = group.y;
-  const uint n = slot < MOE_K ? MOE_I : MOE_SI;
+  const uint pairs = MOE_K * MOE_BATCH;
+  const bool sh_expert = group.y >= pairs;  // the shared expert's threadgroup row
+  const uint n = sh_expert ? MOE_SI : MOE_I;
   const uint row0 = (group.x * MOE_SIMDGROUPS + sg) * MOE_ROWS;
   if (row0 >= n) {
     return;  // the whole simdgroup; there is no barrier
   }
-  const float inv = NORM ? inv_rms(x, lane) : 1.0f;
-  const uint halves_per_row = MOE_H / 4;
-  const uint groups_per_row = MOE_H / 64;
-  device const ushort *gq, *uq;
-  device const bfloat *gs, *gb, *us, *ub;
-  if (slot < MOE_K) {
-    const ulong first = ulong(min(ids[slot], MOE_E - 1)) * MOE_I + row0;  // min: never read wild
-    gq = (device const ushort*)gate_w + first * halves_per_row;
-    uq = (device const ushort*)up_w + first * halves_per_row;
-    gs = gate_s + first * groups_per_row;
-    gb = gate_b + first * groups_per_row;
-    us = up_s + first * groups_per_row;
-    ub = up_b + first * groups_per_row;
+  uint rows[MOE_MAX_BATCH], slots[MOE_MAX_BATCH];  // the pairs it runs: decode row and slot
+  uint nb = 0;
+  ulong first = row0;  // the first weight row, in the stacked tensors or the shared expert's
+  if (sh_expert) {
+    for (; nb < MOE_BATCH; nb++) {
+      rows[nb] = nb;
+      slots[nb] = MOE_K;
+    }
   } else {
-    const ulong first = row0;
-    gq = (device const ushort*)sh_gate_w + first * halves_per_row;
-    uq = (device const ushort*)sh_up_w + first * halves_per_row;
-    gs = sh_gate_s + first * groups_per_row;
-    gb = sh_gate_b + first * groups_per_row;
-    us = sh_up_s + first * groups_per_row;
-    ub = sh_up_b + first * groups_per_row;
+    nb = expert_pairs(ids, group.y, rows, slots);
+    if (nb == 0) {
+      return;  // another pair runs this expert (the same for the whole threadgroup)
+    }
+    first += ulong(expert_of(ids, group.y)) * MOE_I;
   }
-
-  float ag[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float au[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (uint k = lane * 16; k < MOE_H; k += 32 * 16) {
-    float xs[16];
-    const float xsum = load_x<4, NORM>(x + k, xs, gain + k, inv);
+  const uint live = min(uint(MOE_ROWS), n - row0);
+  float inv[MOE_MAX_BATCH];
+  float ag[MOE_MAX_BATCH * MOE_ROWS], au[MOE_MAX_BATCH * MOE_ROWS];
+  for (uint b = 0; b < MOE_BATCH; b++) {
+    if (b >= nb) {
+      break;
+    }
+    inv[b] = NORM ? inv_rms(x + rows[b] * MOE_H, lane) : 1.0f;
     for (uint r = 0; r < MOE_ROWS; r++) {
-      if (row0 + r >= n) {
-        break;  // the same for the whole simdgroup
-      }
-      const uint o = r * halves_per_row + k / 4;
-      const uint gi = r * groups_per_row + k / 64;
-      ag[r] += float(gs[gi]) * qdot<4>(gq + o, xs) + float(gb[gi]) * xsum;
-      au[r] += float(us[gi]) * qdot<4>(uq + o, xs) + float(ub[gi]) * xsum;
+      ag[b * MOE_ROWS + r] = 0.0f;
+      au[b * MOE_ROWS + r] = 0.0f;
     }
   }
-  for (uint r = 0; r < MOE_ROWS; r++) {
-    const float g = simd_sum(ag[r]);
-    const float u = simd_sum(au[r]);
-    if (lane == 0 && row0 + r < n) {
-      act[slot * MOE_I + row0 + r] = g * (1.0f / (1.0f + exp(-g))) * u;
+  const uint halves_per_row = MOE_H / 4;
+  const uint groups_per_row = MOE_H / 64;
+  device const uint *gw = sh_expert ? sh_gate_w : gate_w, *uw = sh_expert ? sh_up_w : up_w;
+  device const bfloat *gs = sh_expert ? sh_gate_s : gate_s, *gb = sh_expert ? sh_gate_b : gate_b;
+  device const bfloat *us = sh_expert ? sh_up_s : up_s, *ub = sh_expert ? sh_up_b : up_b;
+  gate_up_pass<NORM>((device const ushort*)gw + first * halves_per_row, gs + first * groups_per_row,
+                     gb + first * groups_per_row, (device const ushort*)uw + first * halves_per_row,
+                     us + first * groups_per_row, ub + first * groups_per_row, x, rows, gain, inv,
+                     nb, live, lane, ag, au);
+  const uint act_len = MOE_K * MOE_I + MOE_SI;
+  for (uint b = 0; b < MOE_BATCH; b++) {
+    if (b >= nb) {
+      break;  // the same for the whole simdgroup
+    }
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      const float g = simd_sum(ag[b * MOE_ROWS + r]);
+      const float u = simd_sum(au[b * MOE_ROWS + r]);
+      if (lane == 0 && r < live) {
+        act[rows[b] * act_len + slots[b] * MOE_I + row0 + r] = g * (1.0f / (1.0f + exp(-g))) * u;
+      }
     }
   }
 }
 
-kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
+kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [R][K]
                         device const uint* gate_w [[buffer(1)]],        // [E·I, H] 4-bit
                         device const bfloat* gate_s [[buffer(2)]],      // [E·I, H/64]
                         device const bfloat* gate_b [[buffer(3)]],
@@ -419,8 +580,8 @@ kernel void moe_gate_up(device const uint* ids [[buffer(0)]],          // [K]
                         device const uint* sh_up_w [[buffer(10)]],      // [SI, H] 4-bit
                         device const bfloat* sh_up_s [[buffer(11)]],
                         device const bfloat* sh_up_b [[buffer(12)]],
-                        device const float* x [[buffer(13)]],           // [H]
-                        device float* act [[buffer(14)]],               // [K·I + SI]
+                        device const float* x [[buffer(13)]],           // [R][H]
+                        device float* act [[buffer(14)]],               // [R][K·I + SI]
                         uint2 group [[threadgroup_position_in_grid]],
                         uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]]) {
@@ -442,7 +603,7 @@ kernel void moe_gate_up_norm(device const uint* ids [[buffer(0)]],
                              device const uint* sh_up_w [[buffer(10)]],
                              device const bfloat* sh_up_s [[buffer(11)]],
                              device const bfloat* sh_up_b [[buffer(12)]],
-                             device const float* x [[buffer(13)]],       // [H], the un-normed residual
+                             device const float* x [[buffer(13)]],       // [R][H], the un-normed residual
                              device float* act [[buffer(14)]],
                              device const bfloat* gain [[buffer(15)]],   // [H] bf16
                              uint2 group [[threadgroup_position_in_grid]],
@@ -452,16 +613,57 @@ kernel void moe_gate_up_norm(device const uint* ids [[buffer(0)]],
                          sh_gate_b, sh_up_w, sh_up_s, sh_up_b, x, gain, act, group, sg, lane);
 }
 
-kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K]
-                             device const float* weights [[buffer(1)]],    // [K + 1]
+// down_pass accumulates rows row0 .. row0+live-1 of a 4-bit matrix of cols columns (q at row
+// row0, s and bi its scales and biases likewise) times nb activation vectors (a + b·stride) into
+// part ([nb][MOE_ROWS]); run by a whole simdgroup. Each step's codes are read once for all nb.
+inline void down_pass(device const ushort* q, device const bfloat* s, device const bfloat* bi,
+                      uint cols, device const float* a, uint stride, uint nb, uint live, uint lane,
+                      thread float* part) {
+  const uint halves_per_row = cols / 4;
+  const uint groups_per_row = cols / 64;
+  for (uint i = 0; i < MOE_BATCH * MOE_ROWS; i++) {
+    part[i] = 0.0f;
+  }
+  for (uint k = lane * 16; k < cols; k += 32 * 16) {
+    ushort c[MOE_ROWS][4];
+    float sc[MOE_ROWS], bs[MOE_ROWS];
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      if (r >= live) {
+        break;  // the same for the whole simdgroup
+      }
+      for (uint h = 0; h < 4; h++) {
+        c[r][h] = q[r * halves_per_row + k / 4 + h];
+      }
+      const uint gi = r * groups_per_row + k / 64;
+      sc[r] = float(s[gi]);
+      bs[r] = float(bi[gi]);
+    }
+    for (uint b = 0; b < MOE_BATCH; b++) {
+      if (b >= nb) {
+        break;  // constant bounds keep the per-row arrays in registers
+      }
+      float xs[16];
+      const float asum = load_x<4>(a + b * stride + k, xs);
+      for (uint r = 0; r < MOE_ROWS; r++) {
+        if (r >= live) {
+          break;
+        }
+        part[b * MOE_ROWS + r] += sc[r] * qdot<4>(c[r], xs) + bs[r] * asum;
+      }
+    }
+  }
+}
+
+kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [R][K]
+                             device const float* weights [[buffer(1)]],    // [R][K + 1]
                              device const uint* down_w [[buffer(2)]],      // [E·H, I] 4-bit
                              device const bfloat* down_s [[buffer(3)]],    // [E·H, I/64]
                              device const bfloat* down_b [[buffer(4)]],
                              device const uint* sh_down_w [[buffer(5)]],   // [H, SI] 4-bit
                              device const bfloat* sh_down_s [[buffer(6)]],
                              device const bfloat* sh_down_b [[buffer(7)]],
-                             device const float* act [[buffer(8)]],        // [K·I + SI]
-                             device float* res [[buffer(9)]],              // [H], += in place
+                             device const float* act [[buffer(8)]],        // [R][K·I + SI]
+                             device float* res [[buffer(9)]],              // [R][H], += in place
                              uint group [[threadgroup_position_in_grid]],
                              uint sg [[simdgroup_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]]) {
@@ -469,45 +671,34 @@ kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [K
   if (row0 >= MOE_H) {
     return;  // the whole simdgroup; there is no barrier
   }
-  float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (uint slot = 0; slot <= MOE_K; slot++) {
-    const uint cols = slot < MOE_K ? MOE_I : MOE_SI;
-    const uint halves_per_row = cols / 4;
-    const uint groups_per_row = cols / 64;
-    device const ushort* q;
-    device const bfloat *s, *b;
-    if (slot < MOE_K) {
-      const ulong first = ulong(min(ids[slot], MOE_E - 1)) * MOE_H + row0;
-      q = (device const ushort*)down_w + first * halves_per_row;
-      s = down_s + first * groups_per_row;
-      b = down_b + first * groups_per_row;
-    } else {
-      q = (device const ushort*)sh_down_w + ulong(row0) * halves_per_row;
-      s = sh_down_s + ulong(row0) * groups_per_row;
-      b = sh_down_b + ulong(row0) * groups_per_row;
-    }
-    device const float* a = act + slot * MOE_I;
-    float part[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint k = lane * 16; k < cols; k += 32 * 16) {
-      float xs[16];
-      const float asum = load_x<4>(a + k, xs);
+  const uint live = min(uint(MOE_ROWS), MOE_H - row0);
+  const uint act_len = MOE_K * MOE_I + MOE_SI;
+  float sh[MOE_MAX_BATCH * MOE_ROWS];  // the shared expert's part of every decode row
+  down_pass((device const ushort*)sh_down_w + ulong(row0) * (MOE_SI / 4), sh_down_s + ulong(row0) * (MOE_SI / 64),
+            sh_down_b + ulong(row0) * (MOE_SI / 64), MOE_SI, act + MOE_K * MOE_I, act_len, MOE_BATCH,
+            live, lane, sh);
+  for (uint b = 0; b < MOE_BATCH; b++) {
+    float acc[MOE_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint slot = 0; slot < MOE_K; slot++) {  // the row's experts in its own slot order
+      const ulong first = ulong(min(ids[b * MOE_K + slot], MOE_E - 1)) * MOE_H + row0;
+      float part[MOE_MAX_BATCH * MOE_ROWS];
+      down_pass((device const ushort*)down_w + first * (MOE_I / 4), down_s + first * (MOE_I / 64),
+                down_b + first * (MOE_I / 64), MOE_I, act + b * act_len + slot * MOE_I, 0u, 1u, live,
+                lane, part);
+      const float w = weights[b * (MOE_K + 1) + slot];
       for (uint r = 0; r < MOE_ROWS; r++) {
-        if (row0 + r >= MOE_H) {
-          break;  // the same for the whole simdgroup
-        }
-        const uint gi = r * groups_per_row + k / 64;
-        part[r] += float(s[gi]) * qdot<4>(q + r * halves_per_row + k / 4, xs) + float(b[gi]) * asum;
+        acc[r] += w * part[r];
       }
     }
-    const float w = weights[slot];
+    const float w = weights[b * (MOE_K + 1) + MOE_K];  // the shared expert last
     for (uint r = 0; r < MOE_ROWS; r++) {
-      acc[r] += w * part[r];
+      acc[r] += w * sh[b * MOE_ROWS + r];
     }
-  }
-  for (uint r = 0; r < MOE_ROWS; r++) {
-    const float v = simd_sum(acc[r]);
-    if (lane == 0 && row0 + r < MOE_H) {
-      res[row0 + r] += v;
+    for (uint r = 0; r < MOE_ROWS; r++) {
+      const float v = simd_sum(acc[r]);
+      if (lane == 0 && r < live) {
+        res[b * MOE_H + row0 + r] += v;
+      }
     }
   }
 }
