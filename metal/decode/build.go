@@ -13,6 +13,9 @@
 // argmax_partial/argmax_final or sample_select/sample_final (writes the chosen token and advances
 // pos in the step buffer). No dispatch writes a normed copy of the
 // residual: every consumer of a norm recomputes rsqrt(mean(x²)+eps) from the residual itself.
+//
+// With Options.Rows = R > 1 the same step advances R sequences at once (each dispatch the
+// kernel's rows form, every buffer a sequence or an activation holds R rows), greedy only.
 package decode
 
 import (
@@ -52,7 +55,20 @@ type Options struct {
 	// and the row it writes, and the keys attention's FLOPs count. 0 or more than MaxCtx-1 means
 	// MaxCtx-1; a negative value means none (a prefill chunk at the start of a sequence).
 	TrafficCtx int
+	// Rows is the number of sequences one step advances (0 or 1: one, the plan the GPU backend
+	// runs; 2 to MaxRows: a multi-row step, Step.Rows). Each row is a sequence with its own step
+	// entry, block table row, conv windows, DeltaNet states, sampler params and token states, and
+	// every activation holds a row per sequence; every dispatch is the kernel's rows form, each
+	// row bit-identical to the one-row plan on that sequence alone. A multi-row plan has the
+	// greedy and prefill modes only: the sampler (sample_*, logprob_*) has no row form yet, so
+	// the sample and logprob modes are not built, and chunk modes are refused (Chunks must be
+	// empty). Pages 0 gives every row its own MaxCtx's pages (and a spare), and Init points row
+	// r's block table at its own pages.
+	Rows int
 }
+
+// MaxRows is the most sequences one multi-row step advances (the kernels' row limit).
+const MaxRows = kernels.QMVMaxBatch
 
 // Step is a built decode step: the plan and the buffers the host uses.
 type Step struct {
@@ -60,6 +76,10 @@ type Step struct {
 	Config *config.Config
 	MaxCtx int
 	KVBits int // 16 or 8 (Options.KVBits)
+	// Rows is the sequences a step advances (Options.Rows; 1 for the one-row plan). With more,
+	// StepBuf is [Rows]{pos, token}, Table [Rows][Attn.TableLen()], Logits [Rows][vocab], the
+	// Sampler's Params and State [Rows][...], and each Session buffer but the KV pools [Rows][...].
+	Rows int
 	// Attn is the attention layers' shape, the KV pool's pages included; Table the block table
 	// buffer ([Attn.TableLen()] uint32: a session's page i is pool page Table[i]), which every
 	// attention layer reads; KV the K and V pools, in layer order.
@@ -74,7 +94,7 @@ type Step struct {
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
-	Logprobs int // two kernels.LogprobRecordLen-word records (the logprob modes' output)
+	Logprobs int // two kernels.LogprobRecordLen-word records (the logprob modes' output); -1 in a multi-row plan
 	Sampler  SamplerBuffers
 	Session  []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
@@ -136,7 +156,20 @@ type builder struct {
 	read    map[int]bool // buffers read since the last barrier
 	written map[int]bool // buffers written since the last barrier
 	modes   []string     // the Modes of dispatches added without their own
+	rows    int          // the decode step's rows (Options.Rows, at least 1)
 }
+
+// batch is the qmv variant's Batch for the decode step's rows: 0 (QMV_BATCH unset, the one-row
+// pipeline) for one row, so the one-row plan keeps its dispatches exactly.
+func (b *builder) batch() int {
+	if b.rows == 1 {
+		return 0
+	}
+	return b.rows
+}
+
+// perRow is the FLOPs of one row's work times the rows.
+func (b *builder) perRow(fl float64) float64 { return fl * float64(b.rows) }
 
 func (b *builder) buffer(name string, size int64, kind plan.Kind) int {
 	b.p.Buffers = append(b.p.Buffers, plan.Buffer{Name: name, Size: size, Kind: kind})
@@ -271,16 +304,16 @@ func (b *builder) qmv(m qmat, x, y int, add bool) {
 	if add {
 		reads = append(reads, b.whole(y))
 	}
-	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Add: add}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y}),
+	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Add: add, Batch: b.batch()}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y}),
 		reads, []plan.Range{b.whole(y)})
-	b.flops(gemvFLOPs(m.rows, m.cols), gemvFLOPs(m.rows, m.cols))
+	b.flops(b.perRow(gemvFLOPs(m.rows, m.cols)), b.perRow(gemvFLOPs(m.rows, m.cols)))
 }
 
 // qmvNorm is y = W·rmsnorm(x, gain): the norm computed in the GEMV.
 func (b *builder) qmvNorm(m qmat, x, gain, y int, eps float32) {
-	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Norm: true, Eps: eps}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y, Gain: gain}),
+	b.call(kernels.QMVCall(m.bits, m.rows, m.cols, kernels.QMVVariant{Norm: true, Eps: eps, Batch: b.batch()}, kernels.QMVBuffers[int]{W: m.bufs(), X: x, Y: y, Gain: gain}),
 		append(m.all(), b.whole(x), b.whole(gain)), []plan.Range{b.whole(y)})
-	b.flops(gemvFLOPs(m.rows, m.cols), gemvFLOPs(m.rows, m.cols))
+	b.flops(b.perRow(gemvFLOPs(m.rows, m.cols)), b.perRow(gemvFLOPs(m.rows, m.cols)))
 }
 
 // qmvMultiNorm is ys[j] = W_j·rmsnorm(x, gain) for 1..4 matrices of the same bit width and
@@ -297,9 +330,9 @@ func (b *builder) qmvMultiNorm(ms []qmat, ys []int, x, gain int, eps float32) {
 		writes = append(writes, b.whole(ys[j]))
 		fl += gemvFLOPs(m.rows, m.cols)
 	}
-	b.call(kernels.QMVMultiCall(ms[0].bits, ms[0].cols, rows, kernels.QMVVariant{Norm: true, Eps: eps}, bufs),
+	b.call(kernels.QMVMultiCall(ms[0].bits, ms[0].cols, rows, kernels.QMVVariant{Norm: true, Eps: eps, Batch: b.batch()}, bufs),
 		append(reads, b.whole(x), b.whole(gain)), writes)
-	b.flops(fl, fl)
+	b.flops(b.perRow(fl), b.perRow(fl))
 }
 
 // Check reports whether the kernels support a configuration's shapes.
@@ -339,18 +372,28 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	if o.KVBits != 0 && o.KVBits != 16 && o.KVBits != 8 {
 		return nil, fmt.Errorf("decode: --kv-bits %d: want 16 or 8", o.KVBits)
 	}
-	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx, KVBits: kvBits(o.KVBits)}
+	R := max(o.Rows, 1)
+	switch {
+	case o.Rows < 0 || o.Rows > MaxRows:
+		return nil, fmt.Errorf("decode: %d rows: want 1 to %d", o.Rows, MaxRows)
+	case R > 1 && len(ChunkSizes(o.Chunks)) > 0:
+		return nil, fmt.Errorf("decode: prefill chunks %v with %d rows: the chunk modes are one sequence's; a multi-row step has none", o.Chunks, R)
+	}
+	s := &Step{Plan: &plan.Plan{}, Config: c, MaxCtx: o.MaxCtx, KVBits: kvBits(o.KVBits), Rows: R}
 	ps := o.PageSize
 	if ps == 0 {
 		ps = min(DefaultPageSize, (o.MaxCtx+kernels.AttnTile-1)/kernels.AttnTile*kernels.AttnTile)
 	}
 	pages := o.Pages
 	if pages == 0 {
-		pages = (o.MaxCtx+ps-1)/ps + 1
+		pages = R*((o.MaxCtx+ps-1)/ps) + 1 // every row's pages, and a spare
 	}
 	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
 		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
-	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}}
+	if R > 1 && pages < R*s.Attn.TableLen() { // Init's tables (rowTables) give each row its own pages
+		return nil, fmt.Errorf("decode: %d pages for %d rows of %d pages each", pages, R, s.Attn.TableLen())
+	}
+	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
 	as := s.Attn
@@ -361,51 +404,56 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	splits := kernels.AttnSplits(o.MaxCtx)
 
 	// Control and activations, shared by all layers.
-	s.StepBuf = b.buffer("step", 8, plan.Control)
-	s.Table = b.buffer("kv.table", 4*int64(as.TableLen()), plan.Control)
-	s.consts = append(s.consts, constSrc{s.Table, BytesOf(as.IdentityTable())}) // until a session sets its pages
+	// Per-sequence buffers hold R rows; the rest (bias, penalties, status: the sampler's, which
+	// only the one-row plan runs) one.
+	s.StepBuf = b.buffer("step", 8*int64(R), plan.Control)
+	s.Table = b.buffer("kv.table", 4*int64(R*as.TableLen()), plan.Control)
+	s.consts = append(s.consts, constSrc{s.Table, BytesOf(rowTables(as, R))}) // until a session sets its pages
 	s.Sampler = SamplerBuffers{
-		Params: b.buffer("sample.params", 4*16, plan.Control),
-		State:  b.buffer("sample.state", 4*int64(V), plan.Control), // per request: count | seen<<31
+		Params: b.buffer("sample.params", 4*16*int64(R), plan.Control),
+		State:  b.buffer("sample.state", 4*int64(R*V), plan.Control), // per request: count | seen<<31
 		Bias:   b.floats("sample.bias", V, plan.Control),
 		Pen:    b.floats("sample.pen", o.MaxCtx+1, plan.Control),
 		Status: b.buffer("sample.status", 4, plan.Control),
 	}
 	params, sampState := s.Sampler.Params, s.Sampler.State
-	res := b.floats("residual", H, plan.Activations)
-	s.consts = append(s.consts, constSrc{params, BytesOf(kernels.SampleParams{}.Words())})
+	res := b.floats("residual", R*H, plan.Activations)
+	s.consts = append(s.consts, constSrc{params, BytesOf(repeatRows(kernels.SampleParams{}.Words(), R))})
 
 	var qkv, u, z, ga, gb, y int
 	if gs.HV > 0 && hasKind(c, config.LinearAttention) {
-		qkv = b.floats("gdn.qkv", gs.Channels(), plan.Activations)
-		u = b.floats("gdn.conv_out", gs.Channels(), plan.Activations)
-		z = b.floats("gdn.z", gs.HV*gs.DV, plan.Activations)
-		ga = b.floats("gdn.a", gs.HV, plan.Activations)
-		gb = b.floats("gdn.b", gs.HV, plan.Activations)
-		y = b.floats("gdn.y", gs.HV*gs.DV, plan.Activations)
+		qkv = b.floats("gdn.qkv", R*gs.Channels(), plan.Activations)
+		u = b.floats("gdn.conv_out", R*gs.Channels(), plan.Activations)
+		z = b.floats("gdn.z", R*gs.HV*gs.DV, plan.Activations)
+		ga = b.floats("gdn.a", R*gs.HV, plan.Activations)
+		gb = b.floats("gdn.b", R*gs.HV, plan.Activations)
+		y = b.floats("gdn.y", R*gs.HV*gs.DV, plan.Activations)
 	}
 	var qg, ak, av, qrot, opart, mlpart, attnOut, invFreq int
 	if hasKind(c, config.FullAttention) {
 		qd := as.Heads * as.HeadDim
-		qg = b.floats("attn.qg", 2*qd, plan.Activations)
-		ak = b.floats("attn.k", as.KVHeads*as.HeadDim, plan.Activations)
-		av = b.floats("attn.v", as.KVHeads*as.HeadDim, plan.Activations)
-		qrot = b.floats("attn.q_rot", qd, plan.Activations)
+		qg = b.floats("attn.qg", R*2*qd, plan.Activations)
+		ak = b.floats("attn.k", R*as.KVHeads*as.HeadDim, plan.Activations)
+		av = b.floats("attn.v", R*as.KVHeads*as.HeadDim, plan.Activations)
+		qrot = b.floats("attn.q_rot", R*qd, plan.Activations)
 		ol, mll := as.AttnPartialLens(splits)
-		opart = b.floats("attn.o_part", ol, plan.Activations)
-		mlpart = b.floats("attn.ml_part", mll, plan.Activations)
-		attnOut = b.floats("attn.out", qd, plan.Activations)
+		opart = b.floats("attn.o_part", R*ol, plan.Activations)
+		mlpart = b.floats("attn.ml_part", R*mll, plan.Activations)
+		attnOut = b.floats("attn.out", R*qd, plan.Activations)
 		invFreq = b.floats("rope.inv_freq", c.RotaryDim/2, plan.Weights)
 		s.consts = append(s.consts, constSrc{invFreq, BytesOf(kernels.RopeInvFreq(c.RotaryDim, c.RopeTheta))})
 	}
-	ids := b.buffer("moe.ids", int64(4*ms.K), plan.Activations)
-	weights := b.floats("moe.weights", ms.K+1, plan.Activations)
-	act := b.floats("moe.act", ms.ActLen(), plan.Activations)
-	s.Logits = b.floats("logits", V, plan.Activations)
-	partial := b.buffer("argmax.partial", 8*kernels.ArgmaxDefaultGroups, plan.Activations)
+	ids := b.buffer("moe.ids", int64(4*R*ms.K), plan.Activations)
+	weights := b.floats("moe.weights", R*(ms.K+1), plan.Activations)
+	act := b.floats("moe.act", R*ms.ActLen(), plan.Activations)
+	s.Logits = b.floats("logits", R*V, plan.Activations)
+	partial := b.buffer("argmax.partial", 8*int64(R*kernels.ArgmaxDefaultGroups), plan.Activations)
 
 	// The decode step's dispatches run in every mode but the chunk's.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
+	if R > 1 {
+		b.modes = []string{ModeGreedy, ModePrefill}
+	}
 	var chs []*chunkBufs // the chunk sizes, largest first, over one set of buffers
 	if sizes := ChunkSizes(o.Chunks); len(sizes) > 0 {
 		s.Chunks = sizes
@@ -419,8 +467,8 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	// embed_q4: the token's row into the residual stream.
 	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
 	s.embed = emb.buffers()
-	b.call(kernels.EmbedCall(H, V, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
-		append(emb.rowsRange(0, 1), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
+	b.call(kernels.EmbedRowsCall(H, V, R, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
+		append(emb.rowsRange(0, R), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
 	for _, ch := range chs {
 		ch.call(kernels.EmbedChunkCall(H, V, ch.n, kernels.EmbedChunkBuffers[int]{Embed: emb.bufs(), Tokens: s.ChunkTokens, Out: ch.res}),
 			[]int{s.ChunkTokens}, emb.all(), ch.res)
@@ -454,19 +502,19 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			aLog := b.vector(a+"A_log", gs.HV, false, func(w *model.Weights) []float32 { return g(w).ALog })
 			dtBias := b.vector(a+"dt_bias", gs.HV, false, func(w *model.Weights) []float32 { return g(w).DtBias })
 			normW := b.vector(a+"norm", gs.DV, false, func(w *model.Weights) []float32 { return g(w).Norm })
-			win := b.floats(a+"conv_window", (kernels.ConvKernel-1)*C, plan.State)
-			state := b.floats(a+"state", gs.StateLen(), plan.State)
+			win := b.floats(a+"conv_window", R*(kernels.ConvKernel-1)*C, plan.State)
+			state := b.floats(a+"state", R*gs.StateLen(), plan.State)
 			s.Session = append(s.Session, win, state)
 
 			b.qmvMultiNorm([]qmat{wqkv, wz, wb, wa}, []int{qkv, z, gb, ga}, res, inNorm, eps)
-			b.call(kernels.Conv1DStepCall(C, kernels.ConvThreads, kernels.Conv1DStepBuffers[int]{X: qkv, Taps: taps, Window: win, U: u}),
+			b.call(kernels.Conv1DStepRowsCall(C, kernels.ConvThreads, R, kernels.Conv1DStepBuffers[int]{X: qkv, Taps: taps, Window: win, U: u}),
 				[]plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, []plan.Range{b.whole(win), b.whole(u)})
-			b.flops(convFLOPs(C, 1), convFLOPs(C, 1))
-			b.call(kernels.GDNStepCall(gs, eps, kernels.GDNSimdgroups, kernels.GDNStepBuffers[int]{
+			b.flops(convFLOPs(C, R), convFLOPs(C, R))
+			b.call(kernels.GDNStepRowsCall(gs, eps, kernels.GDNSimdgroups, R, kernels.GDNStepBuffers[int]{
 				QKV: u, Z: z, A: ga, Beta: gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: y}),
 				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
 				[]plan.Range{b.whole(state), b.whole(y)})
-			b.flops(gdnFLOPs(gs, 1), gdnFLOPs(gs, 1))
+			b.flops(gdnFLOPs(gs, R), gdnFLOPs(gs, R))
 			b.qmv(wo, y, res, true)
 			for _, ch := range chs {
 				if li == 0 { // later layers' input norm is the previous combine's
@@ -499,30 +547,40 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			s.KV = append(s.KV, kc, vc)
 
 			b.qmvMultiNorm([]qmat{wq, wk, wv}, []int{qg, ak, av}, res, inNorm, eps)
-			// The traffic model's sequence holds pool pages 0, 1, ... in order.
+			// The traffic model's sequences hold the pages Init gives them (rowTables): the
+			// one-row plan's pool pages 0, 1, ... in order.
 			var kvWrites, kvReads []plan.Range
 			id := as.IdentityTable()
-			for _, cache := range []int{kc, vc} {
-				as.SeqSpans(id, tctx, 1, func(off, n int64) {
-					kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
-				})
-				as.SeqSpans(id, 0, tctx+1, func(off, n int64) {
-					kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: off, Len: n})
-				})
+			tables := rowTables(as, R)
+			for r := range R {
+				t := tables[r*len(id) : (r+1)*len(id)]
+				for _, cache := range []int{kc, vc} {
+					as.SeqSpans(t, tctx, 1, func(off, n int64) {
+						kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
+					})
+					as.SeqSpans(t, 0, tctx+1, func(off, n int64) {
+						kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: off, Len: n})
+					})
+				}
 			}
-			table := plan.Range{Buffer: s.Table, Len: 4 * int64(as.TableLen())}
-			b.call(kernels.AttnQKRopeKVCall(as, eps, kernels.AttnRopeThreads, kernels.AttnQKRopeKVBuffers[int]{
+			table := b.whole(s.Table)
+			bufs := kernels.AttnQKRopeKVBuffers[int]{
 				QG: qg, K: ak, V: av, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: qrot,
-				KCache: kc, VCache: vc, Table: s.Table}),
+				KCache: kc, VCache: vc, Table: s.Table}
+			rope := kernels.AttnQKRopeKVCall(as, eps, kernels.AttnRopeThreads, bufs)
+			if R > 1 { // ATTN_SEQ_ROWS: unset keeps the one-row plan's pipeline
+				rope = kernels.AttnQKRopeKVRowsCall(as, eps, kernels.AttnRopeThreads, R, bufs)
+			}
+			b.call(rope,
 				[]plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
 					b.whole(s.StepBuf), table},
 				append([]plan.Range{b.whole(qrot)}, kvWrites...))
-			b.call(kernels.AttnDecodePartialCall(as, splits, kernels.AttnDecodePartialBuffers[int]{
+			b.call(kernels.AttnDecodePartialRowsCall(as, splits, R, kernels.AttnDecodePartialBuffers[int]{
 				Q: qrot, KCache: kc, VCache: vc, Step: s.StepBuf, OPart: opart, MLPart: mlpart, Table: s.Table}),
 				append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
 				[]plan.Range{b.whole(opart), b.whole(mlpart)})
-			b.flops(attnDecodeFLOPs(as, tctx+1), attnDecodeFLOPs(as, tctx+1))
-			b.call(kernels.AttnDecodeCombineCall(as, splits, kernels.AttnDecodeCombineBuffers[int]{
+			b.flops(b.perRow(attnDecodeFLOPs(as, tctx+1)), b.perRow(attnDecodeFLOPs(as, tctx+1)))
+			b.call(kernels.AttnDecodeCombineRowsCall(as, splits, R, kernels.AttnDecodeCombineBuffers[int]{
 				OPart: opart, MLPart: mlpart, QG: qg, Step: s.StepBuf, Out: attnOut}),
 				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
 				[]plan.Range{b.whole(attnOut)})
@@ -569,34 +627,35 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
 		s.routed = slices.Concat(s.routed, gate.buffers(), up.buffers(), down.buffers())
 
-		b.call(kernels.MoERouterNormCall(ms, eps, kernels.MoERouterThreads, kernels.MoERouterBuffers[int]{
+		b.call(b.moeRouter(ms, eps, kernels.MoERouterBuffers[int]{
 			Router: router.bufs(), SharedGate: seg.bufs(), X: res, IDs: ids, Weights: weights, Gain: postNorm}),
 			append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
 			[]plan.Range{b.whole(ids), b.whole(weights)})
-		fl := gemvFLOPs(ms.E, H) + gemvFLOPs(1, H)
+		fl := b.perRow(gemvFLOPs(ms.E, H) + gemvFLOPs(1, H))
 		b.flops(fl, fl)
 		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
-		// ranges (experts 0..K-1 stand for the chosen ones), as kernels.MoEShape.Bytes does.
+		// ranges per row, at most E (experts 0, 1, ... stand for the chosen ones), as
+		// kernels.MoEShape.Bytes does for one row.
 		var guReads, dReads []plan.Range
-		for e := range ms.K {
+		for e := range min(R*ms.K, ms.E) {
 			guReads = append(guReads, gate.rowsRange(e*ms.I, ms.I)...)
 			guReads = append(guReads, up.rowsRange(e*ms.I, ms.I)...)
 			dReads = append(dReads, down.rowsRange(e*H, H)...)
 		}
 		guReads = append(guReads, shGate.all()...)
 		guReads = append(guReads, shUp.all()...)
-		b.call(kernels.MoEGateUpNormCall(ms, eps, kernels.MoEGateUpBuffers[int]{
+		b.call(b.moeGateUp(ms, eps, kernels.MoEGateUpBuffers[int]{
 			IDs: ids, Gate: gate.bufs(), Up: up.bufs(), SharedGate: shGate.bufs(), SharedUp: shUp.bufs(), X: res, Act: act, Gain: postNorm}),
 			append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
 			[]plan.Range{b.whole(act)})
-		fl = float64(ms.K)*2*gemvFLOPs(ms.I, H) + 2*gemvFLOPs(ms.SI, H)
+		fl = b.perRow(float64(ms.K)*2*gemvFLOPs(ms.I, H) + 2*gemvFLOPs(ms.SI, H))
 		b.flops(fl, fl)
 		dReads = append(dReads, shDown.all()...)
-		b.call(kernels.MoEDownCombineCall(ms, kernels.MoEDownCombineBuffers[int]{
+		b.call(b.moeDownCombine(ms, kernels.MoEDownCombineBuffers[int]{
 			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
 			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
 			[]plan.Range{b.whole(res)})
-		fl = float64(ms.K)*gemvFLOPs(H, ms.I) + gemvFLOPs(H, ms.SI)
+		fl = b.perRow(float64(ms.K)*gemvFLOPs(H, ms.I) + gemvFLOPs(H, ms.SI))
 		b.flops(fl, fl)
 		for _, ch := range chs {
 			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown, next, eps)
@@ -609,6 +668,10 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		if o.ChunkLogits {
 			ch.logitsRows(head, finalNorm, eps)
 		}
+	}
+	if R > 1 {
+		b.greedyRows(head, res, finalNorm, partial)
+		return s, s.Plan.Validate()
 	}
 	// LM head with the final norm folded in, then the next token's selection in one of two modes
 	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
@@ -661,6 +724,70 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// greedyRows ends a multi-row step: the LM head on every row (the final norm folded in), then
+// each row's argmax straight from its logits into its step entry, in the greedy mode only. The
+// one-row plan selects from sample_penalties' output, a copy of the logits when no penalty is
+// set; that kernel, like the sampler's, has no row form yet, so a multi-row step runs neither
+// (no penalties, no sampling, no logprobs) and s.Logprobs is -1.
+func (b *builder) greedyRows(head qmat, res, finalNorm, partial int) {
+	s, V, R, groups := b.s, b.s.Config.VocabSize, b.rows, kernels.ArgmaxDefaultGroups
+	params, state := s.Sampler.Params, s.Sampler.State
+	b.modes = []string{ModeGreedy}
+	b.qmvNorm(head, res, finalNorm, s.Logits, float32(s.Config.RMSNormEps))
+	b.call(kernels.ArgmaxPartialRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxPartialBuffers[int]{Logits: s.Logits, Partial: partial}),
+		[]plan.Range{b.whole(s.Logits)}, []plan.Range{b.whole(partial)})
+	b.call(kernels.ArgmaxFinalRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxFinalBuffers[int]{
+		Partial: partial, Step: s.StepBuf, Params: params, State: state}),
+		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
+		[]plan.Range{b.whole(s.StepBuf), b.whole(state)})
+	s.Logprobs = -1
+}
+
+// moeRouter is moe_router_norm over the step's rows (MOE_BATCH unset for one row: the one-row
+// plan's pipeline).
+func (b *builder) moeRouter(ms kernels.MoEShape, eps float32, bufs kernels.MoERouterBuffers[int]) kernels.Call[int] {
+	if b.rows == 1 {
+		return kernels.MoERouterNormCall(ms, eps, kernels.MoERouterThreads, bufs)
+	}
+	return kernels.MoERouterNormRowsCall(ms, b.rows, eps, kernels.MoERouterThreads, bufs)
+}
+
+// moeGateUp is moe_gate_up_norm over the step's rows (as moeRouter).
+func (b *builder) moeGateUp(ms kernels.MoEShape, eps float32, bufs kernels.MoEGateUpBuffers[int]) kernels.Call[int] {
+	if b.rows == 1 {
+		return kernels.MoEGateUpNormCall(ms, eps, bufs)
+	}
+	return kernels.MoEGateUpNormRowsCall(ms, b.rows, eps, bufs)
+}
+
+// moeDownCombine is moe_down_combine over the step's rows (as moeRouter).
+func (b *builder) moeDownCombine(ms kernels.MoEShape, bufs kernels.MoEDownCombineBuffers[int]) kernels.Call[int] {
+	if b.rows == 1 {
+		return kernels.MoEDownCombineCall(ms, bufs)
+	}
+	return kernels.MoEDownCombineRowsCall(ms, b.rows, bufs)
+}
+
+// rowTables is the block tables Init gives rows sequences ([rows][TableLen]): row r the pool
+// pages r·TableLen, r·TableLen+1, ..., so each row has its own; one row is the identity table.
+func rowTables(as kernels.AttnShape, rows int) []uint32 {
+	n := as.TableLen()
+	t := make([]uint32, rows*n)
+	for i := range t {
+		t[i] = uint32(i)
+	}
+	return t
+}
+
+// repeatRows is rows copies of row, one after another.
+func repeatRows[T any](row []T, rows int) []T {
+	out := make([]T, 0, rows*len(row))
+	for range rows {
+		out = append(out, row...)
+	}
+	return out
 }
 
 func hasKind(c *config.Config, k config.LayerKind) bool {
@@ -754,7 +881,9 @@ type SamplerBuffers struct {
 
 // Init writes the fixed non-weight buffers (the RoPE table, the sampler's params) and clears the
 // sequence state, for a fresh sequence on a new or reused executor. KV caches are not cleared:
-// attention reads only the rows of positions the sequence has written.
+// attention reads only the rows of positions the sequence has written. A multi-row step's Init
+// starts every row afresh (each with its own pages, rowTables); restarting one row alone is the
+// caller's (its rows of the Session buffers, step entry, table and sampler rows).
 func (s *Step) Init(bytes func(i int) []byte) {
 	for _, c := range s.consts {
 		copy(bytes(c.buf), c.data)
@@ -770,8 +899,12 @@ func (s *Step) Init(bytes func(i int) []byte) {
 // StateSpans calls f with every span of device memory that holds a sequence's state after pos
 // positions: the GDN states, conv windows and step buffer whole, and, when table is not nil, of
 // each KV pool the sequence's first pos rows of every kv head found through table
-// (kernels.AttnShape.SeqSpans), in Session order.
+// (kernels.AttnShape.SeqSpans), in Session order. It describes the one-row plan only (snapshots
+// are of one sequence): a multi-row step's buffers hold every row's state, and it panics.
 func (s *Step) StateSpans(pos int, table []uint32, f func(buf int, off, n int64)) {
+	if s.Rows > 1 {
+		panic(fmt.Sprintf("decode: StateSpans of a %d-row step: one-row plans only", s.Rows))
+	}
 	for _, buf := range append(slices.Clone(s.Session), s.StepBuf) {
 		if s.Plan.Buffers[buf].Kind != plan.KVCache {
 			f(buf, 0, s.Plan.Buffers[buf].Size)

@@ -1,0 +1,147 @@
+package decode
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
+
+// Rows 0 and 1 are the one-row plan, dispatch for dispatch and buffer for buffer.
+func TestRowsOneIsTheOneRowPlan(t *testing.T) {
+	c := config.Production()
+	o := Options{MaxCtx: 4097, Chunks: []int{512, 64}, ChunkLogits: true}
+	a, err := Build(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Rows = 1
+	b, err := Build(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Plan, b.Plan) || a.Rows != 1 || b.Rows != 1 {
+		t.Fatal("Rows 1 changed the one-row plan")
+	}
+}
+
+func TestRowsRefused(t *testing.T) {
+	c := config.Production()
+	for _, o := range []Options{
+		{MaxCtx: 64, Rows: MaxRows + 1},
+		{MaxCtx: 64, Rows: -1},
+		{MaxCtx: 64, Rows: 2, Chunks: []int{16}},
+		{MaxCtx: 64, Rows: 4, PageSize: 16, Pages: 15}, // 4 rows of 4 pages
+	} {
+		if _, err := Build(c, o); err == nil {
+			t.Errorf("%+v: built", o)
+		}
+	}
+}
+
+// A multi-row plan is the one-row plan's greedy step with every per-sequence and activation buffer
+// R times as large and every dispatch in its rows form, without the sampler.
+func TestRowsPlan(t *testing.T) {
+	c := config.Production()
+	for _, R := range []int{2, 3, 8} {
+		o := Options{MaxCtx: 1025, PageSize: 256, Pages: R*5 + 1}
+		one, err := Build(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Rows = R
+		s, err := Build(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRowsBuffers(t, one, s, R)
+		checkRowsDispatches(t, one, s, R)
+		if s.Rows != R || s.Logprobs != -1 {
+			t.Fatalf("%d rows: Step.Rows %d, Logprobs %d", R, s.Rows, s.Logprobs)
+		}
+	}
+}
+
+// checkRowsBuffers checks that s has one's buffers, R times as large where they hold a sequence
+// or an activation (all but the weights, the KV pools and the one-row sampler's own).
+func checkRowsBuffers(t *testing.T, one, s *Step, R int) {
+	t.Helper()
+	single := []string{"sample.bias", "sample.pen", "sample.status"}
+	var n int
+	for _, b := range s.Plan.Buffers {
+		i := slices.IndexFunc(one.Plan.Buffers, func(x plan.Buffer) bool { return x.Name == b.Name })
+		if i < 0 {
+			t.Fatalf("%d rows: buffer %s not in the one-row plan", R, b.Name)
+		}
+		want := one.Plan.Buffers[i].Size
+		if b.Kind != plan.Weights && b.Kind != plan.KVCache && !slices.Contains(single, b.Name) {
+			want *= int64(R)
+		}
+		if b.Size != want {
+			t.Errorf("%d rows: %s is %d bytes, want %d", R, b.Name, b.Size, want)
+		}
+		n++
+	}
+	if n != len(one.Plan.Buffers)-5 { // sample.logits, sample.cand, logprob.ms/top/record
+		t.Errorf("%d rows: %d buffers, the one-row plan %d", R, n, len(one.Plan.Buffers))
+	}
+}
+
+// checkRowsDispatches checks the modes, the dispatch counts against the one-row plan's, and that
+// every batched kernel's dispatch carries the rows.
+func checkRowsDispatches(t *testing.T, one, s *Step, R int) {
+	t.Helper()
+	for _, d := range s.Plan.Dispatches {
+		for _, m := range d.Modes {
+			if m != ModeGreedy && m != ModePrefill {
+				t.Fatalf("%d rows: %s runs in mode %s", R, d.Kernel, m)
+			}
+		}
+		var key int
+		switch {
+		case d.Kernel == "attn_qk_rope_kv":
+			if d.Constants[kernels.AttnSeqRows] != true {
+				t.Fatalf("%d rows: attn_qk_rope_kv without ATTN_SEQ_ROWS", R)
+			}
+			continue
+		case strings.HasPrefix(d.Kernel, "qmv"):
+			key = kernels.QMVBatch
+		case strings.HasPrefix(d.Kernel, "moe_"):
+			key = kernels.MoEBatch
+		default:
+			continue
+		}
+		if d.Constants[key] != R {
+			t.Fatalf("%d rows: %s with constant %d = %v", R, d.Kernel, key, d.Constants[key])
+		}
+	}
+	// The greedy step less sample_penalties (no row form: the argmax reads the logits); the
+	// prefill step the same dispatches.
+	if g, g1 := s.Plan.Stats(ModeGreedy).Dispatches, one.Plan.Stats(ModeGreedy).Dispatches; g != g1-1 {
+		t.Errorf("%d rows: %d greedy dispatches, the one-row plan %d", R, g, g1)
+	}
+	if p, p1 := s.Plan.Stats(ModePrefill).Dispatches, one.Plan.Stats(ModePrefill).Dispatches; p != p1 {
+		t.Errorf("%d rows: %d prefill dispatches, the one-row plan %d", R, p, p1)
+	}
+	if s.Plan.Stats(ModeSample).Dispatches != 0 {
+		t.Errorf("%d rows: the sample mode runs", R)
+	}
+}
+
+// StateSpans describes one sequence: a multi-row step refuses.
+func TestRowsStateSpansPanics(t *testing.T) {
+	s, err := Build(config.Production(), Options{MaxCtx: 64, Rows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("StateSpans of a 2-row step did not panic")
+		}
+	}()
+	s.StateSpans(1, nil, func(int, int64, int64) {})
+}
