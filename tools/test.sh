@@ -19,7 +19,8 @@ if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"
   else sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}"; fi
 fi
-go test -count=1 ./...
+# Packages run in parallel on few cores: the emulated ones can pass the default 10-minute limit.
+go test -count=1 -timeout 25m ./...
 bin="$(mktemp -d)/lily"
 go build -o "$bin" ./cmd/lily
 (cd tools/clienttest && npm ci --silent --no-audit --no-fund)

@@ -102,7 +102,15 @@ func streamTimes(t *testing.T, url string, prompt []int, maxTokens int, times ch
 		return
 	}
 	defer resp.Body.Close()
-	go func() { <-stop; resp.Body.Close() }()
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-stop:
+			resp.Body.Close()
+		case <-ended:
+		}
+	}()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if line := sc.Text(); strings.HasPrefix(line, "data: {") {
