@@ -35,13 +35,18 @@ type (
 
 // NewEmu compiles the kernels for the emulator, builds the decode plan for w and uploads the weights.
 func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
-	var srcs []emu.Source
-	for _, n := range KernelFiles {
-		srcs = append(srcs, emu.Source{Name: kernels.Path(n), Code: kernels.Source(n)})
-	}
-	lib, err := emu.Compile(srcs, o.Emu)
+	lib, err := emu.Compile(emuSources(), o.Emu)
 	if err != nil {
 		return nil, err
 	}
 	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Parallel: o.Parallel, Budget: o.Budget})
+}
+
+// emuSources are the decode step's kernel sources as the emulator compiles them.
+func emuSources() []emu.Source {
+	var srcs []emu.Source
+	for _, n := range KernelFiles {
+		srcs = append(srcs, emu.Source{Name: kernels.Path(n), Code: kernels.Source(n)})
+	}
+	return srcs
 }

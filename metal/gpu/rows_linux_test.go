@@ -12,7 +12,6 @@ import (
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
-	"github.com/lilyformac/lily/metal/kernels"
 )
 
 // The multi-row decode step (decode.Options.Rows) is batch-invariant end to end: R sequences
@@ -56,7 +55,7 @@ func checkRows(t *testing.T, eo EmuOptions, L int) {
 		}
 		ref[i] = rows
 	}
-	lib := compileKernels(t)
+	lib := decodeLibrary(t)
 	st := one.Step() // the same context, pages and KV format: the same attention splits
 	o := decode.Options{MaxCtx: st.MaxCtx, PageSize: st.Attn.PageSize, KVBits: st.KVBits}
 	n := runRows(t, lib, w, o, prompts, ref)
@@ -130,20 +129,6 @@ func checkOwnPages(t *testing.T, step *decode.Step, tables []uint32) {
 			owner[p] = r
 		}
 	}
-}
-
-// compileKernels compiles the decode step's kernels for the emulator (as NewEmu does).
-func compileKernels(t *testing.T) *emu.Library {
-	t.Helper()
-	var srcs []emu.Source
-	for _, n := range KernelFiles {
-		srcs = append(srcs, emu.Source{Name: kernels.Path(n), Code: kernels.Source(n)})
-	}
-	lib, err := emu.Compile(srcs, emu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lib
 }
 
 // uint32sOf is b's little-endian uint32 words.

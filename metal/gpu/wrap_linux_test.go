@@ -12,7 +12,6 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
-	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
@@ -41,11 +40,7 @@ func (d *wrappingEmu) Wrap(data []byte) (exec.Memory, int64, error) {
 // decodeLibrary compiles the decode step's kernels for the emulator.
 func decodeLibrary(t *testing.T) *emu.Library {
 	t.Helper()
-	var srcs []emu.Source
-	for _, n := range KernelFiles {
-		srcs = append(srcs, emu.Source{Name: kernels.Path(n), Code: kernels.Source(n)})
-	}
-	lib, err := emu.Compile(srcs, emu.Options{})
+	lib, err := emu.Compile(emuSources(), emu.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
