@@ -30,6 +30,8 @@ func newMetrics(s *Server) *metrics {
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_queue_depth", Help: "Requests waiting or running."}, func() float64 { return float64(s.sched.depth()) })
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_running_sequences", Help: "Requests generating at once in the engine loop."}, func() float64 { return float64(s.sched.running()) })
 	parallel := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_parallel_sequences", Help: "Sequences the engine loop runs at once at most (--parallel)."}, func() float64 { return float64(s.parallel()) })
+	batchedSteps := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_batched_steps_total", Help: "Decode steps that advanced several sequences at once (one multi-row GPU step)."}, func() float64 { n, _ := s.batched(); return float64(n) })
+	batchedRows := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_batched_rows_total", Help: "Sequence rows those steps advanced (over lily_batched_steps_total: the mean batch)."}, func() float64 { _, n := s.batched(); return float64(n) })
 	cacheHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_hits_total", Help: "Prefix-cache lookups that reused a snapshot."}, func() float64 { return float64(s.cacheStats().Hits) })
 	cacheMisses := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_misses_total", Help: "Prefix-cache lookups that found nothing."}, func() float64 { return float64(s.cacheStats().Misses) })
 	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_bytes", Help: "Memory held by prefix-cache snapshots."}, func() float64 { return float64(s.cacheStats().Bytes) })
@@ -39,7 +41,7 @@ func newMetrics(s *Server) *metrics {
 	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_bytes", Help: "Bytes of the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Bytes) })
 	diskLoads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_loads_total", Help: "Prefixes restored from disk."}, func() float64 { return float64(s.diskStats().Loads) })
 	diskWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_writes_total", Help: "Snapshots written to disk."}, func() float64 { return float64(s.diskStats().Writes) })
-	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, parallel, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, parallel, batchedSteps, batchedRows, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
 		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m
 }

@@ -192,6 +192,13 @@ func (s *Server) parallel() int {
 	return 0
 }
 
+func (s *Server) batched() (steps, rows int64) {
+	if m := s.model.Load(); m != nil && m.Runner != nil {
+		return m.Runner.Batched()
+	}
+	return 0, 0
+}
+
 func (s *Server) cacheStats() runner.Stats {
 	if m := s.model.Load(); m != nil && m.Runner != nil {
 		return m.Runner.Cache().Stats()

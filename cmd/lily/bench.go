@@ -74,7 +74,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	addProfileFlags(f, &o.profile)
-	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxBatch, batchModelHelp))
+	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
 	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
 	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+"); with --profile: also time one such chunk")
@@ -365,7 +365,7 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 }
 
 // checkBatch rejects --batch (changed: given) without --plan, beside --prefill, or outside 1 to
-// decode.MaxBatch.
+// decode.MaxRows.
 func checkBatch(changed bool, o benchOptions) error {
 	switch {
 	case !changed:
@@ -374,8 +374,8 @@ func checkBatch(changed bool, o benchOptions) error {
 		return errors.New("--batch models a decode step over several sequences: it needs --plan")
 	case o.prefill > 0:
 		return errors.New("--batch and --prefill are exclusive: a batched decode step or a prefill chunk")
-	case o.batch < 1 || o.batch > decode.MaxBatch:
-		return fmt.Errorf("--batch %d: expected 1 to %d sequences (the rows a batched decode step takes)", o.batch, decode.MaxBatch)
+	case o.batch < 1 || o.batch > decode.MaxRows:
+		return fmt.Errorf("--batch %d: expected 1 to %d sequences (the rows a batched decode step takes)", o.batch, decode.MaxRows)
 	}
 	return nil
 }
@@ -394,11 +394,10 @@ type batchPlanOutput struct {
 		BytesPerStep    int64   `json:"bytes_per_step"`
 		BytesPerToken   int64   `json:"bytes_per_token"`
 		// The step's bytes by part (decode.BatchCost): weights read once, the routed experts,
-		// every sequence's own traffic, the grouping dispatches.
+		// every sequence's own traffic.
 		SharedWeightBytes int64              `json:"shared_weight_bytes"`
 		RoutedExpertBytes int64              `json:"routed_expert_bytes"`
 		PerSequenceBytes  int64              `json:"per_sequence_bytes"`
-		GroupingBytes     int64              `json:"grouping_bytes"`
 		ModeledTokS       map[string]float64 `json:"modeled_tok_s"`       // aggregate over the sequences
 		SingleStreamTokS  map[string]float64 `json:"single_stream_tok_s"` // one sequence's step
 		Speedup           map[string]float64 `json:"speedup"`             // aggregate / single stream
@@ -421,7 +420,7 @@ func runBenchBatchPlan(cmd *cobra.Command, o benchOptions) error {
 	q.Sequences, q.Context, q.Dispatches, q.Barriers = b.Rows, b.Context, b.Dispatches, b.Barriers
 	q.ExpertsPerLayer = math.Round(b.Experts*100) / 100
 	q.BytesPerStep, q.BytesPerToken = b.Bytes, b.BytesPerToken()
-	q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes, q.GroupingBytes = b.Shared, b.Routed, b.PerRow/int64(b.Rows), b.Grouping
+	q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes = b.Shared, b.Routed, b.PerRow/int64(b.Rows)
 	q.ModeledTokS, q.SingleStreamTokS, q.Speedup = map[string]float64{}, map[string]float64{}, map[string]float64{}
 	for _, chip := range prefillChips {
 		q.ModeledTokS[chip.Name] = math.Round(b.TokS(chip)*10) / 10
@@ -434,8 +433,8 @@ func runBenchBatchPlan(cmd *cobra.Command, o benchOptions) error {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "batched decode step: %d sequences at context %d (Qwen3.6-35B-A3B, %d-bit KV, uniform routing)\ndispatches %d  barriers %d  routed experts per MoE layer %.2f\n",
 		q.Sequences, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.ExpertsPerLayer)
-	fmt.Fprintf(w, "bytes per step %d (shared weights %d, routed experts %d, per sequence %d, grouping %d)  per token %d\nmodeled tok/s, aggregate (one sequence, speedup):",
-		q.BytesPerStep, q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes, q.GroupingBytes, q.BytesPerToken)
+	fmt.Fprintf(w, "bytes per step %d (shared weights %d, routed experts %d, per sequence %d)  per token %d\nmodeled tok/s, aggregate (one sequence, speedup):",
+		q.BytesPerStep, q.SharedWeightBytes, q.RoutedExpertBytes, q.PerSequenceBytes, q.BytesPerToken)
 	for _, chip := range prefillChips {
 		fmt.Fprintf(w, " %s %.0f (%.0f, %.2f×)", chip.Name, q.ModeledTokS[chip.Name], q.SingleStreamTokS[chip.Name], q.Speedup[chip.Name])
 	}

@@ -75,6 +75,9 @@ func TestConcurrentEqualsAlone(t *testing.T) {
 	for i, r := range reqs {
 		alone[i] = complete(t, url, r.prompt, r.max, r.extra)
 	}
+	if n := metric(t, url, "lily_batched_steps_total"); n != 0 {
+		t.Fatalf("requests alone ran %g multi-row steps", n)
+	}
 	together := make([]completion, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
@@ -86,6 +89,34 @@ func TestConcurrentEqualsAlone(t *testing.T) {
 			t.Fatalf("request %d: together %q %v, alone %q %v", i, together[i].Text, together[i].Logprobs, alone[i].Text, alone[i].Logprobs)
 		}
 	}
+	// Together, the rows went through the GPU's multi-row step (how many depends on how the
+	// arrivals interleave; at least the last request's first token found another decoding).
+	steps, rows := metric(t, url, "lily_batched_steps_total"), metric(t, url, "lily_batched_rows_total")
+	if steps < 1 || rows < 2*steps {
+		t.Fatalf("together: %g multi-row steps of %g rows", steps, rows)
+	}
+	t.Logf("together: %g multi-row steps, %.2f rows each", steps, rows/steps)
+}
+
+// metric is the value of an unlabelled metric on the server's /metrics page.
+func metric(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var v float64
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			if _, err := fmt.Sscan(f[1], &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
 }
 
 // streamTimes streams a completion and sends the arrival time of each token event on times,

@@ -97,14 +97,16 @@ type RowResult struct {
 // Stepper is a Backend that runs several sessions' rows in one step (weights read once for all).
 // Each row's logits must not depend on the other rows (batch invariance).
 type Stepper interface {
-	Step(rows []Row) []RowResult
+	StepRows(rows []Row) []RowResult
+	// Batched is how many steps ran several rows at once, and the rows they ran.
+	Batched() (steps, rows int64)
 }
 
 // Step runs rows on b: in one step when b is a Stepper, else row after row through each session's
 // Forward (the CPU backend), which is batch-invariant by construction.
 func Step(b Backend, rows []Row) []RowResult {
 	if st, ok := b.(Stepper); ok {
-		return st.Step(rows)
+		return st.StepRows(rows)
 	}
 	out := make([]RowResult, len(rows))
 	for i, r := range rows {

@@ -8,13 +8,11 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// MaxBatch is the most sequences one multi-row decode step takes (continuous batching).
-const MaxBatch = 8
-
-// BatchCost is one decode step over Rows sequences at once, each at Context cached positions,
-// modelled from the single-row step (the mode `lily bench --plan` reports, ModeSample) run with a
-// row count: every kernel's grid covers the rows and loads its weights once, and each MoE layer
-// first groups the rows by expert so that every touched expert runs once over its rows.
+// BatchCost is one decode step over Rows sequences at once, each at Context cached positions:
+// with one row the single-row step (the mode `lily bench --plan` reports, ModeSample), with more
+// the multi-row plan the GPU backend runs (Options.Rows, its greedy mode: each row's logits go to
+// the host's sampler), every kernel reading its weights once for all rows and each touched
+// routed expert once for the rows that route to it.
 type BatchCost struct {
 	Rows, Context        int
 	Dispatches, Barriers int
@@ -22,11 +20,11 @@ type BatchCost struct {
 	// (UnionExperts); the single-row step reads K.
 	Experts float64
 	// Bytes is the step's DRAM traffic, the sum of: Shared, the weights every row uses, read
-	// once; Routed, the routed experts' ranges, Experts/K times one row's; PerRow, what each row
-	// moves for itself (its KV rows, DeltaNet state and conv window, activations, logits, sampler
-	// state, its embedding row), times Rows; Grouping, the grouping dispatches' own traffic.
-	Bytes, Shared, Routed, PerRow, Grouping int64
-	// FLOPs are every row's multiply-adds (×2): the single-row step's, times Rows.
+	// once; Routed, the routed experts' ranges, Experts/K times one row's; PerRow, what the rows
+	// move for themselves (KV rows, DeltaNet state and conv window, activations, logits, step
+	// entries, embedding rows), all rows together.
+	Bytes, Shared, Routed, PerRow int64
+	// FLOPs are every row's multiply-adds (×2).
 	FLOPs float64
 }
 
@@ -46,50 +44,50 @@ func UnionExperts(e, k, rows int) float64 {
 	return float64(e) * (1 - math.Pow(1-float64(k)/float64(e), float64(rows)))
 }
 
-// groupKernel is the dispatch that groups a MoE layer's rows by expert: the prefill chunk's
-// moe_sort (its routing pairs sorted by expert, with a block map for the grouped GEMMs).
-const groupKernel = "moe_sort"
-
-// BatchModel models a decode step over rows sequences (1 to MaxBatch) at ctx cached positions
-// with a kvBits KV cache. One row is exactly the single-row step: its dispatches, barriers, bytes
-// and FLOPs. Above one row each MoE layer adds one grouping dispatch (and its barrier: it reads
-// the router's ids and the gate/up GEMV reads its map), taken to be the prefill chunk's moe_sort
-// over the rows' pairs with its traffic; the single-row kernels' dispatch count is otherwise
-// unchanged, their grids covering the rows.
+// BatchModel models a decode step over rows sequences (1 to MaxRows) at ctx cached positions with
+// a kvBits KV cache, from the built plan: its dispatches, barriers, FLOPs, shared weights and
+// per-row traffic as declared. Only the routed experts are modelled: the plan's ranges count
+// every row's K experts as distinct (an upper bound), the model the UnionExperts of uniform
+// routing, Experts/K times the single-row step's routed ranges.
 func BatchModel(c *config.Config, rows, ctx, kvBits int) (BatchCost, error) {
-	if rows < 1 || rows > MaxBatch {
-		return BatchCost{}, fmt.Errorf("decode: a batch of %d sequences: want 1 to %d", rows, MaxBatch)
+	if rows < 1 || rows > MaxRows {
+		return BatchCost{}, fmt.Errorf("decode: a batch of %d sequences: want 1 to %d", rows, MaxRows)
 	}
-	s, err := Build(c, Options{MaxCtx: ctx + 1, TrafficCtx: ctx, KVBits: kvBits})
+	o := Options{MaxCtx: ctx + 1, TrafficCtx: ctx, KVBits: kvBits}
+	one, err := Build(c, o)
 	if err != nil {
 		return BatchCost{}, err
 	}
-	st := s.Plan.Stats(ModeSample)
-	out := BatchCost{Rows: rows, Context: ctx, Dispatches: st.Dispatches, Barriers: st.Barriers,
-		Experts: UnionExperts(c.NumExperts, c.TopK, rows), FLOPs: st.FLOPs * float64(rows)}
-	var routedOne, perRowOne int64
-	class := s.rowClass()
-	for i := range s.Plan.Dispatches {
-		if d := &s.Plan.Dispatches[i]; d.RunsIn(ModeSample) {
-			parts := rowParts(d, class)
-			out.Shared += parts[sharedPart]
-			routedOne += parts[routedPart]
-			perRowOne += parts[rowPart]
-		}
-	}
-	out.Routed = int64(math.Round(float64(routedOne) * out.Experts / float64(c.TopK)))
-	out.PerRow = perRowOne * int64(rows)
+	s, mode := one, ModeSample
 	if rows > 1 {
-		n, bytes, err := grouping(c, rows, kvBits)
-		if err != nil {
+		o.Rows = rows
+		if s, err = Build(c, o); err != nil {
 			return BatchCost{}, err
 		}
-		out.Dispatches += n
-		out.Barriers += n
-		out.Grouping = bytes
+		mode = ModeGreedy
 	}
-	out.Bytes = out.Shared + out.Routed + out.PerRow + out.Grouping
+	st := s.Plan.Stats(mode)
+	out := BatchCost{Rows: rows, Context: ctx, Dispatches: st.Dispatches, Barriers: st.Barriers,
+		Experts: UnionExperts(c.NumExperts, c.TopK, rows), FLOPs: st.FLOPs}
+	parts := s.parts(mode)
+	out.Shared, out.PerRow = parts[sharedPart], parts[rowPart]
+	out.Routed = int64(math.Round(float64(one.parts(ModeSample)[routedPart]) * out.Experts / float64(c.TopK)))
+	out.Bytes = out.Shared + out.Routed + out.PerRow
 	return out, nil
+}
+
+// parts is the traffic of the dispatches that run in mode, by part.
+func (s *Step) parts(mode string) (out [3]int64) {
+	class := s.rowClass()
+	for i := range s.Plan.Dispatches {
+		if d := &s.Plan.Dispatches[i]; d.RunsIn(mode) {
+			p := rowParts(d, class)
+			for k := range out {
+				out[k] += p[k]
+			}
+		}
+	}
+	return out
 }
 
 // How a range's traffic grows with a step's rows.
@@ -130,21 +128,4 @@ func rowParts(d *plan.Dispatch, class []int) (parts [3]int64) {
 		}
 	}
 	return parts
-}
-
-// grouping is the grouping dispatches a step over rows adds, one per MoE layer, and their
-// traffic: the moe_sort dispatches of a prefill chunk of rows tokens.
-func grouping(c *config.Config, rows, kvBits int) (n int, bytes int64, err error) {
-	s, err := Build(c, Options{MaxCtx: rows + 1, TrafficCtx: -1, KVBits: kvBits, Chunks: []int{rows}})
-	if err != nil {
-		return 0, 0, err
-	}
-	mode := ChunkModes(rows).Run
-	for i := range s.Plan.Dispatches {
-		if d := &s.Plan.Dispatches[i]; d.Kernel == groupKernel && d.RunsIn(mode) {
-			n++
-			bytes += d.Bytes()
-		}
-	}
-	return n, bytes, nil
 }

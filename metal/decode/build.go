@@ -63,7 +63,8 @@ type Options struct {
 	// greedy and prefill modes only: the sampler (sample_*, logprob_*) has no row form yet, so
 	// the sample and logprob modes are not built, and chunk modes are refused (Chunks must be
 	// empty). Pages 0 gives every row its own MaxCtx's pages (and a spare), and Init points row
-	// r's block table at its own pages.
+	// r's block table at its own pages when the pool holds them (else rows share pages, and the
+	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
 }
 
@@ -390,9 +391,6 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	}
 	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
 		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
-	if R > 1 && pages < R*s.Attn.TableLen() { // Init's tables (rowTables) give each row its own pages
-		return nil, fmt.Errorf("decode: %d pages for %d rows of %d pages each", pages, R, s.Attn.TableLen())
-	}
 	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
@@ -771,12 +769,13 @@ func (b *builder) moeDownCombine(ms kernels.MoEShape, bufs kernels.MoEDownCombin
 }
 
 // rowTables is the block tables Init gives rows sequences ([rows][TableLen]): row r the pool
-// pages r·TableLen, r·TableLen+1, ..., so each row has its own; one row is the identity table.
+// pages r·TableLen, r·TableLen+1, ... (modulo the pool), so each row has its own when the pool
+// holds them all; one row is the identity table.
 func rowTables(as kernels.AttnShape, rows int) []uint32 {
 	n := as.TableLen()
 	t := make([]uint32, rows*n)
 	for i := range t {
-		t[i] = uint32(i)
+		t[i] = uint32(i % as.Pages)
 	}
 	return t
 }
@@ -912,6 +911,21 @@ func (s *Step) StateSpans(pos int, table []uint32, f func(buf int, off, n int64)
 			s.Attn.SeqSpans(table, 0, pos, func(off, n int64) { f(buf, off, n) })
 		}
 	}
+}
+
+// PerRow is the buffers that hold one row per sequence the step advances, [Rows][...] each: the
+// step buffer, the block table, the sampler's params and token states, and the Session buffers
+// but the KV pools. A sequence's rows of them are its whole state outside the shared KV pool, laid
+// out in a multi-row plan exactly as in the one-row plan, so a one-row executor whose PerRow
+// buffers are views of row r of a multi-row plan's runs that row's sequence alone.
+func (s *Step) PerRow() []int {
+	out := []int{s.StepBuf, s.Table, s.Sampler.Params, s.Sampler.State}
+	for _, buf := range s.Session {
+		if s.Plan.Buffers[buf].Kind != plan.KVCache {
+			out = append(out, buf)
+		}
+	}
+	return out
 }
 
 func kvBits(b int) int {

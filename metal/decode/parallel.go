@@ -8,7 +8,7 @@ import "fmt"
 const ParallelContext = 32768
 
 // MaxParallel is the most sequences that run at once: the rows of a multi-row step.
-const MaxParallel = MaxBatch
+const MaxParallel = MaxRows
 
 // SessionsPages is the KV pool pages (of pageSize positions) that n sequences running at once,
 // each of at most ctx positions, need. The rule: every one of them can hold min(ctx,

@@ -35,7 +35,6 @@ func TestRowsRefused(t *testing.T) {
 		{MaxCtx: 64, Rows: MaxRows + 1},
 		{MaxCtx: 64, Rows: -1},
 		{MaxCtx: 64, Rows: 2, Chunks: []int{16}},
-		{MaxCtx: 64, Rows: 4, PageSize: 16, Pages: 15}, // 4 rows of 4 pages
 	} {
 		if _, err := Build(c, o); err == nil {
 			t.Errorf("%+v: built", o)
@@ -144,4 +143,41 @@ func TestRowsStateSpansPanics(t *testing.T) {
 		}
 	}()
 	s.StateSpans(1, nil, func(int, int64, int64) {})
+}
+
+// PerRow names the same buffers in the one-row and a multi-row plan, each R times as large in the
+// latter, and every buffer a multi-row plan holds R rows of but the activations.
+func TestPerRow(t *testing.T) {
+	c := config.Production()
+	o := Options{MaxCtx: 1025, PageSize: 256, Pages: 9}
+	one, err := Build(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Rows = 4
+	four, err := Build(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := one.PerRow(), four.PerRow()
+	if len(a) != len(b) || len(a) < 4+2*len(c.Layers)*3/4 {
+		t.Fatalf("PerRow: %d buffers in the one-row plan, %d in the 4-row plan", len(a), len(b))
+	}
+	for i := range a {
+		x, y := one.Plan.Buffers[a[i]], four.Plan.Buffers[b[i]]
+		if x.Name != y.Name || 4*x.Size != y.Size {
+			t.Errorf("PerRow %d: %s of %d bytes, then %s of %d", i, x.Name, x.Size, y.Name, y.Size)
+		}
+	}
+	per := map[string]bool{}
+	for _, i := range b {
+		per[four.Plan.Buffers[i].Name] = true
+	}
+	for i, x := range four.Plan.Buffers {
+		j := slices.IndexFunc(one.Plan.Buffers, func(y plan.Buffer) bool { return y.Name == x.Name })
+		rows := x.Size == 4*one.Plan.Buffers[j].Size && x.Kind != plan.Activations && x.Kind != plan.Weights && x.Kind != plan.KVCache
+		if rows != per[x.Name] {
+			t.Errorf("buffer %d (%s, kind %v): four rows of it %v, in PerRow %v", i, x.Name, x.Kind, rows, per[x.Name])
+		}
+	}
 }

@@ -70,17 +70,16 @@ var ErrContextFull = errors.New("generate: the KV cache is full")
 //
 // Generate holds the backend's step lock for its whole run.
 func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, onToken func(id int) (stop bool)) ([]int, error) {
-	if err := s.usable(); err != nil {
+	if err := s.lock(); err != nil {
 		return nil, err
 	}
+	defer s.e.mu.Unlock()
 	if s.pos == 0 {
 		return nil, errors.New("generate: no prompt (feed it with Forward first)")
 	}
 	if maxTokens <= 0 {
 		return nil, nil
 	}
-	s.e.mu.Lock()
-	defer s.e.mu.Unlock()
 	s.x.Mode = decode.ModeGreedy
 	var notify func(sample.Choice) (bool, error)
 	if onToken != nil {
@@ -226,9 +225,10 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens, t
 // into the step's sampler buffers first. The sampler's step 0 sat at position pos−len(generated),
 // so a paused generation's draws go on where they stopped.
 func (s *Session) Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
-	if err := s.usable(); err != nil {
+	if err := s.lock(); err != nil {
 		return nil, err
 	}
+	defer s.e.mu.Unlock()
 	if !onDevice(p) {
 		return nil, backend.ErrNotOnDevice
 	}
@@ -238,8 +238,6 @@ func (s *Session) Continue(ctx context.Context, p sample.Params, prompt, generat
 	if len(generated) == 0 || len(generated) > s.pos {
 		return nil, fmt.Errorf("generate: %d generated tokens at position %d", len(generated), s.pos)
 	}
-	s.e.mu.Lock()
-	defer s.e.mu.Unlock()
 	if err := s.setSampler(p, prompt, generated); err != nil {
 		return nil, err
 	}

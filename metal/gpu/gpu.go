@@ -27,14 +27,17 @@ var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "rmsnorm.met
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
-// whose sessions each own an executor (their activations, GDN state and block table) over weight
-// buffers uploaded once and a KV page pool, both shared. Emulator and Metal differ only in the
-// exec.Device.
+// whose sessions each run on a one-row executor (their recurrent state, step entry and block
+// table) over weight buffers uploaded once, a KV page pool and per-step scratch, all shared.
+// Emulator and Metal differ only in the exec.Device.
 //
-// One generation runs at a time, so one executor serves every session in turn: a closed
-// session's executor waits in an idle pool of one for the next, and only a second live session
-// allocates another. Snapshots (the prefix cache) are host copies of a session's recurrent state
-// holding references to its KV pages (pages.go), not executors.
+// With Parallel from 2 to decode.MaxRows, the sessions' state lives in the rows of the
+// multi-row plans' buffers (rows.go): session i runs alone on the executor of its row, and a
+// step of several sessions' next tokens runs them together through one multi-row plan
+// (backend.Stepper). Sessions beyond the rows, and every session when Parallel is 1, get an
+// executor with buffers of their own: one waits in an idle pool for the next session. Snapshots
+// (the prefix cache) are host copies of a session's recurrent state holding references to its KV
+// pages (pages.go), not executors.
 type GPU struct {
 	name string
 	w    *model.Weights
@@ -43,8 +46,9 @@ type GPU struct {
 	why  string     // why the context is below the model's, if it is
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
 
-	poolMu sync.Mutex
+	poolMu sync.Mutex // the idle slot and, with rows, which session owns which row
 	idle   []*slot
+	rows   *rowSet // the multi-row plans (nil: Parallel 1)
 
 	pagesMu sync.Mutex
 	pages   *pagePool
@@ -110,13 +114,28 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
-	shared := &sharedDevice{Device: dev, shared: map[string]exec.Memory{}, pipes: map[string]exec.Pipeline{}}
+	multi, err := multiSteps(step, o.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	steps := []*decode.Step{step}
+	if len(multi) > 2 {
+		steps = append(steps, multi[2:]...)
+	}
+	shared := newSharedDevice(dev, steps)
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
 	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, parallel: o.Parallel, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
-	sl, err := e.newSlot() // allocates (and from now on shares) the weight buffers and the KV pool
+	if len(multi) > 0 {
+		if e.rows, err = e.newRowSet(multi); err != nil {
+			shared.freeWeights()
+			return nil, err
+		}
+	}
+	sl, err := e.take() // allocates (and from now on shares) the weight buffers and the KV pool
 	if err != nil {
+		e.rows.close(shared)
 		shared.freeWeights()
 		return nil, err
 	}
@@ -132,13 +151,14 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	wrapped := func(buf int) bool { _, ok := shared.shared[step.Plan.Buffers[buf].Name].(exec.View); return ok }
 	if err := step.Upload(w, sl.x.Bytes, wrapped); err != nil {
 		sl.x.Close()
+		e.rows.close(shared)
 		shared.freeWeights()
 		return nil, err
 	}
 	for _, buf := range step.KV {
 		e.kv[buf] = sl.x.Bytes(buf)
 	}
-	e.idle = append(e.idle, sl) // the upload's executor serves the first session
+	e.give(sl) // the upload's executor serves the first session
 	return e, nil
 }
 
@@ -223,6 +243,8 @@ func (e *GPU) Close() {
 		sl.x.Close()
 	}
 	e.idle = nil
+	e.rows.close(e.dev)
+	e.rows = nil
 	e.dev.freeWeights()
 	e.dev.freePipelines()
 	if e.closeDev != nil {
@@ -231,28 +253,34 @@ func (e *GPU) Close() {
 	}
 }
 
-// slot is one session's device state: an executor over the shared weights, with its own copy of
-// the plan (Generate rebinds the readback dispatch at every step).
+// slot is one session's device state: a one-row executor over the shared weights, with its own
+// copy of the plan (Generate rebinds the readback dispatch at every step).
 type slot struct {
 	x        *exec.Executor
 	plan     *plan.Plan
 	readback int // index of the readback dispatch in plan
 	logprob  int // index of logprob_final in plan
+	row      int // the row of the multi-row buffers it runs (rowSet); -1: buffers of its own
 }
 
-func (e *GPU) newSlot() (*slot, error) {
+// newSlot makes a slot over dev: e.dev for one with buffers of its own, a rowDevice for a row's.
+func (e *GPU) newSlot(dev exec.Device, row int) (*slot, error) {
 	p, rb := withReadback(e.step)
-	x, err := exec.New(e.dev, p)
+	x, err := exec.New(dev, p)
 	if err != nil {
 		return nil, err
 	}
 	x.Budget = e.budget
-	return &slot{x: x, plan: p, readback: rb, logprob: logprobDispatch(p)}, nil
+	return &slot{x: x, plan: p, readback: rb, logprob: logprobDispatch(p), row: row}, nil
 }
 
-// take returns an idle slot, or a new one.
+// take returns a free row's slot (the lowest), else an idle slot, else a new one.
 func (e *GPU) take() (*slot, error) {
 	e.poolMu.Lock()
+	if sl := e.rows.take(); sl != nil {
+		e.poolMu.Unlock()
+		return sl, nil
+	}
 	if n := len(e.idle); n > 0 {
 		sl := e.idle[n-1]
 		e.idle = e.idle[:n-1]
@@ -260,18 +288,21 @@ func (e *GPU) take() (*slot, error) {
 		return sl, nil
 	}
 	e.poolMu.Unlock()
-	return e.newSlot()
+	return e.newSlot(e.dev, -1)
 }
 
-// give keeps sl for the next session, or frees it when one is kept already.
+// give frees sl's row, or keeps sl for the next session, or frees it when one is kept already.
 func (e *GPU) give(sl *slot) {
 	e.poolMu.Lock()
 	defer e.poolMu.Unlock()
-	if len(e.idle) == 0 {
+	switch {
+	case sl.row >= 0:
+		e.rows.owner[sl.row] = nil
+	case len(e.idle) == 0:
 		e.idle = append(e.idle, sl)
-		return
+	default:
+		sl.x.Close()
 	}
-	sl.x.Close()
 }
 
 // NewSession starts an empty sequence.
@@ -284,13 +315,21 @@ func (e *GPU) NewSession() backend.Session {
 }
 
 func (e *GPU) newSession() (*Session, error) {
+	e.mu.Lock() // Init writes the shared constants, and a row is reserved until its owner is set
+	defer e.mu.Unlock()
 	sl, err := e.take()
 	if err != nil {
 		return nil, err
 	}
-	e.step.Init(sl.x.Bytes)
+	e.step.Init(sl.x.Bytes)       // a row's executor: that row only
 	sl.x.Mode = decode.ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
-	return &Session{e: e, slot: sl}, nil
+	s := &Session{e: e, slot: sl}
+	if sl.row >= 0 {
+		e.poolMu.Lock()
+		e.rows.owner[sl.row] = s
+		e.poolMu.Unlock()
+	}
+	return s, nil
 }
 
 // Session is one sequence on a GPU backend.
@@ -304,12 +343,16 @@ type Session struct {
 
 var errClosed = errors.New("gpu: the session is closed")
 
-// usable reports why the session cannot run a step.
-func (s *Session) usable() error {
+// lock takes the backend's step lock, which also keeps the session in its row (a multi-row step
+// moves sessions between rows under it), or reports why the session cannot run a step (the lock
+// then not held).
+func (s *Session) lock() error {
 	if s.err != nil {
 		return s.err
 	}
+	s.e.mu.Lock()
 	if s.slot == nil {
+		s.e.mu.Unlock()
 		return errClosed
 	}
 	return nil
@@ -318,9 +361,10 @@ func (s *Session) usable() error {
 // Forward runs the decode step once per token (prefill is token by token for now) and returns
 // the logits rows.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
-	if err := s.usable(); err != nil {
+	if err := s.lock(); err != nil {
 		return nil, err
 	}
+	defer s.e.mu.Unlock()
 	c := s.e.w.Config
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("forward: no tokens")
@@ -333,8 +377,6 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	if s.pos+len(tokens) > s.e.step.MaxCtx {
 		return nil, fmt.Errorf("forward: %d positions exceed the backend's KV cache of %d", s.pos+len(tokens), s.e.step.MaxCtx)
 	}
-	s.e.mu.Lock()
-	defer s.e.mu.Unlock()
 	// The greedy mode leaves its token in the step buffer (NextToken); tokens whose logits are
 	// not returned skip the LM head and the selection, and go through the batched prefill kernels
 	// a chunk at a time (the last token always through the decode step, for its logits).
@@ -458,8 +500,14 @@ func (s *Session) NextToken() int {
 // Pos is the number of tokens consumed.
 func (s *Session) Pos() int { return s.pos }
 
-// Close gives the session's pages and executor back to the backend.
+// Close gives the session's pages and executor (or row) back to the backend. It waits for a step
+// in progress: a multi-row step may be moving the session to another row.
 func (s *Session) Close() {
+	if s.e == nil {
+		return // never started (NewSession's error)
+	}
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
 	if s.slot != nil {
 		s.e.pagesMu.Lock()
 		s.e.pages.release(s.pages)
@@ -473,10 +521,9 @@ func (s *Session) Close() {
 // Save copies the session's recurrent state (GDN states, conv windows, step buffer) into host
 // memory; the snapshot shares the session's KV pages.
 func (s *Session) Save() (backend.Snapshot, error) {
-	if err := s.usable(); err != nil {
+	if err := s.lock(); err != nil { // no step writes the buffers while they are copied
 		return nil, err
 	}
-	s.e.mu.Lock() // no step writes the buffers while they are copied
 	defer s.e.mu.Unlock()
 	sn, err := s.e.newSnapshot(s.pos)
 	if err != nil {
@@ -591,45 +638,76 @@ func (sn *Snapshot) Restore() (backend.Session, error) {
 // sharedDevice allocates each Weights, KVCache and Activations buffer once (by name) and caches
 // pipelines, so every session's executor shares them: steps run one at a time, so one set of
 // per-step scratch serves every session (the 1.2 GB of a 4,096-token prefill chunk's among it),
-// and what a step leaves there (the logits) is copied out before another runs. It counts the
-// other allocations (live: each session's state and control buffers) for GPU.Live.
+// and what a step leaves there (the logits) is copied out before another runs. An Activations
+// buffer is as large as the largest of that name in the backend's plans (a multi-row plan's hold
+// a row per sequence); smaller ones are views of its start. It counts the other allocations
+// (live: each session's state and control buffers, the rows' buffers) for GPU.Live.
 type sharedDevice struct {
 	exec.Device
-	mu     sync.Mutex
-	shared map[string]exec.Memory // Weights, KVCache and Activations buffers, by name
-	pipes  map[string]exec.Pipeline
-	views  map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
-	sizes  map[exec.Memory]int64
+	mu         sync.Mutex
+	shared     map[string]exec.Memory // Weights, KVCache and Activations buffers, by name
+	sharedSize map[string]int64       // their sizes
+	largest    map[string]int64       // each Activations buffer's largest size in the plans
+	pipes      map[string]exec.Pipeline
+	views      map[string][]byte // weight buffers to wrap instead of allocate (a Wrapper device)
+	sizes      map[exec.Memory]int64
+	rows       map[string]rowBuffer // the multi-row plans' per-row buffers (rowSet), by name
 
 	copied      int   // views that could not be wrapped and were allocated (copied) instead
 	copiedBytes int64 // their size
 	wrapErr     error // the first wrap failure
 }
 
+// newSharedDevice shares dev's buffers among the executors of steps' plans.
+func newSharedDevice(dev exec.Device, steps []*decode.Step) *sharedDevice {
+	d := &sharedDevice{Device: dev, shared: map[string]exec.Memory{}, sharedSize: map[string]int64{}, largest: map[string]int64{},
+		pipes: map[string]exec.Pipeline{}, sizes: map[exec.Memory]int64{}, rows: map[string]rowBuffer{}}
+	for _, st := range steps {
+		for _, b := range st.Plan.Buffers {
+			if b.Kind == plan.Activations {
+				d.largest[b.Name] = max(d.largest[b.Name], b.Size)
+			}
+		}
+	}
+	return d
+}
+
+// own allocates a buffer only its executor uses, counted as live.
+func (d *sharedDevice) own(b plan.Buffer) (exec.Memory, error) {
+	m, err := d.Device.Alloc(b)
+	if err == nil {
+		d.mu.Lock()
+		d.sizes[m] = b.Size
+		d.mu.Unlock()
+	}
+	return m, err
+}
+
 func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	if b.Kind != plan.Weights && b.Kind != plan.KVCache && b.Kind != plan.Activations {
-		m, err := d.Device.Alloc(b)
-		if err == nil {
-			d.mu.Lock()
-			if d.sizes == nil {
-				d.sizes = map[exec.Memory]int64{}
-			}
-			d.sizes[m] = b.Size
-			d.mu.Unlock()
-		}
-		return m, err
+		return d.own(b)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if m, ok := d.shared[b.Name]; ok {
-		return m, nil
+		return d.fit(b, m)
+	}
+	if b.Kind == plan.Activations {
+		big := b
+		big.Size = max(b.Size, d.largest[b.Name])
+		m, err := d.Device.Alloc(big)
+		if err != nil {
+			return nil, err
+		}
+		d.shared[b.Name], d.sharedSize[b.Name] = m, big.Size
+		return d.fit(b, m)
 	}
 	if data, ok := d.views[b.Name]; ok && b.Kind == plan.Weights {
 		// A failed wrap (e.g. the device refuses the pages) falls back to a copy.
 		mem, off, err := d.Device.(exec.Wrapper).Wrap(data)
 		if err == nil {
 			v := exec.View{Mem: mem, Offset: off, Size: b.Size}
-			d.shared[b.Name] = v
+			d.shared[b.Name], d.sharedSize[b.Name] = v, b.Size
 			return v, nil
 		}
 		if d.copied++; d.wrapErr == nil {
@@ -639,9 +717,22 @@ func (d *sharedDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 	}
 	m, err := d.Device.Alloc(b)
 	if err == nil {
-		d.shared[b.Name] = m
+		d.shared[b.Name], d.sharedSize[b.Name] = m, b.Size
 	}
 	return m, err
+}
+
+// fit is shared buffer m for b: itself, or a view of its start when b is smaller. The caller
+// holds d.mu.
+func (d *sharedDevice) fit(b plan.Buffer, m exec.Memory) (exec.Memory, error) {
+	switch size := d.sharedSize[b.Name]; {
+	case b.Size == size:
+		return m, nil
+	case b.Size < size:
+		return exec.View{Mem: m, Size: b.Size}, nil
+	default:
+		return nil, fmt.Errorf("gpu: buffer %s of %d bytes, shared at %d", b.Name, b.Size, size)
+	}
 }
 
 // Free frees a session's buffer; the shared weights and KV pool stay until freeWeights.
@@ -661,6 +752,7 @@ func (d *sharedDevice) freeWeights() {
 	for name, m := range d.shared {
 		d.Device.Free(m)
 		delete(d.shared, name)
+		delete(d.sharedSize, name)
 	}
 }
 

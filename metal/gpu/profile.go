@@ -14,10 +14,9 @@ import (
 // every dispatch of the steps it runs until StopProfile runs alone and is timed. The steps
 // compute what they compute otherwise.
 func (s *Session) StartProfile() error {
-	if err := s.usable(); err != nil {
+	if err := s.lock(); err != nil {
 		return err
 	}
-	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	s.x.StartProfile()
 	return nil

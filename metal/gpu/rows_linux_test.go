@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
@@ -17,14 +18,8 @@ import (
 // The multi-row decode step (decode.Options.Rows) is batch-invariant end to end: R sequences
 // stepped in lockstep through one R-row plan give, row by row and position by position, the
 // very logits (bit for bit) and greedy tokens the one-row plan gives each sequence alone, and a
-// sequence's result does not depend on which row it runs in.
-//
-// The GPU backend does not run the multi-row step yet. The next step: an executor of the R-row
-// plan serves up to R sessions, each living in a row slot (its rows of the step buffer, block
-// table, conv windows, DeltaNet states and sampler buffers; its pages in the shared pool);
-// sessions are added into free slots between steps and, when one ends, the last row's state is
-// copied into its slot so the live rows stay 0..n-1 and a step runs only n rows (the plan for n
-// rows reads the first n rows of every buffer).
+// sequence's result does not depend on which row it runs in. (The backend runs it: rows.go,
+// TestStepRowsMatchAlone.)
 func TestRowsMatchOneRowBitForBit(t *testing.T) {
 	// Pages of 16 positions: the bf16 run's 18 positions cross from each row's first page into
 	// its second; the int8 KV cache runs shorter.
@@ -138,4 +133,105 @@ func uint32sOf(b []byte) []uint32 {
 		out[i] = binary.LittleEndian.Uint32(b[4*i:])
 	}
 	return out
+}
+
+// The backend's multi-row step (StepRows): sessions at different positions, stepped together
+// while sessions end, start, prefill beside them and live beyond the rows, each get at every
+// position the very logits the session gets alone, and the batched ones are moved into rows
+// 0 … R−1 in the step's order.
+func TestStepRowsMatchAlone(t *testing.T) {
+	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
+	e := newEmu(t, w, EmuOptions{MaxCtx: 32, PageSize: 16, Parallel: 3})
+	defer e.Close()
+	seqs := [][]int{g.PromptIDs[0:20], g.PromptIDs[20:40], g.PromptIDs[40:60], g.PromptIDs[5:25], g.PromptIDs[30:50]}
+	ref := make([][][]float32, len(seqs)) // [sequence][position][vocab]: alone
+	for i, sq := range seqs {
+		s := e.NewSession()
+		rows, err := s.Forward(sq, true)
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref[i] = rows
+	}
+	type live struct {
+		s   backend.Session
+		seq int
+	}
+	start := func(seq, prompt int) *live {
+		s := e.NewSession()
+		if _, err := s.Forward(seqs[seq][:prompt], false); err != nil {
+			t.Fatal(err)
+		}
+		return &live{s, seq}
+	}
+	compared, batched := 0, 0
+	step := func(ls []*live, prefill *live, n int) {
+		t.Helper()
+		var rows []backend.Row
+		for _, l := range ls {
+			p := l.s.Pos()
+			rows = append(rows, backend.Row{Session: l.s, Tokens: seqs[l.seq][p : p+1]})
+		}
+		if prefill != nil {
+			p := prefill.s.Pos()
+			rows = append(rows, backend.Row{Session: prefill.s, Tokens: seqs[prefill.seq][p : p+n]})
+		}
+		res := e.StepRows(rows)
+		for i, r := range rows {
+			if res[i].Err != nil {
+				t.Fatal(res[i].Err)
+			}
+			l := ls[min(i, len(ls)-1)]
+			if i == len(ls) {
+				l = prefill
+			}
+			want := ref[l.seq][r.Session.Pos()-1]
+			for k := range want {
+				if math.Float32bits(res[i].Logits[k]) != math.Float32bits(want[k]) {
+					t.Fatalf("sequence %d at position %d (row %d of %d): logit %d is %v, alone %v", l.seq, r.Session.Pos()-1, i, len(rows), k, res[i].Logits[k], want[k])
+				}
+			}
+			compared++
+		}
+		var inRows []*Session
+		for _, l := range ls {
+			if s := l.s.(*Session); s.row >= 0 {
+				inRows = append(inRows, s)
+			}
+		}
+		if len(inRows) >= 2 {
+			for i, s := range inRows {
+				if s.row != i {
+					t.Fatalf("a batched session is in row %d, want %d", s.row, i)
+				}
+			}
+			batched += len(inRows)
+		}
+	}
+	a, b, c := start(0, 5), start(1, 3), start(2, 7)
+	for range 3 {
+		step([]*live{a, b, c}, nil, 0)
+	}
+	b.s.Close()
+	step([]*live{c, a}, nil, 0) // c swaps rows with a, which moves on into b's free row
+	d := start(3, 2)            // the free row, 2
+	step([]*live{c, a}, d, 4)   // d prefills beside them
+	step([]*live{d, c, a}, nil, 0)
+	x := start(4, 6) // beyond the three rows: its own executor
+	if x.s.(*Session).row != -1 {
+		t.Fatalf("a fourth session took row %d of 3", x.s.(*Session).row)
+	}
+	for range 2 {
+		step([]*live{a, x, d, c}, nil, 0)
+	}
+	a.s.Close()
+	step([]*live{x, d}, nil, 0) // one batchable row: Forward
+	for _, l := range []*live{c, d, x} {
+		l.s.Close()
+	}
+	if compared != 3*3+2+3+3+2*4+2 || batched != 3*3+2+2+3+2*3 {
+		t.Fatalf("%d rows compared, %d of them batched", compared, batched)
+	}
+	t.Logf("%d rows bit-identical to the sessions alone, %d of them in multi-row steps", compared, batched)
 }

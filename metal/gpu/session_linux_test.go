@@ -5,6 +5,7 @@ package gpu
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -18,11 +19,18 @@ import (
 // same logits (bit for bit) as the original, which its steps leave alone — also when the
 // original runs on a reused executor whose KV cache still holds a longer, earlier sequence. The
 // snapshot holds the state and the KV rows in use, nothing else; closing every session gives the
-// executors back to one idle one.
+// executors back to one idle one (Parallel 1), or the rows back (Parallel 2: the sessions live in
+// rows allocated with the backend, and allocate nothing).
 func TestSnapshotContinuesExactly(t *testing.T) {
+	for _, parallel := range []int{1, 2} {
+		t.Run(fmt.Sprintf("parallel%d", parallel), func(t *testing.T) { checkSnapshotContinues(t, parallel) })
+	}
+}
+
+func checkSnapshotContinues(t *testing.T, parallel int) {
 	dir := "../../testdata/golden/tiny-b"
 	g, w := goldenWeights(t, dir)
-	e := newEmu(t, w, EmuOptions{MaxCtx: 64})
+	e := newEmu(t, w, EmuOptions{MaxCtx: 64, Parallel: parallel})
 	idleBufs, idleBytes := e.Live()
 	old := e.NewSession()
 	if _, err := old.Forward(g.PromptIDs[:12], false); err != nil {
@@ -63,8 +71,8 @@ func TestSnapshotContinuesExactly(t *testing.T) {
 	if a.Pos() != 9 || b.Pos() != 9 {
 		t.Fatalf("positions %d, %d", a.Pos(), b.Pos())
 	}
-	if n, _ := e.Live(); n <= idleBufs {
-		t.Fatalf("two live sessions on %d buffers, one idle executor on %d", n, idleBufs)
+	if n, _ := e.Live(); parallel == 1 && n <= idleBufs || parallel > 1 && n != idleBufs {
+		t.Fatalf("two live sessions on %d buffers, the backend alone on %d (parallel %d)", n, idleBufs, parallel)
 	}
 	a.Close()
 	b.Close()
@@ -107,8 +115,10 @@ func TestMissingBarrierShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e := newEmu(t, w, EmuOptions{MaxCtx: 16, GroupOrder: emu.Reverse})
-	held := e.NewSession() // holds the executor built with the plan intact; the next one copies the edited plan
+	// Parallel 1: no rows built with the backend, so the next session's executor copies the
+	// edited plan.
+	e := newEmu(t, w, EmuOptions{MaxCtx: 16, GroupOrder: emu.Reverse, Parallel: 1})
+	held := e.NewSession() // holds the executor built with the plan intact
 	defer held.Close()
 	for i := range e.step.Plan.Dispatches {
 		if d := &e.step.Plan.Dispatches[i]; d.Kernel == "conv1d_step" {
