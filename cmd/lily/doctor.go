@@ -107,7 +107,7 @@ func servedParallel(workingSet int64, kvBits, prefillChunk int) (positions, chun
 		return 0, 0, 0, err.Error()
 	}
 	chunk = slices.Max(append([]int{0}, chunks...))
-	if positions, _, err = mem.Context(c, 0, workingSet); err != nil {
+	if positions, _, err = gpu.ServedContext(mem, c, gpu.GPUOptions{WorkingSet: workingSet}); err != nil {
 		return 0, chunk, 0, err.Error()
 	}
 	parallel, why = mem.Parallel(positions, workingSet)

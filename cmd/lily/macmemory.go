@@ -38,6 +38,6 @@ func servedContext(workingSet int64, kvBits, prefillChunk int) (positions, chunk
 		return 0, 0, "", err
 	}
 	chunk = slices.Max(append([]int{0}, chunks...))
-	positions, why, err = mem.Context(c, 0, workingSet)
+	positions, why, err = gpu.ServedContext(mem, c, gpu.GPUOptions{WorkingSet: workingSet})
 	return positions, chunk, why, err
 }

@@ -60,3 +60,35 @@ func (m Memory) Parallel(ctx int, workingSet int64) (int, string) {
 	}
 	return n, why
 }
+
+// DefaultParallel is the sequences the default context leaves room for: a coding agent's main
+// loop, its background requests and a subagent or an IDE's completion beside it.
+const DefaultParallel = 4
+
+// RoomForParallel is the context to serve when neither the context nor the sequences at once are
+// asked for: ctx, the most one session can hold (Context), lowered by whole pages until as many
+// sequences as an eighth less context allows (up to DefaultParallel; Parallel) fit. Where one
+// session's context fills the working set (a 32 GB Mac) the other sequences' states and scratch
+// take a few thousand positions; why says so ("" when ctx is kept).
+func (m Memory) RoomForParallel(ctx int, workingSet int64) (int, string) {
+	if workingSet <= 0 || ctx <= 0 {
+		return ctx, ""
+	}
+	fits := func(pages int) int { n, _ := m.Parallel(pages*m.PageSize, workingSet); return n }
+	lo, hi := (ctx-ctx/8+m.PageSize-1)/m.PageSize, ctx/m.PageSize // in pages
+	now, _ := m.Parallel(ctx, workingSet)
+	want := min(fits(lo), DefaultParallel)
+	if lo > hi || want <= now {
+		return ctx, ""
+	}
+	for lo < hi { // the most pages at which want fit: lo does, hi+1 does not
+		mid := (lo + hi + 1) / 2
+		if fits(mid) >= want {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	got := lo * m.PageSize
+	return got, fmt.Sprintf("%d positions rather than %d leave room for %d sequences at once (--parallel) beside the weights", got, ctx, want)
+}

@@ -119,3 +119,40 @@ func TestRowScratch(t *testing.T) {
 		t.Errorf("row scratch %d of %d without a chunk, %d of %d with one", plain.RowScratch, plain.Scratch, chunked.RowScratch, chunked.Scratch)
 	}
 }
+
+// TestRoomForParallel: where one session's context fills the working set, the default context
+// gives up the least whole pages for as many sequences as an eighth of it makes room for (up to
+// DefaultParallel); where they fit already, the context stays.
+func TestRoomForParallel(t *testing.T) {
+	c := config.Production()
+	m := servedMemory(t, 16, 512)
+	for _, gb := range []int{32, 36, 64} {
+		ws := MacWorkingSet(gb)
+		ctx, _, err := m.Context(c, 0, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, why := m.RoomForParallel(ctx, ws)
+		n, _ := m.Parallel(got, ws)
+		before, _ := m.Parallel(ctx, ws)
+		floor, _ := m.Parallel(ctx-ctx/8, ws)
+		want := max(before, min(floor, DefaultParallel))
+		switch {
+		case want == before && (got != ctx || why != ""):
+			t.Errorf("%d GB: %d sequences fit at %d, yet the context became %d (%s)", gb, before, ctx, got, why)
+		case want > before && (n < want || got > ctx || got < ctx-ctx/8 || got%m.PageSize != 0 || why == ""):
+			t.Errorf("%d GB: %d → %d positions, %d sequences fit, want %d (%s)", gb, ctx, got, n, want, why)
+		case want > before:
+			if more, _ := m.Parallel(got+m.PageSize, ws); more >= want {
+				t.Errorf("%d GB: %d positions given up, a page fewer would do", gb, ctx-got)
+			}
+			t.Logf("%d GB: %d → %d positions, %d sequences rather than %d (%s)", gb, ctx, got, n, before, why)
+		}
+		if gb == 32 && want <= before {
+			t.Errorf("32 GB: %d sequences at %d positions, no room made", before, ctx)
+		}
+	}
+	if got, why := m.RoomForParallel(1000, MacWorkingSet(24)); got != 1000 || why != "" {
+		t.Errorf("24 GB: a context that cannot make room kept? %d (%s)", got, why)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/lilyformac/lily/engine/backend"
@@ -102,7 +103,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 		return nil, err
 	}
 	o.Chunks = chunks
-	maxCtx, why, err := mem.Context(w.Config, o.MaxCtx, o.WorkingSet)
+	maxCtx, why, err := ServedContext(mem, w.Config, o)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +161,21 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	}
 	e.give(sl) // the upload's executor serves the first session
 	return e, nil
+}
+
+// ServedContext is the positions a session holds: o.MaxCtx, or as many as the working set holds
+// (decode.Memory.Context), less what makes room for several sequences at once when o.Parallel is
+// also left to memory (decode.Memory.RoomForParallel); why says why it is below the model's.
+func ServedContext(mem decode.Memory, c *config.Config, o GPUOptions) (int, string, error) {
+	ctx, why, err := mem.Context(c, o.MaxCtx, o.WorkingSet)
+	if err != nil || o.MaxCtx > 0 || o.Parallel != 0 {
+		return ctx, why, err
+	}
+	got, room := mem.RoomForParallel(ctx, o.WorkingSet)
+	if room != "" {
+		why = strings.TrimPrefix(why+"; "+room, "; ")
+	}
+	return got, why, nil
 }
 
 // poolPages sizes the KV pool: the pages of o.Parallel sequences (decode.SessionsPages; one: a

@@ -12,6 +12,10 @@ const (
 	SampleVocab   = 0 // uint SAMPLE_N: ids that may be chosen (the vocab limit)
 	SampleChunk   = 1 // uint SAMPLE_CHUNK: ids per sample_select threadgroup
 	SampleProbeOp = 2 // uint SAMPLE_PROBE_OP (sample_probe only)
+	// SamplePenStride is uint SAMPLE_PEN_STRIDE: the penalty tables' row stride in floats of a
+	// multi-row sample_penalties (SamplePenaltiesRowsCall at rows > 1); one-row dispatches leave
+	// it unset (0: the one row starts at 0), so their pipelines are unchanged.
+	SamplePenStride = 3
 )
 
 // Sampler geometry.
@@ -149,7 +153,10 @@ func sampleConstants(n, chunk int) map[int]any {
 	return map[int]any{SampleVocab: n, SampleChunk: chunk, SampleProbeOp: 0}
 }
 
-// SamplePenaltiesBuffers are sample_penalties' buffers, by role.
+// SamplePenaltiesBuffers are sample_penalties' buffers, by role. For SamplePenaltiesRowsCall
+// each holds a row per sequence: Logits, State, Bias and Out [rows][n], Params [rows][16] words
+// (each row's own settings), Pen [rows][penStride] (row r's table at r·penStride, PenLen <=
+// penStride entries of it read).
 type SamplePenaltiesBuffers[B any] struct {
 	Logits B // 0: [>= n] float32
 	Params B // 1: SampleParams words
@@ -162,14 +169,31 @@ type SamplePenaltiesBuffers[B any] struct {
 // SamplePenaltiesCall is sample_penalties over n ids: one thread per id, in whole threadgroups of
 // SamplePenaltyThreads.
 func SamplePenaltiesCall[B any](n, chunk int, b SamplePenaltiesBuffers[B]) Call[B] {
+	return SamplePenaltiesRowsCall(n, chunk, 0, 1, b)
+}
+
+// SamplePenaltiesRowsCall is sample_penalties for the rows sequences of a multi-row decode step:
+// SamplePenaltiesCall's threads once per row (the grid's second dimension), row r's penalty
+// table at r·penStride floats of Pen (SAMPLE_PEN_STRIDE, the plan's MaxCtx+1: at least every
+// row's PenLen). At one row penStride is not used and the constant stays unset, so rows 1 is
+// SamplePenaltiesCall (today's pipeline); more rows need penStride >= 1.
+func SamplePenaltiesRowsCall[B any](n, chunk, penStride, rows int, b SamplePenaltiesBuffers[B]) Call[B] {
+	c := sampleConstants(n, chunk)
+	if recurrentRows(rows) > 1 {
+		if penStride < 1 {
+			panic(fmt.Sprintf("kernels: sample_penalties over %d rows with a penalty-table stride of %d", rows, penStride))
+		}
+		c[SamplePenStride] = penStride
+	}
 	return Call[B]{
-		Kernel: "sample_penalties", Constants: sampleConstants(n, chunk),
+		Kernel: "sample_penalties", Constants: c,
 		Buffers:      map[int]B{0: b.Logits, 1: b.Params, 2: b.State, 3: b.Bias, 4: b.Pen, 5: b.Out},
-		Threadgroups: grid(groupsFor(n, SamplePenaltyThreads)), Group: grid(SamplePenaltyThreads),
+		Threadgroups: [3]int{groupsFor(n, SamplePenaltyThreads), rows, 1}, Group: grid(SamplePenaltyThreads),
 	}
 }
 
-// SampleSelectBuffers are sample_select's buffers, by role.
+// SampleSelectBuffers are sample_select's buffers, by role. For SampleSelectRowsCall each holds
+// a row per sequence: Logits [rows][n], Params [rows][16] words, Cand [rows][SampleCandLen].
 type SampleSelectBuffers[B any] struct {
 	Logits B // 0: [>= n] the penalised logits
 	Params B // 1: SampleParams words
@@ -179,13 +203,22 @@ type SampleSelectBuffers[B any] struct {
 // SampleSelectCall is sample_select over n ids: a threadgroup of threads (SampleThreads in
 // production) per chunk.
 func SampleSelectCall[B any](n, chunk, threads int, b SampleSelectBuffers[B]) Call[B] {
+	return SampleSelectRowsCall(n, chunk, threads, 1, b)
+}
+
+// SampleSelectRowsCall is sample_select for the rows sequences of a multi-row decode step:
+// SampleSelectCall's threadgroups once per row (the grid's second dimension), so rows 1 is
+// SampleSelectCall.
+func SampleSelectRowsCall[B any](n, chunk, threads, rows int, b SampleSelectBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "sample_select", Constants: sampleConstants(n, chunk), Buffers: map[int]B{0: b.Logits, 1: b.Params, 2: b.Cand},
-		Threadgroups: grid(SampleGroups(n, chunk)), Group: grid(threads),
+		Threadgroups: [3]int{SampleGroups(n, chunk), recurrentRows(rows), 1}, Group: grid(threads),
 	}
 }
 
-// SampleFinalBuffers are sample_final's buffers, by role (it has no buffer 0).
+// SampleFinalBuffers are sample_final's buffers, by role (it has no buffer 0). For
+// SampleFinalRowsCall each holds a row per sequence: Params [rows][16] words, Cand
+// [rows][SampleCandLen], Step [rows]{pos, token}, State [rows][n], Status [rows] words.
 type SampleFinalBuffers[B any] struct {
 	Params B // 1: SampleParams words
 	Cand   B // 2: sample_select's output
@@ -196,14 +229,24 @@ type SampleFinalBuffers[B any] struct {
 
 // SampleFinalCall is sample_final: one threadgroup of threads (SampleThreads in production).
 func SampleFinalCall[B any](n, chunk, threads int, b SampleFinalBuffers[B]) Call[B] {
+	return SampleFinalRowsCall(n, chunk, threads, 1, b)
+}
+
+// SampleFinalRowsCall is sample_final for the rows sequences of a multi-row decode step: a
+// threadgroup per row, each drawing with its row's settings and seed, writing its row's step
+// entry and status word and recording into its row's token states, so rows 1 is
+// SampleFinalCall.
+func SampleFinalRowsCall[B any](n, chunk, threads, rows int, b SampleFinalBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "sample_final", Constants: sampleConstants(n, chunk),
 		Buffers:      map[int]B{1: b.Params, 2: b.Cand, 3: b.Step, 4: b.State, 5: b.Status},
-		Threadgroups: grid(1), Group: grid(threads),
+		Threadgroups: grid(recurrentRows(rows)), Group: grid(threads),
 	}
 }
 
-// LogprobPartialBuffers are logprob_partial's buffers, by role.
+// LogprobPartialBuffers are logprob_partial's buffers, by role. For LogprobPartialRowsCall each
+// holds a row per sequence: Logits [rows][n], MS [rows][groups], Top [rows][groups][LogprobTopN]
+// (groups = SampleGroups(n, chunk)).
 type LogprobPartialBuffers[B any] struct {
 	Logits B // 0: [>= n] the penalised logits
 	MS     B // 1: [groups] (max, Σ exp(x - max)) float32 pairs
@@ -212,13 +255,22 @@ type LogprobPartialBuffers[B any] struct {
 
 // LogprobPartialCall is logprob_partial over n ids: a threadgroup of LogprobThreads per chunk.
 func LogprobPartialCall[B any](n, chunk int, b LogprobPartialBuffers[B]) Call[B] {
+	return LogprobPartialRowsCall(n, chunk, 1, b)
+}
+
+// LogprobPartialRowsCall is logprob_partial for the rows sequences of a multi-row decode step:
+// LogprobPartialCall's threadgroups once per row (the grid's second dimension), so rows 1 is
+// LogprobPartialCall.
+func LogprobPartialRowsCall[B any](n, chunk, rows int, b LogprobPartialBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "logprob_partial", Constants: sampleConstants(n, chunk), Buffers: map[int]B{0: b.Logits, 1: b.MS, 2: b.Top},
-		Threadgroups: grid(SampleGroups(n, chunk)), Group: grid(LogprobThreads),
+		Threadgroups: [3]int{SampleGroups(n, chunk), recurrentRows(rows), 1}, Group: grid(LogprobThreads),
 	}
 }
 
-// LogprobFinalBuffers are logprob_final's buffers, by role.
+// LogprobFinalBuffers are logprob_final's buffers, by role. For LogprobFinalRowsCall each holds a
+// row per sequence: Logits [rows][n], MS and Top as LogprobPartialRowsCall's, Step [rows]{pos,
+// token}, Out [rows][LogprobRecordLen].
 type LogprobFinalBuffers[B any] struct {
 	Logits B // 0: [>= n] the penalised logits
 	MS     B // 1: logprob_partial's
@@ -229,10 +281,17 @@ type LogprobFinalBuffers[B any] struct {
 
 // LogprobFinalCall is logprob_final: one threadgroup of LogprobThreads.
 func LogprobFinalCall[B any](n, chunk int, b LogprobFinalBuffers[B]) Call[B] {
+	return LogprobFinalRowsCall(n, chunk, 1, b)
+}
+
+// LogprobFinalRowsCall is logprob_final for the rows sequences of a multi-row decode step: a
+// threadgroup per row, each writing its row's record for its row's chosen token, so rows 1 is
+// LogprobFinalCall.
+func LogprobFinalRowsCall[B any](n, chunk, rows int, b LogprobFinalBuffers[B]) Call[B] {
 	return Call[B]{
 		Kernel: "logprob_final", Constants: sampleConstants(n, chunk),
 		Buffers:      map[int]B{0: b.Logits, 1: b.MS, 2: b.Top, 3: b.Step, 4: b.Out},
-		Threadgroups: grid(1), Group: grid(LogprobThreads),
+		Threadgroups: grid(recurrentRows(rows)), Group: grid(LogprobThreads),
 	}
 }
 

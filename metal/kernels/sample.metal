@@ -59,15 +59,32 @@
 //                     of 32): per chunk its max m, Σ exp(x - m) and its LOGPROB_TOPN largest keys.
 //   logprob_final     1 threadgroup of LogprobThreads, after the selection wrote step: merges
 //                     them and writes {logprob of step's token, token, LOGPROB_TOPN × (id, logprob)}.
+//
+// Rows (the multi-row decode step: R sequences, each its own logits and sampler): every kernel
+// here takes the row r on the grid — the second dimension of sample_penalties' threads and of
+// sample_select's and logprob_partial's threadgroups, sample_final's and logprob_final's only
+// one — and reads and writes row r of each buffer: logits, the penalised logits, the token
+// states and the bias [R][n] (rows n apart), params [R] SampleParams (its own settings, seed,
+// pos0 and pen_len), pen [R][SAMPLE_PEN_STRIDE] (function constant 3: one stride for all rows,
+// >= every row's pen_len; unset, as one-row dispatches leave it: 0), cand
+// [R][groups·min(SAMPLE_MAX_K, CHUNK)] (the one-row length, kernels.SampleCandLen), step
+// [R]{pos, token}, status [R] words, ms [R][groups], top [R][groups][LOGPROB_TOPN] and the
+// logprob record [R][2 + 2·LOGPROB_TOPN]. A threadgroup's operations do not depend on r or on
+// the other rows, so each row is bit-identical to a one-row dispatch on it; R = 1 is today's
+// dispatch.
 #include <metal_stdlib>
 using namespace metal;
 
 constant uint SAMPLE_N [[function_constant(0)]];      // ids that may be chosen (vocab limit)
 constant uint SAMPLE_CHUNK [[function_constant(1)]];  // ids per sample_select threadgroup (4096)
+// pen's row stride in floats (multi-row sample_penalties; unset: 0, one row, which starts at 0)
+constant uint SAMPLE_PEN_STRIDE_FC [[function_constant(3)]];
+constant uint SAMPLE_PEN_STRIDE = is_function_constant_defined(SAMPLE_PEN_STRIDE_FC) ? SAMPLE_PEN_STRIDE_FC : 0u;
 
 #define SAMPLE_MAX_K 1024
 
-// SampleParams (buffer 1 of every kernel here): all words, floats as their bits.
+// SampleParams (buffer 1 of the sampler kernels, a row's; [R] of them for R rows): all words,
+// floats as their bits.
 struct SampleParams {
   uint temperature;  // float, > 0
   uint top_k;        // 0 = off
@@ -439,6 +456,12 @@ inline uint sample_key_bits(ulong key) {  // the logit's bits back from a key
 
 inline uint sample_key_id(ulong key) { return 0xffffffffu - uint(key); }
 
+// The keys of a row of sample_select's output (kernels.SampleCandLen): a group's slots are
+// min(k_eff, CHUNK) <= min(SAMPLE_MAX_K, CHUNK), so any top_k fits.
+inline ulong sample_cand_len() {
+  return ulong((SAMPLE_N + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK) * min(uint(SAMPLE_MAX_K), SAMPLE_CHUNK);
+}
+
 // The number of candidates: top_k when 0 < top_k < n (engine/sample's top-k path), else all n,
 // at most SAMPLE_MAX_K.
 inline uint sample_k_eff(constant SampleParams& p) {
@@ -498,16 +521,25 @@ inline ulong sample_radix_select(device const float* logits, device const ulong*
 
 // ---- kernels --------------------------------------------------------------------------------
 
-kernel void sample_penalties(device const float* logits [[buffer(0)]],         // [>= n]
-                             constant SampleParams& p [[buffer(1)]],
-                             device const uint* state [[buffer(2)]],          // [n] count | seen<<31
-                             device const float* bias [[buffer(3)]],          // [n] (SAMPLE_BIAS)
-                             device const float* pen [[buffer(4)]],           // [pen_len] (SAMPLE_COUNT)
-                             device float* out [[buffer(5)]],                 // [n], may alias logits
-                             uint i [[thread_position_in_grid]]) {
+kernel void sample_penalties(device const float* logits_rows [[buffer(0)]],  // [R][n] ([>= n] for one)
+                             constant SampleParams* params [[buffer(1)]],     // [R]
+                             device const uint* states [[buffer(2)]],         // [R][n] count | seen<<31
+                             device const float* biases [[buffer(3)]],        // [R][n] (SAMPLE_BIAS)
+                             device const float* pens [[buffer(4)]],          // [R][PEN_STRIDE] (SAMPLE_COUNT)
+                             device float* outs [[buffer(5)]],                // [R][n], may alias logits
+                             uint2 gid [[thread_position_in_grid]]) {         // (id, row)
+  const uint i = gid.x;
   if (i >= SAMPLE_N) {
     return;
   }
+  // This row's sequence: everything below is the one-row kernel on these.
+  const ulong row = gid.y;
+  constant SampleParams& p = params[gid.y];
+  device const float* logits = logits_rows + row * SAMPLE_N;
+  device const uint* state = states + row * SAMPLE_N;
+  device const float* bias = biases + row * SAMPLE_N;
+  device const float* pen = pens + row * SAMPLE_PEN_STRIDE;
+  device float* out = outs + row * SAMPLE_N;
   uint x = as_type<uint>(logits[i]);
   if ((p.flags & SAMPLE_BIAS) != 0) {
     const uint b = as_type<uint>(bias[i]);
@@ -528,10 +560,10 @@ kernel void sample_penalties(device const float* logits [[buffer(0)]],         /
 }
 
 [[max_total_threads_per_threadgroup(1024)]]
-kernel void sample_select(device const float* logits [[buffer(0)]],  // [>= n], penalised
-                          constant SampleParams& p [[buffer(1)]],
-                          device ulong* cand [[buffer(2)]],           // [groups][min(k_eff, CHUNK)]
-                          uint g [[threadgroup_position_in_grid]],
+kernel void sample_select(device const float* logits_rows [[buffer(0)]],  // [R][n] penalised ([>= n] for one)
+                          constant SampleParams* params [[buffer(1)]],     // [R]
+                          device ulong* cand_rows [[buffer(2)]],  // [R][cand_len]: [groups][min(k_eff, CHUNK)]
+                          uint2 tg [[threadgroup_position_in_grid]],  // (group, row)
                           uint tid [[thread_index_in_threadgroup]],
                           uint ntg [[threads_per_threadgroup]],
                           uint lane [[thread_index_in_simdgroup]],
@@ -540,6 +572,11 @@ kernel void sample_select(device const float* logits [[buffer(0)]],  // [>= n], 
   threadgroup uint shared[4];
   threadgroup atomic_uint slots;
 
+  // This row's sequence: everything below is the one-row kernel on these.
+  const uint g = tg.x;
+  constant SampleParams& p = params[tg.y];
+  device const float* logits = logits_rows + ulong(tg.y) * SAMPLE_N;
+  device ulong* cand = cand_rows + ulong(tg.y) * sample_cand_len();
   const uint k_eff = sample_k_eff(p);
   const uint kk = min(k_eff, SAMPLE_CHUNK);  // slots per group
   const uint base = g * SAMPLE_CHUNK;
@@ -565,11 +602,12 @@ kernel void sample_select(device const float* logits [[buffer(0)]],  // [>= n], 
 }
 
 [[max_total_threads_per_threadgroup(1024)]]
-kernel void sample_final(constant SampleParams& p [[buffer(1)]],
-                         device const ulong* cand [[buffer(2)]],  // sample_select's output
-                         device uint* step [[buffer(3)]],         // {pos, token}: -> {pos+1, chosen}
-                         device uint* state [[buffer(4)]],        // [n] count | seen<<31
-                         device uint* status [[buffer(5)]],       // bit 0: redo this step on the CPU
+kernel void sample_final(constant SampleParams* params [[buffer(1)]],  // [R]
+                         device const ulong* cand_rows [[buffer(2)]],  // [R][cand_len] sample_select's output
+                         device uint* steps [[buffer(3)]],   // [R]{pos, token}: -> {pos+1, chosen}
+                         device uint* states [[buffer(4)]],  // [R][n] count | seen<<31
+                         device uint* statuses [[buffer(5)]],  // [R] bit 0: redo this step on the CPU
+                         uint row [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint ntg [[threads_per_threadgroup]],
                          uint lane [[thread_index_in_simdgroup]],
@@ -580,6 +618,12 @@ kernel void sample_final(constant SampleParams& p [[buffer(1)]],
   threadgroup atomic_uint top;
   threadgroup ulong keys[SAMPLE_MAX_K];
 
+  // This row's sequence: everything below is the one-row kernel on these.
+  constant SampleParams& p = params[row];
+  device const ulong* cand = cand_rows + ulong(row) * sample_cand_len();
+  device uint* step = steps + 2 * row;
+  device uint* state = states + ulong(row) * SAMPLE_N;
+  device uint* status = statuses + row;
   const uint k_eff = sample_k_eff(p);
   const uint kk = min(k_eff, SAMPLE_CHUNK);
   const uint groups = (SAMPLE_N + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
@@ -752,10 +796,10 @@ inline void lp_top(device const float* x, device const ulong* cand, uint begin, 
   }
 }
 
-kernel void logprob_partial(device const float* x [[buffer(0)]],  // [>= n] penalised logits
-                            device float2* ms [[buffer(1)]],       // [groups] (max, Σ exp(x - max))
-                            device ulong* top [[buffer(2)]],       // [groups][LOGPROB_TOPN] keys
-                            uint g [[threadgroup_position_in_grid]],
+kernel void logprob_partial(device const float* x_rows [[buffer(0)]],  // [R][n] penalised logits ([>= n] for one)
+                            device float2* ms_rows [[buffer(1)]],       // [R][groups] (max, Σ exp(x - max))
+                            device ulong* top_rows [[buffer(2)]],       // [R][groups][LOGPROB_TOPN] keys
+                            uint2 tg [[threadgroup_position_in_grid]],  // (group, row)
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]],
@@ -764,6 +808,12 @@ kernel void logprob_partial(device const float* x [[buffer(0)]],  // [>= n] pena
   threadgroup float fred[32];
   threadgroup ulong kred[32];
   threadgroup ulong res[LOGPROB_TOPN];
+  // This row's sequence: everything below is the one-row kernel on these.
+  const uint g = tg.x;
+  const ulong groups = (SAMPLE_N + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
+  device const float* x = x_rows + ulong(tg.y) * SAMPLE_N;
+  device float2* ms = ms_rows + ulong(tg.y) * groups;
+  device ulong* top = top_rows + ulong(tg.y) * groups * LOGPROB_TOPN;
   const uint begin = g * SAMPLE_CHUNK, end = min(begin + SAMPLE_CHUNK, SAMPLE_N);
   float m = -INFINITY;
   for (uint i = begin + tid; i < end; i += ntg) {
@@ -788,11 +838,12 @@ kernel void logprob_partial(device const float* x [[buffer(0)]],  // [>= n] pena
   }
 }
 
-kernel void logprob_final(device const float* x [[buffer(0)]],      // [>= n] penalised logits
-                          device const float2* ms [[buffer(1)]],     // logprob_partial's
-                          device const ulong* top [[buffer(2)]],     // logprob_partial's
-                          device const uint* step [[buffer(3)]],     // {pos, token}: the chosen token
-                          device float* out [[buffer(4)]],           // [2 + 2·LOGPROB_TOPN], see above
+kernel void logprob_final(device const float* x_rows [[buffer(0)]],   // [R][n] penalised logits ([>= n] for one)
+                          device const float2* ms_rows [[buffer(1)]],  // [R][groups] logprob_partial's
+                          device const ulong* top_rows [[buffer(2)]],  // [R][groups][LOGPROB_TOPN] logprob_partial's
+                          device const uint* steps [[buffer(3)]],      // [R]{pos, token}: the chosen token
+                          device float* outs [[buffer(4)]],            // [R][2 + 2·LOGPROB_TOPN], see above
+                          uint row [[threadgroup_position_in_grid]],
                           uint tid [[thread_index_in_threadgroup]],
                           uint ntg [[threads_per_threadgroup]],
                           uint lane [[thread_index_in_simdgroup]],
@@ -801,6 +852,12 @@ kernel void logprob_final(device const float* x [[buffer(0)]],      // [>= n] pe
   threadgroup ulong kred[32];
   threadgroup ulong res[LOGPROB_TOPN];
   const uint groups = (SAMPLE_N + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
+  // This row's sequence: everything below is the one-row kernel on these.
+  device const float* x = x_rows + ulong(row) * SAMPLE_N;
+  device const float2* ms = ms_rows + ulong(row) * groups;
+  device const ulong* top = top_rows + ulong(row) * groups * LOGPROB_TOPN;
+  device const uint* step = steps + 2 * row;
+  device float* out = outs + ulong(row) * (2 + 2 * LOGPROB_TOPN);
   float M = -INFINITY;
   for (uint g = 0; g < groups; g++) {
     M = max(M, ms[g].x);
