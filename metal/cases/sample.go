@@ -91,7 +91,8 @@ func sampleCases() []Case {
 		sampleCase(sampleShape{name: "thinking-presence", p: sample.Params{Temperature: 1, TopP: 0.95, TopK: 20, PresencePenalty: 1.5},
 			n: 65536, chunk: kernels.SampleDefaultChunk, gen: kernels.LogitGens[2], seeds: 1, steps: 3, prompt: true, heavy: true}),
 	)
-	return out
+	// The multi-row decode step's rows forms (sample_batch.go), at every R.
+	return append(out, sampleBatchCases()...)
 }
 
 // sampleSettings are the server's sampler settings the cases cover, each over n ids in chunks.

@@ -46,7 +46,8 @@ func LogprobRecord(rec []float32, k int) (token int, logprob float32, top []samp
 func SampleGroups(n, chunk int) int { return (n + chunk - 1) / chunk }
 
 // SampleCandLen is the length in uint64 keys of the buffer sample_select writes and sample_final
-// reads (buffer 2): groups × min(SampleMaxK, chunk), enough for any top_k.
+// reads (buffer 2): groups × min(SampleMaxK, chunk), enough for any top_k; a multi-row Cand holds
+// a row of this length per sequence.
 func SampleCandLen(n, chunk int) int { return SampleGroups(n, chunk) * min(SampleMaxK, chunk) }
 
 // Flags of SampleParams.Flags.

@@ -796,7 +796,7 @@ inline void lp_top(device const float* x, device const ulong* cand, uint begin, 
   }
 }
 
-kernel void logprob_partial(device const float* x_rows [[buffer(0)]],  // [R][n] penalised logits ([>= n] for one)
+kernel void logprob_partial(device const float* x_rows [[buffer(0)]],  // [R][n] penalised ([>= n] for one)
                             device float2* ms_rows [[buffer(1)]],       // [R][groups] (max, Σ exp(x - max))
                             device ulong* top_rows [[buffer(2)]],       // [R][groups][LOGPROB_TOPN] keys
                             uint2 tg [[threadgroup_position_in_grid]],  // (group, row)
@@ -838,9 +838,9 @@ kernel void logprob_partial(device const float* x_rows [[buffer(0)]],  // [R][n]
   }
 }
 
-kernel void logprob_final(device const float* x_rows [[buffer(0)]],   // [R][n] penalised logits ([>= n] for one)
+kernel void logprob_final(device const float* x_rows [[buffer(0)]],   // [R][n] penalised ([>= n] for one)
                           device const float2* ms_rows [[buffer(1)]],  // [R][groups] logprob_partial's
-                          device const ulong* top_rows [[buffer(2)]],  // [R][groups][LOGPROB_TOPN] logprob_partial's
+                          device const ulong* top_rows [[buffer(2)]],  // [R][groups][TOPN] logprob_partial's
                           device const uint* steps [[buffer(3)]],      // [R]{pos, token}: the chosen token
                           device float* outs [[buffer(4)]],            // [R][2 + 2·LOGPROB_TOPN], see above
                           uint row [[threadgroup_position_in_grid]],
