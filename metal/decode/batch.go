@@ -8,11 +8,10 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// BatchCost is one decode step over Rows sequences at once, each at Context cached positions:
-// with one row the single-row step (the mode `lily bench --plan` reports, ModeSample), with more
-// the multi-row plan the GPU backend runs (Options.Rows, its greedy mode: each row's logits go to
-// the host's sampler), every kernel reading its weights once for all rows and each touched
-// routed expert once for the rows that route to it.
+// BatchCost is one decode step over Rows sequences at once, each at Context cached positions, in
+// the mode `lily bench --plan` reports (ModeSample): with one row the single-row step, with more
+// the multi-row plan (Options.Rows), every kernel reading its weights once for all rows and each
+// touched routed expert once for the rows that route to it.
 type BatchCost struct {
 	Rows, Context        int
 	Dispatches, Barriers int
@@ -64,7 +63,6 @@ func BatchModel(c *config.Config, rows, ctx, kvBits int) (BatchCost, error) {
 		if s, err = Build(c, o); err != nil {
 			return BatchCost{}, err
 		}
-		mode = ModeGreedy
 	}
 	st := s.Plan.Stats(mode)
 	out := BatchCost{Rows: rows, Context: ctx, Dispatches: st.Dispatches, Barriers: st.Barriers,

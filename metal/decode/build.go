@@ -15,7 +15,8 @@
 // residual: every consumer of a norm recomputes rsqrt(mean(x²)+eps) from the residual itself.
 //
 // With Options.Rows = R > 1 the same step advances R sequences at once (each dispatch the
-// kernel's rows form, every buffer a sequence or an activation holds R rows), greedy only.
+// kernel's rows form, every buffer a sequence or an activation holds R rows), each row selecting
+// its next token with its own settings; there are no chunk modes.
 package decode
 
 import (
@@ -55,14 +56,12 @@ type Options struct {
 	// and the row it writes, and the keys attention's FLOPs count. 0 or more than MaxCtx-1 means
 	// MaxCtx-1; a negative value means none (a prefill chunk at the start of a sequence).
 	TrafficCtx int
-	// Rows is the number of sequences one step advances (0 or 1: one, the plan the GPU backend
-	// runs; 2 to MaxRows: a multi-row step, Step.Rows). Each row is a sequence with its own step
-	// entry, block table row, conv windows, DeltaNet states, sampler params and token states, and
-	// every activation holds a row per sequence; every dispatch is the kernel's rows form, each
-	// row bit-identical to the one-row plan on that sequence alone. A multi-row plan has the
-	// greedy and prefill modes only: the sampler (sample_*, logprob_*) has no row form yet, so
-	// the sample and logprob modes are not built, and chunk modes are refused (Chunks must be
-	// empty). Pages 0 gives every row its own MaxCtx's pages (and a spare), and Init points row
+	// Rows is the number of sequences one step advances (0 or 1: one; 2 to MaxRows: a multi-row
+	// step, Step.Rows). Each row is a sequence with its own step entry, block table row, conv
+	// windows, DeltaNet states and sampler buffers (params, token states, bias, penalty table,
+	// status), and every activation holds a row per sequence; every dispatch is the kernel's rows
+	// form, each row bit-identical to the one-row plan on that sequence alone, selecting with its
+	// own settings in the decode modes. Chunk modes are refused (Chunks must be empty). Pages 0 gives every row its own MaxCtx's pages (and a spare), and Init points row
 	// r's block table at its own pages when the pool holds them (else rows share pages, and the
 	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
@@ -78,8 +77,9 @@ type Step struct {
 	MaxCtx int
 	KVBits int // 16 or 8 (Options.KVBits)
 	// Rows is the sequences a step advances (Options.Rows; 1 for the one-row plan). With more,
-	// StepBuf is [Rows]{pos, token}, Table [Rows][Attn.TableLen()], Logits [Rows][vocab], the
-	// Sampler's Params and State [Rows][...], and each Session buffer but the KV pools [Rows][...].
+	// StepBuf is [Rows]{pos, token}, Table [Rows][Attn.TableLen()], Logits [Rows][vocab], each
+	// Sampler buffer [Rows][...], Logprobs [2][Rows][record], and each Session buffer but the KV
+	// pools [Rows][...].
 	Rows int
 	// Attn is the attention layers' shape, the KV pool's pages included; Table the block table
 	// buffer ([Attn.TableLen()] uint32: a session's page i is pool page Table[i]), which every
@@ -95,7 +95,7 @@ type Step struct {
 
 	StepBuf  int // {pos, token} uint32
 	Logits   int // [vocab] float32
-	Logprobs int // two kernels.LogprobRecordLen-word records (the logprob modes' output); -1 in a multi-row plan
+	Logprobs int // two slots of Rows kernels.LogprobRecordLen-word records (the logprob modes' output)
 	Sampler  SamplerBuffers
 	Session  []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
@@ -401,18 +401,16 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	ms := kernels.MoEShape{H: H, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}
 	splits := kernels.AttnSplits(o.MaxCtx)
 
-	// Control and activations, shared by all layers.
-	// Per-sequence buffers hold R rows; the rest (bias, penalties, status: the sampler's, which
-	// only the one-row plan runs) one.
+	// Control and activations, shared by all layers. Per-sequence buffers hold R rows.
 	s.StepBuf = b.buffer("step", 8*int64(R), plan.Control)
 	s.Table = b.buffer("kv.table", 4*int64(R*as.TableLen()), plan.Control)
 	s.consts = append(s.consts, constSrc{s.Table, BytesOf(rowTables(as, R))}) // until a session sets its pages
 	s.Sampler = SamplerBuffers{
 		Params: b.buffer("sample.params", 4*16*int64(R), plan.Control),
 		State:  b.buffer("sample.state", 4*int64(R*V), plan.Control), // per request: count | seen<<31
-		Bias:   b.floats("sample.bias", V, plan.Control),
-		Pen:    b.floats("sample.pen", o.MaxCtx+1, plan.Control),
-		Status: b.buffer("sample.status", 4, plan.Control),
+		Bias:   b.floats("sample.bias", R*V, plan.Control),
+		Pen:    b.floats("sample.pen", R*(o.MaxCtx+1), plan.Control),
+		Status: b.buffer("sample.status", 4*int64(R), plan.Control),
 	}
 	params, sampState := s.Sampler.Params, s.Sampler.State
 	res := b.floats("residual", R*H, plan.Activations)
@@ -449,9 +447,6 @@ func Build(c *config.Config, o Options) (*Step, error) {
 
 	// The decode step's dispatches run in every mode but the chunk's.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
-	if R > 1 {
-		b.modes = []string{ModeGreedy, ModePrefill}
-	}
 	var chs []*chunkBufs // the chunk sizes, largest first, over one set of buffers
 	if sizes := ChunkSizes(o.Chunks); len(sizes) > 0 {
 		s.Chunks = sizes
@@ -667,15 +662,12 @@ func Build(c *config.Config, o Options) (*Step, error) {
 			ch.logitsRows(head, finalNorm, eps)
 		}
 	}
-	if R > 1 {
-		b.greedyRows(head, res, finalNorm, partial)
-		return s, s.Plan.Validate()
-	}
 	// LM head with the final norm folded in, then the next token's selection in one of two modes
 	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
 	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
 	// set), so the logits buffer keeps what the model produced for a host that reads it. A
 	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
+	// Every row of a multi-row step selects with its own settings, as the one-row step would.
 	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
 	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
 	lastModes := []string{ModeGreedy, ModeGreedyLogprobs}
@@ -685,62 +677,44 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		b.modes = append(b.modes, ChunkModes(ch.n).Last)
 		lastModes = append(lastModes, ChunkModes(ch.n).Last)
 	}
-	pl := b.floats("sample.logits", V, plan.Activations)
+	pl := b.floats("sample.logits", R*V, plan.Activations)
 	chunk := kernels.SampleDefaultChunk
 	sb := s.Sampler
-	b.call(kernels.SamplePenaltiesCall(V, chunk, kernels.SamplePenaltiesBuffers[int]{
+	b.call(kernels.SamplePenaltiesRowsCall(V, chunk, o.MaxCtx+1, R, kernels.SamplePenaltiesBuffers[int]{
 		Logits: s.Logits, Params: params, State: sampState, Bias: sb.Bias, Pen: sb.Pen, Out: pl}),
 		[]plan.Range{b.whole(s.Logits), b.whole(params), b.whole(sampState), b.whole(sb.Bias), b.whole(sb.Pen)},
 		[]plan.Range{b.whole(pl)})
 	groups := kernels.ArgmaxDefaultGroups
-	b.call(kernels.ArgmaxPartialCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
+	b.call(kernels.ArgmaxPartialRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
 		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, lastModes...)
-	b.call(kernels.ArgmaxFinalCall(V, groups, kernels.ArgmaxThreads, kernels.ArgmaxFinalBuffers[int]{
+	b.call(kernels.ArgmaxFinalRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxFinalBuffers[int]{
 		Partial: partial, Step: s.StepBuf, Params: params, State: sampState}),
 		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
 		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, lastModes...)
-	cand := b.buffer("sample.cand", 8*int64(kernels.SampleCandLen(V, chunk)), plan.Activations)
-	b.call(kernels.SampleSelectCall(V, chunk, kernels.SampleThreads, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
+	cand := b.buffer("sample.cand", 8*int64(R*kernels.SampleCandLen(V, chunk)), plan.Activations)
+	b.call(kernels.SampleSelectRowsCall(V, chunk, kernels.SampleThreads, R, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
 		[]plan.Range{b.whole(pl), b.whole(params)}, []plan.Range{b.whole(cand)}, ModeSample, ModeSampleLogprobs)
-	b.call(kernels.SampleFinalCall(V, chunk, kernels.SampleThreads, kernels.SampleFinalBuffers[int]{
+	b.call(kernels.SampleFinalRowsCall(V, chunk, kernels.SampleThreads, R, kernels.SampleFinalBuffers[int]{
 		Params: params, Cand: cand, Step: s.StepBuf, State: sampState, Status: sb.Status}),
 		[]plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
 		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)}, ModeSample, ModeSampleLogprobs)
 	// Logprobs, after the selection wrote the token: the record a step's host reads instead of
-	// the logits (kernels.LogprobRecordLen words; two slots, chosen by the binding's offset).
+	// the logits (kernels.LogprobRecordLen words a row; two slots of R rows, the binding's offset
+	// chooses the slot).
 	lpGroups := kernels.SampleGroups(V, chunk)
-	lpMS := b.buffer("logprob.ms", 8*int64(lpGroups), plan.Activations)
-	lpTop := b.buffer("logprob.top", 8*int64(lpGroups*kernels.LogprobTopN), plan.Activations)
-	s.Logprobs = b.buffer("logprob.record", 2*4*kernels.LogprobRecordLen, plan.Control)
+	lpMS := b.buffer("logprob.ms", 8*int64(R*lpGroups), plan.Activations)
+	lpTop := b.buffer("logprob.top", 8*int64(R*lpGroups*kernels.LogprobTopN), plan.Activations)
+	s.Logprobs = b.buffer("logprob.record", 2*4*int64(R*kernels.LogprobRecordLen), plan.Control)
 	lpModes := []string{ModeGreedyLogprobs, ModeSampleLogprobs}
-	b.call(kernels.LogprobPartialCall(V, chunk, kernels.LogprobPartialBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop}),
+	b.call(kernels.LogprobPartialRowsCall(V, chunk, R, kernels.LogprobPartialBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop}),
 		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(lpMS), b.whole(lpTop)}, lpModes...)
-	b.call(kernels.LogprobFinalCall(V, chunk, kernels.LogprobFinalBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop, Step: s.StepBuf, Out: s.Logprobs}),
+	b.call(kernels.LogprobFinalRowsCall(V, chunk, R, kernels.LogprobFinalBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop, Step: s.StepBuf, Out: s.Logprobs}),
 		[]plan.Range{b.whole(pl), b.whole(lpMS), b.whole(lpTop), b.whole(s.StepBuf)},
-		[]plan.Range{{Buffer: s.Logprobs, Len: 4 * kernels.LogprobRecordLen}}, lpModes...)
+		[]plan.Range{{Buffer: s.Logprobs, Len: 4 * int64(R*kernels.LogprobRecordLen)}}, lpModes...)
 	if err := s.Plan.Validate(); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// greedyRows ends a multi-row step: the LM head on every row (the final norm folded in), then
-// each row's argmax straight from its logits into its step entry, in the greedy mode only. The
-// one-row plan selects from sample_penalties' output, a copy of the logits when no penalty is
-// set; that kernel, like the sampler's, has no row form yet, so a multi-row step runs neither
-// (no penalties, no sampling, no logprobs) and s.Logprobs is -1.
-func (b *builder) greedyRows(head qmat, res, finalNorm, partial int) {
-	s, V, R, groups := b.s, b.s.Config.VocabSize, b.rows, kernels.ArgmaxDefaultGroups
-	params, state := s.Sampler.Params, s.Sampler.State
-	b.modes = []string{ModeGreedy}
-	b.qmvNorm(head, res, finalNorm, s.Logits, float32(s.Config.RMSNormEps))
-	b.call(kernels.ArgmaxPartialRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxPartialBuffers[int]{Logits: s.Logits, Partial: partial}),
-		[]plan.Range{b.whole(s.Logits)}, []plan.Range{b.whole(partial)})
-	b.call(kernels.ArgmaxFinalRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxFinalBuffers[int]{
-		Partial: partial, Step: s.StepBuf, Params: params, State: state}),
-		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
-		[]plan.Range{b.whole(s.StepBuf), b.whole(state)})
-	s.Logprobs = -1
 }
 
 // moeRouter is moe_router_norm over the step's rows (MOE_BATCH unset for one row: the one-row
@@ -914,12 +888,12 @@ func (s *Step) StateSpans(pos int, table []uint32, f func(buf int, off, n int64)
 }
 
 // PerRow is the buffers that hold one row per sequence the step advances, [Rows][...] each: the
-// step buffer, the block table, the sampler's params and token states, and the Session buffers
-// but the KV pools. A sequence's rows of them are its whole state outside the shared KV pool, laid
+// step buffer, the block table, the sampler's buffers, and the Session buffers but the KV pools. A sequence's rows of them are its whole state outside the shared KV pool, laid
 // out in a multi-row plan exactly as in the one-row plan, so a one-row executor whose PerRow
 // buffers are views of row r of a multi-row plan's runs that row's sequence alone.
 func (s *Step) PerRow() []int {
-	out := []int{s.StepBuf, s.Table, s.Sampler.Params, s.Sampler.State}
+	sb := s.Sampler
+	out := []int{s.StepBuf, s.Table, sb.Params, sb.State, sb.Bias, sb.Pen, sb.Status}
 	for _, buf := range s.Session {
 		if s.Plan.Buffers[buf].Kind != plan.KVCache {
 			out = append(out, buf)

@@ -42,8 +42,8 @@ func TestRowsRefused(t *testing.T) {
 	}
 }
 
-// A multi-row plan is the one-row plan's greedy step with every per-sequence and activation buffer
-// R times as large and every dispatch in its rows form, without the sampler.
+// A multi-row plan is the one-row plan's decode step with every per-sequence and activation buffer
+// R times as large and every dispatch in its rows form, in every decode mode.
 func TestRowsPlan(t *testing.T) {
 	c := config.Production()
 	for _, R := range []int{2, 3, 8} {
@@ -59,17 +59,16 @@ func TestRowsPlan(t *testing.T) {
 		}
 		checkRowsBuffers(t, one, s, R)
 		checkRowsDispatches(t, one, s, R)
-		if s.Rows != R || s.Logprobs != -1 {
-			t.Fatalf("%d rows: Step.Rows %d, Logprobs %d", R, s.Rows, s.Logprobs)
+		if s.Rows != R {
+			t.Fatalf("%d rows: Step.Rows %d", R, s.Rows)
 		}
 	}
 }
 
 // checkRowsBuffers checks that s has one's buffers, R times as large where they hold a sequence
-// or an activation (all but the weights, the KV pools and the one-row sampler's own).
+// or an activation (all but the weights and the KV pools).
 func checkRowsBuffers(t *testing.T, one, s *Step, R int) {
 	t.Helper()
-	single := []string{"sample.bias", "sample.pen", "sample.status"}
 	var n int
 	for _, b := range s.Plan.Buffers {
 		i := slices.IndexFunc(one.Plan.Buffers, func(x plan.Buffer) bool { return x.Name == b.Name })
@@ -77,7 +76,7 @@ func checkRowsBuffers(t *testing.T, one, s *Step, R int) {
 			t.Fatalf("%d rows: buffer %s not in the one-row plan", R, b.Name)
 		}
 		want := one.Plan.Buffers[i].Size
-		if b.Kind != plan.Weights && b.Kind != plan.KVCache && !slices.Contains(single, b.Name) {
+		if b.Kind != plan.Weights && b.Kind != plan.KVCache {
 			want *= int64(R)
 		}
 		if b.Size != want {
@@ -85,26 +84,33 @@ func checkRowsBuffers(t *testing.T, one, s *Step, R int) {
 		}
 		n++
 	}
-	if n != len(one.Plan.Buffers)-5 { // sample.logits, sample.cand, logprob.ms/top/record
+	if n != len(one.Plan.Buffers) {
 		t.Errorf("%d rows: %d buffers, the one-row plan %d", R, n, len(one.Plan.Buffers))
 	}
 }
 
-// checkRowsDispatches checks the modes, the dispatch counts against the one-row plan's, and that
-// every batched kernel's dispatch carries the rows.
+// checkRowsDispatches checks that s runs one's dispatches (the same kernels in the same modes, so
+// every mode's count is the one-row plan's), and that every batched kernel's dispatch carries
+// the rows.
 func checkRowsDispatches(t *testing.T, one, s *Step, R int) {
 	t.Helper()
-	for _, d := range s.Plan.Dispatches {
-		for _, m := range d.Modes {
-			if m != ModeGreedy && m != ModePrefill {
-				t.Fatalf("%d rows: %s runs in mode %s", R, d.Kernel, m)
-			}
+	if len(s.Plan.Dispatches) != len(one.Plan.Dispatches) {
+		t.Fatalf("%d rows: %d dispatches, the one-row plan %d", R, len(s.Plan.Dispatches), len(one.Plan.Dispatches))
+	}
+	for i, d := range s.Plan.Dispatches {
+		if o := one.Plan.Dispatches[i]; d.Kernel != o.Kernel || !slices.Equal(d.Modes, o.Modes) || d.Barrier != o.Barrier {
+			t.Fatalf("%d rows: dispatch %d is %s in %v, the one-row plan's %s in %v", R, i, d.Kernel, d.Modes, o.Kernel, o.Modes)
 		}
 		var key int
 		switch {
 		case d.Kernel == "attn_qk_rope_kv":
 			if d.Constants[kernels.AttnSeqRows] != true {
 				t.Fatalf("%d rows: attn_qk_rope_kv without ATTN_SEQ_ROWS", R)
+			}
+			continue
+		case d.Kernel == "sample_penalties":
+			if d.Constants[kernels.SamplePenStride] != s.MaxCtx+1 || d.Threadgroups[1] != R {
+				t.Fatalf("%d rows: sample_penalties with stride %v over %v", R, d.Constants[kernels.SamplePenStride], d.Threadgroups)
 			}
 			continue
 		case strings.HasPrefix(d.Kernel, "qmv"):
@@ -117,17 +123,6 @@ func checkRowsDispatches(t *testing.T, one, s *Step, R int) {
 		if d.Constants[key] != R {
 			t.Fatalf("%d rows: %s with constant %d = %v", R, d.Kernel, key, d.Constants[key])
 		}
-	}
-	// The greedy step less sample_penalties (no row form: the argmax reads the logits); the
-	// prefill step the same dispatches.
-	if g, g1 := s.Plan.Stats(ModeGreedy).Dispatches, one.Plan.Stats(ModeGreedy).Dispatches; g != g1-1 {
-		t.Errorf("%d rows: %d greedy dispatches, the one-row plan %d", R, g, g1)
-	}
-	if p, p1 := s.Plan.Stats(ModePrefill).Dispatches, one.Plan.Stats(ModePrefill).Dispatches; p != p1 {
-		t.Errorf("%d rows: %d prefill dispatches, the one-row plan %d", R, p, p1)
-	}
-	if s.Plan.Stats(ModeSample).Dispatches != 0 {
-		t.Errorf("%d rows: the sample mode runs", R)
 	}
 }
 
@@ -174,6 +169,9 @@ func TestPerRow(t *testing.T) {
 		per[four.Plan.Buffers[i].Name] = true
 	}
 	for i, x := range four.Plan.Buffers {
+		if i == four.Logprobs {
+			continue // [2][R] records: a step's output slots, not a sequence's state
+		}
 		j := slices.IndexFunc(one.Plan.Buffers, func(y plan.Buffer) bool { return y.Name == x.Name })
 		rows := x.Size == 4*one.Plan.Buffers[j].Size && x.Kind != plan.Activations && x.Kind != plan.Weights && x.Kind != plan.KVCache
 		if rows != per[x.Name] {

@@ -6,13 +6,16 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/emu"
 	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/kernels"
 )
 
 // The multi-row decode step (decode.Options.Rows) is batch-invariant end to end: R sequences
@@ -234,4 +237,113 @@ func TestStepRowsMatchAlone(t *testing.T) {
 		t.Fatalf("%d rows compared, %d of them batched", compared, batched)
 	}
 	t.Logf("%d rows bit-identical to the sessions alone, %d of them in multi-row steps", compared, batched)
+}
+
+// The multi-row plan's sampler: rows with different settings (seeds, temperatures, top-k/p,
+// min-p, penalties, bias), stepped together in the sample+logprobs mode with each row's sampler
+// buffers written as the backend writes one session's, choose every token, and write every
+// logprob record, bit for bit as the one-row plan does for that row alone; the first token is
+// also engine/sample's choice from the logits.
+func TestRowsSampleLikeOneRow(t *testing.T) {
+	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
+	const L, K = 6, 5
+	prompts := [][]int{g.PromptIDs[0:L], g.PromptIDs[20 : 20+L], g.PromptIDs[40 : 40+L]}
+	seed := func(v uint64) *uint64 { return &v }
+	bias := map[int]float32{prompts[2][1]: 3, 7: -2}
+	params := []sample.Params{
+		{Temperature: 0.8, TopK: 20, Seed: seed(5), Logprobs: true},
+		{Temperature: 1, TopK: 40, TopP: 0.9, RepetitionPenalty: 1.3, PresencePenalty: 0.5, FrequencyPenalty: 0.3, Seed: seed(9), Logprobs: true},
+		{Temperature: 0.6, TopK: 8, MinP: 0.05, LogitBias: bias, Seed: seed(11), Logprobs: true},
+	}
+	lib := decodeLibrary(t)
+	o := decode.Options{MaxCtx: 16, PageSize: 16}
+	var alone [][]uint32   // [row][K] tokens
+	var records [][]uint32 // [row][K·record] bits
+	for r := range prompts {
+		tok, rec := runSampled(t, lib, w, o, prompts[r:r+1], params[r:r+1], K)
+		alone, records = append(alone, tok[0]), append(records, rec[0])
+	}
+	tok, rec := runSampled(t, lib, w, o, prompts, params, K)
+	for r := range prompts {
+		if !slices.Equal(tok[r], alone[r]) || !slices.Equal(rec[r], records[r]) {
+			t.Fatalf("row %d: tokens %v, alone %v (records equal: %v)", r, tok[r], alone[r], slices.Equal(rec[r], records[r]))
+		}
+	}
+	t.Logf("3 rows × %d tokens sampled as each row alone: %v", K, tok)
+}
+
+// runSampled runs len(prompts) sequences (prompts of one length) through the plan of that many
+// rows: the prompts but their last token in the prefill mode, then K steps of the sample+logprobs
+// mode from each row's settings (pos0 the last prompt token's position: its step draws step 0),
+// the tokens chosen on the device. It returns each row's tokens and logprob records' bits, and
+// checks the first token against engine/sample's choice from the first step's logits.
+func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Options, prompts [][]int, params []sample.Params, K int) ([][]uint32, [][]uint32) {
+	t.Helper()
+	R, V, L := len(prompts), w.Config.VocabSize, len(prompts[0])
+	o.Rows = R
+	st, err := decode.Build(w.Config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := exec.New(&exec.EmuDevice{Lib: lib}, st.Plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := st.Upload(w, x.Bytes, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.Init(x.Bytes)
+	entries := func(pos int) {
+		var e []uint32
+		for _, p := range prompts {
+			e = append(e, uint32(pos), uint32(p[pos]))
+		}
+		copy(x.Bytes(st.StepBuf), decode.BytesOf(e))
+	}
+	x.Mode = decode.ModePrefill
+	for pos := range L - 1 {
+		entries(pos)
+		if err := x.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, pen := st.Sampler, o.MaxCtx+1
+	for r, p := range params {
+		setup, err := kernels.NewSampleSetup(p, prompts[r], V, L-1, o.MaxCtx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if setup.Bias != nil {
+			setup.Params.Flags |= kernels.SampleFlagBias
+			copy(x.Bytes(sb.Bias)[4*r*V:], decode.BytesOf(setup.Bias))
+		}
+		copy(x.Bytes(sb.Params)[4*16*r:], decode.BytesOf(setup.Params.Words()))
+		copy(x.Bytes(sb.State)[4*r*V:], decode.BytesOf(setup.State))
+		copy(x.Bytes(sb.Pen)[4*r*pen:], decode.BytesOf(setup.Pen))
+	}
+	entries(L - 1)
+	x.Mode = decode.ModeSampleLogprobs
+	tokens, recs := make([][]uint32, R), make([][]uint32, R)
+	const rec = kernels.LogprobRecordLen
+	for k := range K {
+		if err := x.Step(); err != nil {
+			t.Fatal(err)
+		}
+		steps, all := uint32sOf(x.Bytes(st.StepBuf)), uint32sOf(x.Bytes(st.Logprobs))
+		for r := range R {
+			if steps[2*r] != uint32(L+k) {
+				t.Fatalf("row %d, step %d: position %d", r, k, steps[2*r])
+			}
+			tokens[r] = append(tokens[r], steps[2*r+1])
+			recs[r] = append(recs[r], all[r*rec:(r+1)*rec]...) // slot 0: the binding's offset stays 0
+			if k == 0 {
+				logits := decode.FloatsOf(x.Bytes(st.Logits))[r*V : (r+1)*V]
+				if c := sample.New(params[r], prompts[r]).Next(logits); uint32(c.ID) != steps[2*r+1] {
+					t.Fatalf("row %d of %d: the device chose %d, engine/sample %d", r, R, steps[2*r+1], c.ID)
+				}
+			}
+		}
+	}
+	return tokens, recs
 }
