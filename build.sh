@@ -27,6 +27,11 @@ out=bin
 app="$out/Lily.app"
 contents="$app/Contents"
 exe=$(sed -n '/<key>CFBundleExecutable<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' resources/Info.plist.in)
+# The oldest macOS the bundle promises (LSMinimumSystemVersion, 15.0). The app binary is linked
+# for it: a cgo link otherwise records the build Mac's own macOS as the minimum (26.0 on a Mac
+# running 26), and Macs on 15 could not open Lily. bundlecheck fails a binary that needs more.
+min_macos=$(sed -n '/<key>LSMinimumSystemVersion<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' resources/Info.plist.in)
+[ -n "$min_macos" ] || { echo "build.sh: resources/Info.plist.in has no LSMinimumSystemVersion" >&2; exit 1; }
 
 # Versions from git: CFBundleShortVersionString is the last vX.Y.Z tag (0.0.0 without one),
 # CFBundleVersion the commit count (it only grows), LilyGitDescribe the full description.
@@ -62,8 +67,8 @@ lint_plist() {
 lint_plist "$contents/Info.plist"
 
 if [ "$(uname -s)" = Darwin ]; then
-  echo "== app: darwin/arm64, cgo (darwinkit); -gcflags=all=-N because Go >= 1.25 miscompiles darwinkit v0.5.0 otherwise (darwinkit #286)"
-  CGO_ENABLED=1 GOOS=darwin GOARCH=arm64 go build -trimpath -gcflags=all=-N -o "$contents/MacOS/$exe" ./app
+  echo "== app: darwin/arm64, cgo (darwinkit), for macOS $min_macos and later; -gcflags=all=-N because Go >= 1.25 miscompiles darwinkit v0.5.0 otherwise (darwinkit #286)"
+  MACOSX_DEPLOYMENT_TARGET="$min_macos" CGO_ENABLED=1 GOOS=darwin GOARCH=arm64 go build -trimpath -gcflags=all=-N -o "$contents/MacOS/$exe" ./app
   echo "== ad-hoc signature"
   codesign --force --deep -s - "$app"
   codesign --verify --deep --strict "$app"

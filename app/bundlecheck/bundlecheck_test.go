@@ -54,18 +54,38 @@ func TestParsePlistRejects(t *testing.T) {
 	}
 }
 
-// machO writes a minimal 64-bit Mach-O header with the given CPU type and load commands.
+// machO writes a minimal 64-bit Mach-O header with the given CPU type, an LC_BUILD_VERSION for
+// platform with minos 15.0, and a code signature if signed.
 func machO(t *testing.T, path string, cpu uint32, signed bool, platform uint32) {
 	t.Helper()
-	var cmds bytes.Buffer
-	ncmds := uint32(1)
-	binary.Write(&cmds, binary.LittleEndian, []uint32{lcBuildVersion, 24, platform, 15 << 16, 15 << 16, 0})
+	loads := [][]uint32{buildVersion(platform, 15<<16)}
 	if signed {
-		binary.Write(&cmds, binary.LittleEndian, []uint32{lcCodeSignature, 16, 4096, 16})
-		ncmds++
+		loads = append(loads, signature)
+	}
+	machOLoads(t, path, cpu, loads...)
+}
+
+// buildVersion is an LC_BUILD_VERSION load command (no tools) with minimum OS minos and SDK 26.0.
+func buildVersion(platform, minos uint32) []uint32 {
+	return []uint32{lcBuildVersion, 24, platform, minos, 26 << 16, 0}
+}
+
+// versionMinMacOSX is an LC_VERSION_MIN_MACOSX load command with SDK 26.0.
+func versionMinMacOSX(version uint32) []uint32 {
+	return []uint32{lcVersionMinMacOSX, 16, version, 26 << 16}
+}
+
+var signature = []uint32{lcCodeSignature, 16, 4096, 16}
+
+// machOLoads writes a minimal 64-bit executable Mach-O header for cpu with these load commands.
+func machOLoads(t *testing.T, path string, cpu uint32, loads ...[]uint32) {
+	t.Helper()
+	var cmds bytes.Buffer
+	for _, l := range loads {
+		binary.Write(&cmds, binary.LittleEndian, l)
 	}
 	var b bytes.Buffer
-	binary.Write(&b, binary.LittleEndian, []uint32{0xfeedfacf, cpu, 0, 2 /* MH_EXECUTE */, ncmds, uint32(cmds.Len()), 0, 0})
+	binary.Write(&b, binary.LittleEndian, []uint32{0xfeedfacf, cpu, 0, 2 /* MH_EXECUTE */, uint32(len(loads)), uint32(cmds.Len()), 0, 0})
 	b.Write(cmds.Bytes())
 	if err := os.WriteFile(path, b.Bytes(), 0o755); err != nil {
 		t.Fatal(err)
@@ -78,14 +98,20 @@ func TestCheckMachO(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	machO(t, good, cpuArm64, true, platformMacOS)
-	if desc, err := CheckMachO(good); err != nil || !strings.Contains(desc, "arm64") || !strings.Contains(desc, "macOS ≥ 15.0") {
-		t.Fatalf("%q %v", desc, err)
+	if desc, minOS, err := CheckMachO(good); err != nil || !strings.Contains(desc, "arm64") || !strings.Contains(desc, "macOS ≥ 15.0 (LC_BUILD_VERSION)") || minOS != 15<<16 {
+		t.Fatalf("%q %#x %v", desc, minOS, err)
+	}
+	old := filepath.Join(dir, "old-linker")
+	machOLoads(t, old, cpuArm64, versionMinMacOSX(10<<16|13<<8|2), signature)
+	if desc, minOS, err := CheckMachO(old); err != nil || !strings.Contains(desc, "macOS ≥ 10.13.2 (LC_VERSION_MIN_MACOSX)") || minOS != 10<<16|13<<8|2 {
+		t.Fatalf("LC_VERSION_MIN_MACOSX: %q %#x %v", desc, minOS, err)
 	}
 	for name, mk := range map[string]func(string){
-		"amd64":    func(p string) { machO(t, p, cpuAmd64, true, platformMacOS) },
-		"unsigned": func(p string) { machO(t, p, cpuArm64, false, platformMacOS) },
-		"iOS":      func(p string) { machO(t, p, cpuArm64, true, 2) },
-		"ELF":      func(p string) { data, _ := os.ReadFile(os.Args[0]); os.WriteFile(p, data, 0o755) },
+		"amd64":            func(p string) { machO(t, p, cpuAmd64, true, platformMacOS) },
+		"unsigned":         func(p string) { machO(t, p, cpuArm64, false, platformMacOS) },
+		"iOS":              func(p string) { machO(t, p, cpuArm64, true, 2) },
+		"no minimum macOS": func(p string) { machOLoads(t, p, cpuArm64, signature) },
+		"ELF":              func(p string) { data, _ := os.ReadFile(os.Args[0]); os.WriteFile(p, data, 0o755) },
 		"not executable": func(p string) {
 			machO(t, p, cpuArm64, true, platformMacOS)
 			os.Chmod(p, 0o644)
@@ -93,7 +119,7 @@ func TestCheckMachO(t *testing.T) {
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
 		mk(p)
-		if _, err := CheckMachO(p); err == nil {
+		if _, _, err := CheckMachO(p); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -142,5 +168,54 @@ func TestCheckBundle(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missed %q: %v", want, err)
 		}
+	}
+}
+
+// TestCheckBundleMinimumMacOS: a binary whose Mach-O minimum is a later macOS than Info.plist's
+// LSMinimumSystemVersion (an app linked on macOS 26 without MACOSX_DEPLOYMENT_TARGET) fails the
+// bundle, whichever load command records it; one at or below it passes.
+func TestCheckBundleMinimumMacOS(t *testing.T) {
+	app := bundle(t)
+	macos := filepath.Join(app, "Contents", "MacOS")
+	for _, tc := range []struct {
+		name   string
+		engine []uint32
+		app    []uint32
+		want   string // "" passes
+	}{
+		{"both 15.0", buildVersion(platformMacOS, 15<<16), buildVersion(platformMacOS, 15<<16), ""},
+		{"older minimums", buildVersion(platformMacOS, 12<<16), versionMinMacOSX(11 << 16), ""},
+		{"app linked for 26.0", buildVersion(platformMacOS, 12<<16), buildVersion(platformMacOS, 26<<16),
+			"MacOS/LilyApp needs macOS 26.0 or later (its Mach-O minimum), but Info.plist's LSMinimumSystemVersion promises 15.0"},
+		{"app 15.1 by LC_VERSION_MIN_MACOSX", buildVersion(platformMacOS, 15<<16), versionMinMacOSX(15<<16 | 1<<8),
+			"MacOS/LilyApp needs macOS 15.1 or later"},
+		{"engine 15.0.1", buildVersion(platformMacOS, 15<<16|1), buildVersion(platformMacOS, 15<<16),
+			"MacOS/lily needs macOS 15.0.1 or later"},
+	} {
+		machOLoads(t, filepath.Join(macos, "lily"), cpuArm64, tc.engine, signature)
+		machOLoads(t, filepath.Join(macos, "LilyApp"), cpuArm64, tc.app, signature)
+		_, err := Check(app, true)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "MACOSX_DEPLOYMENT_TARGET=15.0")):
+			t.Errorf("%s: %v, want an error containing %q and the fix", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for s, want := range map[string]uint32{"15": 15 << 16, "15.0": 15 << 16, "15.4.1": 15<<16 | 4<<8 | 1, "26.0": 26 << 16} {
+		if got, ok := parseVersion(s); !ok || got != want || formatVersion(got) == "" {
+			t.Errorf("parseVersion(%q) = %#x %v, want %#x", s, got, ok, want)
+		}
+	}
+	for _, s := range []string{"", "15.", "x", "15.256", "1.2.3.4", "-1"} {
+		if _, ok := parseVersion(s); ok {
+			t.Errorf("parseVersion(%q) accepted", s)
+		}
+	}
+	if got := formatVersion(15<<16 | 4<<8 | 1); got != "15.4.1" {
+		t.Errorf("formatVersion = %q", got)
 	}
 }

@@ -1,6 +1,7 @@
 // Command bundlecheck checks an assembled Lily.app: Info.plist's keys, the bundled engine (and,
-// with -require-app, the app binary) as signed darwin/arm64 Mach-O executables, and the
-// resources the app loads. build.sh runs it on Linux and on macOS.
+// with -require-app, the app binary) as signed darwin/arm64 Mach-O executables that need no
+// later macOS than Info.plist's LSMinimumSystemVersion, and the resources the app loads.
+// build.sh runs it on Linux and on macOS.
 //
 //	go run ./app/bundlecheck [-require-app] bin/Lily.app
 package main
@@ -81,6 +82,11 @@ func Check(dir string, requireApp bool) ([]string, error) {
 		fail("Info.plist: CFBundleExecutable %q collides with the engine Contents/MacOS/lily on a case-insensitive volume", exe)
 	}
 	report = append(report, fmt.Sprintf("Info.plist: %s %s (%s), executable %s, agent app (LSUIElement), macOS ≥ 15.0", id, short, build, exe))
+	lsMin, _ := info["LSMinimumSystemVersion"].(string)
+	minSystem, ok := parseVersion(lsMin)
+	if !ok { // reported above (it is not 15.0): judge the binaries against the 15.0 it should be
+		minSystem = 15 << 16
+	}
 
 	icon := str("CFBundleIconFile")
 	if filepath.Ext(icon) == "" {
@@ -98,19 +104,25 @@ func Check(dir string, requireApp bool) ([]string, error) {
 	}
 	report = append(report, fmt.Sprintf("Resources: %d files present", len(need)))
 
-	engine := filepath.Join(contents, "MacOS", "lily")
-	if desc, err := CheckMachO(engine); err != nil {
-		fail("MacOS/lily: %v", err)
-	} else {
-		report = append(report, "MacOS/lily: "+desc)
+	// A binary that needs a later macOS than Info.plist promises passes every other check, then
+	// fails to open on the Macs it was meant for (a cgo link on a newer Mac defaults its minimum
+	// to that Mac's macOS unless MACOSX_DEPLOYMENT_TARGET says otherwise).
+	binary := func(name string) {
+		desc, minOS, err := CheckMachO(filepath.Join(contents, "MacOS", name))
+		switch {
+		case err != nil:
+			fail("MacOS/%s: %v", name, err)
+		case minOS > minSystem:
+			fail("MacOS/%s needs macOS %s or later (its Mach-O minimum), but Info.plist's LSMinimumSystemVersion promises %s: a Mac on macOS %s could not open it; build it with MACOSX_DEPLOYMENT_TARGET=%s (build.sh sets it)",
+				name, formatVersion(minOS), formatVersion(minSystem), formatVersion(minSystem), formatVersion(minSystem))
+		default:
+			report = append(report, "MacOS/"+name+": "+desc)
+		}
 	}
+	binary("lily")
 	appBin := filepath.Join(contents, "MacOS", exe)
 	if _, err := os.Stat(appBin); err == nil {
-		if desc, err := CheckMachO(appBin); err != nil {
-			fail("MacOS/%s: %v", exe, err)
-		} else {
-			report = append(report, "MacOS/"+exe+": "+desc)
-		}
+		binary(exe)
 	} else if requireApp {
 		fail("MacOS/%s is missing", exe)
 	} else {

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,12 @@ func TestEngineStatusContract(t *testing.T) {
 	got, _ = fetchStatus(context.Background(), http.DefaultClient, o)
 	if got.Phase != "error" || got.FailedPhase != "checks" || got.Error != "checks: not enough memory" {
 		t.Fatalf("%+v", got)
+	}
+	// A just-started engine reports the checks that run before the download (the menu says
+	// "Checking this Mac"), not the download.
+	st = lifecycle.NewState(io.Discard).Status()
+	if got, _ = fetchStatus(context.Background(), http.DefaultClient, o); got.Phase != "checks" || got.BytesTotal != 0 {
+		t.Fatalf("a fresh engine's status: %+v", got)
 	}
 	if err := postRetry(o, time.Second); err != nil || !retried {
 		t.Fatalf("retry: %v %v", err, retried)

@@ -16,7 +16,7 @@ import (
 
 // EngineStatus is the engine's GET /status answer.
 type EngineStatus struct {
-	Phase            string  `json:"phase"` // pull, verify, checks, load, warm, ready or error
+	Phase            string  `json:"phase"` // checks, pull, verify, checks again, load, warm, then ready or error
 	Progress         float64 `json:"progress"`
 	Detail           string  `json:"detail"`
 	Error            string  `json:"error"`

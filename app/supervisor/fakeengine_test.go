@@ -19,8 +19,8 @@ import (
 // The fake engine is this test binary run again with LILY_FAKE_ENGINE=1 (see TestMain). It
 // accepts `serve --host H --port P [--model DIR]` like lily serve and is steered by variables:
 //
-//	FAKE_STEP=20ms         time per startup phase (pull, verify, checks, load, warm)
-//	FAKE_FAIL=load         fail in that phase (then phase "error", failed_phase "load")
+//	FAKE_STEP=20ms         time per startup phase (checks, pull, verify, checks, load, warm)
+//	FAKE_FAIL=load         fail in that phase, the first time it runs (then phase "error", failed_phase "load")
 //	FAKE_FAIL_TIMES=1      how many startups fail before POST /status/retry succeeds
 //	FAKE_CRASH_AFTER=50ms  exit with status 2 and a panic line after that long
 //	FAKE_IGNORE_TERM=1     ignore SIGTERM (the supervisor must SIGKILL)
@@ -168,9 +168,11 @@ func (e *fakeEngine) set(st EngineStatus) {
 	e.mu.Unlock()
 }
 
-// walk runs the startup phases, each in four progress steps, failing where told.
+// walk runs the startup phases in lily serve's order (cmd/lily startupSteps: the checks that
+// need no weights before the pull, all of them after verify), each in four progress steps,
+// failing where told.
 func (e *fakeEngine) walk() {
-	for _, ph := range []string{"pull", "verify", "checks", "load", "warm"} {
+	for _, ph := range []string{"checks", "pull", "verify", "checks", "load", "warm"} {
 		for i := 0; i <= 4; i++ {
 			st := EngineStatus{Phase: ph, Progress: float64(i) / 4}
 			if ph == "pull" {

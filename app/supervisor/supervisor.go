@@ -37,7 +37,7 @@ type State int
 const (
 	Stopped     State = iota // not running, by choice (or never started)
 	Starting                 // the process runs; /status does not answer yet
-	Loading                  // the engine walks its startup phases (pull, verify, checks, load, warm)
+	Loading                  // the engine walks its startup phases (checks, pull, verify, checks, load, warm)
 	Ready                    // serving requests
 	EngineError              // the engine runs but a startup phase failed: Retry re-runs it
 	Restarting               // the engine exited unexpectedly; waiting out the backoff

@@ -260,8 +260,11 @@ func shutdown(log io.Writer, srv *server.Server, hs *http.Server) error {
 	return nil
 }
 
-// startupSteps are serve's phases: pull-if-missing → verify → checks → load → warm (→ ready).
-// A user-given --model skips the pull; the demo model needs only load and warm.
+// startupSteps are serve's phases: checks → pull-if-missing → verify → checks → load → warm
+// (→ ready). The first checks need no weights (macOS, chip, memory, the GPU's working set, free
+// disk for what is left to download), so a Mac that cannot run the model fails before the 19 GB
+// download, not after it; the second run all of them, the model's files included. A user-given
+// --model skips the pull and the first checks; the demo model needs only load and warm.
 func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecycle.Step {
 	dir := o.model
 	var steps []lifecycle.Step
@@ -269,7 +272,11 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 	case o.demo:
 	case dir == "":
 		dir = lifecycle.ModelDir(lifecycle.DefaultRepo)
-		steps = append(steps, lifecycle.PullIfMissing(hub.New(), lifecycle.DefaultRepo, lifecycle.DefaultRevision, dir))
+		steps = append(steps,
+			syscheck.PreflightStep(syscheck.Config{
+				DataDir: lifecycle.ModelsDir(), ModelDir: dir, Repo: lifecycle.DefaultRepo, Revision: lifecycle.DefaultRevision, Machine: serveMachine,
+			}),
+			lifecycle.PullIfMissing(hub.New(), lifecycle.DefaultRepo, lifecycle.DefaultRevision, dir))
 		fallthrough
 	default:
 		steps = append(steps, lifecycle.VerifyStep(dir, hub.VerifyFast), checksStep(dir))
@@ -305,10 +312,14 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 	return steps
 }
 
+// serveMachine, when set, is the machine serve's checks judge instead of this one: tests run
+// startup on a made-up Mac (too small for the model, or big enough) without probing the host.
+var serveMachine *syscheck.Machine
+
 // checksStep runs the doctor's blocking checks for the production model; the small test-family
 // checkpoints need none of its memory and GPU limits.
 func checksStep(dir string) lifecycle.Step {
-	real := syscheck.Step(syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: dir})
+	real := syscheck.Step(syscheck.Config{DataDir: lifecycle.ModelsDir(), ModelDir: dir, Machine: serveMachine})
 	return lifecycle.Step{Phase: lifecycle.PhaseChecks, Run: func(ctx context.Context, s *lifecycle.State) error {
 		cfg, err := config.Load(dir)
 		if err != nil {

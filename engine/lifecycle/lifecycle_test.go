@@ -44,7 +44,7 @@ func step(p Phase, run func(s *State) error) Step {
 func TestPhasesTransitionFailAndRetry(t *testing.T) {
 	var log syncBuffer
 	s := NewState(&log)
-	if st := s.Status(); st.Phase != PhasePull {
+	if st := s.Status(); st.Phase != PhaseChecks { // serve's first phase: the checks before any download
 		t.Fatalf("initial phase %q", st.Phase)
 	}
 	loadFails := true
@@ -181,6 +181,40 @@ func TestPullIfMissingAndVerifySteps(t *testing.T) {
 	}
 	if d := vs.Status().Detail; !strings.Contains(d, "not pulled by lily") {
 		t.Fatalf("detail %q", d)
+	}
+}
+
+// TestPullIfMissingLogsRetries: a download that meets a server error says so in the state's log
+// (serve's stderr) before it retries, and the caller's own Logf still hears it.
+func TestPullIfMissingLogsRetries(t *testing.T) {
+	fh := hubtest.New(t, "org/tiny", "v1", map[string][]byte{"config.json": []byte("{}"), "model.safetensors": make([]byte, 5000)})
+	var fails atomic.Int32
+	fh.Fault = func(c hubtest.Call, w http.ResponseWriter, r *http.Request) bool {
+		if c.Kind == "file" && c.File == "model.safetensors" && fails.Add(1) <= 2 {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return true
+		}
+		return false
+	}
+	c := hub.New()
+	c.Endpoint, c.Token = fh.URL(), ""
+	c.Backoff, c.MaxBackoff = time.Millisecond, 2*time.Millisecond
+	var callerLines atomic.Int32
+	c.Logf = func(string, ...any) { callerLines.Add(1) }
+	var log syncBuffer
+	s := NewState(&log)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := (&Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir())}}).Run(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	for _, want := range []string{"lily: pull: model.safetensors: GET ", "Bad Gateway (HTTP 502); retry 1/7 in ", "Bad Gateway (HTTP 502); retry 2/7 in "} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if n := callerLines.Load(); n != 2 {
+		t.Errorf("the caller's Logf heard %d lines, want the 2 retries", n)
 	}
 }
 

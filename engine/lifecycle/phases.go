@@ -17,9 +17,12 @@ import (
 type Phase string
 
 const (
+	// The doctor's checks that can stop a load. When serve pulls the model they run twice:
+	// before the pull those that need no weights on disk (so a Mac that cannot run the model
+	// learns it before the download), after verify all of them.
+	PhaseChecks Phase = "checks"
 	PhasePull   Phase = "pull"   // pull-if-missing: download the checkpoint unless it is complete
 	PhaseVerify Phase = "verify" // check the files against the pull's marker
-	PhaseChecks Phase = "checks" // the doctor's checks that can stop a load
 	PhaseLoad   Phase = "load"   // map the weights, build the GPU state
 	PhaseWarm   Phase = "warm"   // a first forward pass, so the first request is not slow
 	PhaseReady  Phase = "ready"
@@ -47,12 +50,13 @@ type State struct {
 	log io.Writer
 }
 
-// NewState starts in the first phase, logging transitions to log (nil: stderr).
+// NewState starts in the checks phase, the first of serve's startup when it pulls the model (the
+// checks run before the download), logging transitions to log (nil: stderr).
 func NewState(log io.Writer) *State {
 	if log == nil {
 		log = os.Stderr
 	}
-	return &State{st: Status{Phase: PhasePull}, log: log}
+	return &State{st: Status{Phase: PhaseChecks}, log: log}
 }
 
 // Status returns a copy of the current status.
@@ -160,7 +164,9 @@ func (r *Runner) Retry(ctx context.Context) error {
 }
 
 // PullIfMissing is the pull phase: nothing to do when dir holds a complete pull of repo@rev
-// (checked without the network), else a resumable download reporting bytes to the state.
+// (checked without the network), else a resumable download reporting bytes to the state and
+// each retry and wait to its log, so a stalled download says why it is slow in serve's log
+// rather than looking frozen.
 func PullIfMissing(c *hub.Client, repo, rev, dir string) Step {
 	return Step{Phase: PhasePull, Run: func(ctx context.Context, s *State) error {
 		cc := *c // the caller's client may be shared: report through a copy
@@ -168,6 +174,12 @@ func PullIfMissing(c *hub.Client, repo, rev, dir string) Step {
 			s.SetBytes(p.Done, p.Total, p.File)
 			if c.Progress != nil {
 				c.Progress(p)
+			}
+		}
+		cc.Logf = func(format string, args ...any) {
+			s.logf("pull: "+format, args...)
+			if c.Logf != nil {
+				c.Logf(format, args...)
 			}
 		}
 		_, err := cc.Pull(ctx, repo, rev, dir)

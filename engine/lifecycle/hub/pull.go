@@ -551,17 +551,70 @@ func loadPartState(part, side string, f File) *partState {
 	}
 	var st partState
 	fi, err := os.Stat(part)
-	if err != nil || json.Unmarshal(raw, &st) != nil || st.Size != f.Size || st.Hash != f.hash() ||
-		st.ChunkSize <= 0 || len(st.Done) != chunks(f.Size, st.ChunkSize) {
+	if err != nil || json.Unmarshal(raw, &st) != nil || st.Size != f.Size || st.Hash != f.hash() || !st.valid(fi.Size()) {
 		return nil
+	}
+	return &st
+}
+
+// valid says whether the sidecar is self-consistent and claims no byte beyond its .part file's
+// partSize.
+func (st *partState) valid(partSize int64) bool {
+	if st.Size < 0 || st.ChunkSize <= 0 || len(st.Done) != chunks(st.Size, st.ChunkSize) {
+		return false
 	}
 	for i, d := range st.Done {
 		start := int64(i) * st.ChunkSize
-		if d < 0 || d > min(st.ChunkSize, f.Size-start) || (d > 0 && start+d > fi.Size()) {
-			return nil
+		if d < 0 || d > min(st.ChunkSize, st.Size-start) || (d > 0 && start+d > partSize) {
+			return false
 		}
 	}
-	return &st
+	return true
+}
+
+// OnDisk estimates how many bytes of a checkpoint dir already holds that a resumed pull would
+// not download again, without the Hub's listing (so without the network): a file at its final
+// name counts whole, a .part file the bytes its sidecar records, Lily's own files nothing. It is
+// for a free-space check made before the pull; the pull checks exactly, against the listing.
+// Symlinks are not followed (a pull refuses them); a dir that does not exist holds 0 bytes.
+func OnDisk(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil // unreadable entries and directories: walk on; links: not followed
+		}
+		name := d.Name()
+		switch {
+		case strings.HasPrefix(name, ".lily-"), strings.HasSuffix(name, SideSuffix):
+		case strings.HasSuffix(name, PartSuffix):
+			n += partDone(p)
+		default:
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// partDone is the bytes a .part file's sidecar records as written and synced (0 without a
+// valid sidecar: a resumed pull starts that file afresh).
+func partDone(part string) int64 {
+	raw, err := readNoFollow(strings.TrimSuffix(part, PartSuffix) + SideSuffix)
+	if err != nil {
+		return 0
+	}
+	var st partState
+	fi, err := os.Lstat(part)
+	if err != nil || json.Unmarshal(raw, &st) != nil || !st.valid(fi.Size()) {
+		return 0
+	}
+	var n int64
+	for _, d := range st.Done {
+		n += d
+	}
+	return n
 }
 
 func chunks(size, chunkSize int64) int { return int((size + chunkSize - 1) / chunkSize) }

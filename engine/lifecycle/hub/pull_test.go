@@ -490,6 +490,11 @@ func writePartial(t *testing.T, h *harness) (onDisk int64) {
 func TestPullResumesPartialFileTransferringOnlyMissingBytes(t *testing.T) {
 	h := newHarness(t)
 	onDisk := writePartial(t, h)
+	// Without the listing, OnDisk counts what the pull will count at its start (below), so a
+	// free-space check made before the pull asks only for the rest.
+	if got := OnDisk(h.dir); got != onDisk+900 {
+		t.Fatalf("OnDisk = %d, want %d", got, onDisk+900)
+	}
 	c := h.client()
 	var first Progress
 	var once sync.Once

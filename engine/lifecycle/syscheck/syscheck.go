@@ -1,6 +1,6 @@
 // Package syscheck answers "can this machine run Lily?" for `lily doctor` and the serve
-// "checks" phase. OS facts are gathered per platform (facts_*.go); judging them is plain code
-// that tests drive with made-up machines.
+// "checks" phase (before the pull and after it). OS facts are gathered per platform
+// (facts_*.go); judging them is plain code that tests drive with made-up machines.
 package syscheck
 
 import (
@@ -61,6 +61,16 @@ type Config struct {
 	// bytes on a Mac with memory bytes of memory (which decides its serving defaults), and why it
 	// is less than the model's (the decode plan's memory model).
 	Context ContextFunc
+	// Machine, when set, stands in for this machine: the checks judge its facts instead of
+	// probing the OS, the GPU and the disk (a test's made-up Mac).
+	Machine *Machine
+}
+
+// Machine is what the checks read about the machine itself, as opposed to the checkpoint.
+type Machine struct {
+	System
+	GPU       *GPUInfo // the Metal probe's answer; nil: no probe (off macOS, or not built)
+	FreeBytes uint64   // free space at Config.DataDir
 }
 
 // ContextFunc is Config.Context.
@@ -71,15 +81,8 @@ type ContextFunc func(workingSet, memory int64) (positions int, why string, err 
 // 20,000 tokens before the conversation and its answers (up to 32,000 tokens each) begin.
 const UsefulContext = 65536
 
-// facts are what the OS reports; a zero field means unknown.
-type facts struct {
-	OS           string // runtime.GOOS
-	OSVersion    string // kern.osproductversion, darwin only
-	MemBytes     uint64
-	MemSource    string // where MemBytes came from
-	Chip         string // machdep.cpu.brand_string, darwin only
-	WiredLimitMB uint64 // iogpu.wired_limit_mb, darwin only; 0 = macOS default
-}
+// facts are what the OS reports (System); a zero field means unknown.
+type facts = System
 
 // Seams for tests.
 var (
@@ -94,28 +97,43 @@ const (
 
 // Run performs every check, in a stable order.
 func Run(ctx context.Context, cfg Config) []Check {
-	f := probe()
+	f, gpu, free := cfg.machine()
 	model, m := checkModel(ctx, cfg)
 	weights := orDefault(cfg.ModelBytes, lifecycle.ModelBytes)
 	if m != nil {
 		weights = m.Size()
 	}
-	need := weights + orDefault(cfg.RuntimeBytes, lifecycle.RuntimeBytes)
-	var gpu *GPUInfo
-	if f.OS == "darwin" && ProbeGPU != nil {
-		g := ProbeGPU()
-		gpu = &g
+	// The weights already on disk: all of them in a complete pull of what is asked for, else
+	// what a resumed pull would keep (the disk check wants room for the rest only).
+	onDisk := weights
+	if complete := m != nil && (cfg.Repo == "" || m.Repo == cfg.Repo && m.Revision == cfg.Revision); !complete {
+		onDisk = hub.OnDisk(cfg.ModelDir)
 	}
+	need := weights + orDefault(cfg.RuntimeBytes, lifecycle.RuntimeBytes)
 	return []Check{
 		checkMacOS(f),
 		checkMemory(f),
 		checkChip(f),
-		checkDisk(cfg.DataDir, m != nil, weights),
+		checkDisk(cfg.DataDir, free, weights, onDisk),
 		model,
 		checkGPU(f, gpu),
 		checkGPUMemory(f, gpu, weights, need),
 		checkContext(f, gpu, cfg.Context),
 	}
+}
+
+// machine is what the checks read about this machine: Config.Machine, or the OS's answers.
+func (cfg Config) machine() (facts, *GPUInfo, func(string) (uint64, error)) {
+	if m := cfg.Machine; m != nil {
+		return m.System, m.GPU, func(string) (uint64, error) { return m.FreeBytes, nil }
+	}
+	f := probe()
+	var gpu *GPUInfo
+	if f.OS == "darwin" && ProbeGPU != nil {
+		g := ProbeGPU()
+		gpu = &g
+	}
+	return f, gpu, freeSpace
 }
 
 // checkContext reports the context the GPU's working set leaves room for beside the weights.
@@ -169,11 +187,24 @@ func Failed(checks []Check) int {
 }
 
 // Step is the serve "checks" phase: it fails with the first failed check's detail and fix.
-func Step(cfg Config) lifecycle.Step {
+func Step(cfg Config) lifecycle.Step { return step(cfg, "") }
+
+// PreflightStep is the serve "checks" phase before the pull: the checks that need no weights on
+// disk (macOS, memory, chip, free disk for what is left to download, the GPU and whether its
+// working set holds the model at its expected size), so a Mac that cannot run the model is told
+// before a 19 GB download rather than after it. The model check waits for Step after the pull:
+// a partial or damaged directory is what the pull completes or repairs.
+func PreflightStep(cfg Config) lifecycle.Step { return step(cfg, "model") }
+
+// step runs the checks, less the one named skip, failing on the first failure.
+func step(cfg Config, skip string) lifecycle.Step {
 	return lifecycle.Step{Phase: lifecycle.PhaseChecks, Run: func(ctx context.Context, s *lifecycle.State) error {
 		checks := Run(ctx, cfg)
 		var warns []string
 		for _, c := range checks {
+			if c.Name == skip {
+				continue
+			}
 			switch c.Status {
 			case Fail:
 				return fmt.Errorf("%s: %s; fix: %s", c.Name, c.Detail, c.Fix)
@@ -250,21 +281,28 @@ func checkChip(f facts) Check {
 	return c
 }
 
-// checkDisk wants room for the whole checkpoint unless it is already complete.
-func checkDisk(dataDir string, complete bool, weights int64) Check {
+// checkDisk wants room for what is left to download of the weights: onDisk bytes of them are
+// there already (all of them when the pull is complete; part when it was interrupted and will
+// resume).
+func checkDisk(dataDir string, measure func(string) (uint64, error), weights, onDisk int64) Check {
 	c := Check{Name: "disk"}
-	free, err := freeSpace(dataDir)
+	free, err := measure(dataDir)
+	left := max(weights-onDisk, 0)
+	needs := "the model needs " + hub.FormatBytes(weights)
+	if onDisk > 0 {
+		needs = fmt.Sprintf("the rest of the download needs %s (%s of %s already downloaded)", hub.FormatBytes(left), hub.FormatBytes(min(onDisk, weights)), hub.FormatBytes(weights))
+	}
 	switch {
 	case err != nil:
 		c.Status, c.Detail = Warn, fmt.Sprintf("cannot measure free space at %s: %v", dataDir, err)
-	case complete:
+	case left == 0:
 		c.Status, c.Detail = Pass, fmt.Sprintf("%s free at %s", hub.FormatBytes(int64(free)), dataDir)
-	case free < uint64(weights):
+	case free < uint64(left):
 		c.Status = Fail
-		c.Detail = fmt.Sprintf("%s free at %s; the model needs %s", hub.FormatBytes(int64(free)), dataDir, hub.FormatBytes(weights))
-		c.Fix = fmt.Sprintf("free up %s, or pull to another disk with `lily pull --dir DIR`", hub.FormatBytes(weights-int64(free)))
+		c.Detail = fmt.Sprintf("%s free at %s; %s", hub.FormatBytes(int64(free)), dataDir, needs)
+		c.Fix = fmt.Sprintf("free up %s, or pull to another disk with `lily pull --dir DIR` and serve it with `lily serve --model DIR`", hub.FormatBytes(left-int64(free)))
 	default:
-		c.Status, c.Detail = Pass, fmt.Sprintf("%s free at %s (the model needs %s)", hub.FormatBytes(int64(free)), dataDir, hub.FormatBytes(weights))
+		c.Status, c.Detail = Pass, fmt.Sprintf("%s free at %s (%s)", hub.FormatBytes(int64(free)), dataDir, needs)
 	}
 	return c
 }

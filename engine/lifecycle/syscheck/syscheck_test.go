@@ -249,3 +249,66 @@ func TestStep(t *testing.T) {
 		t.Fatalf("detail %q", d)
 	}
 }
+
+// TestDiskCountsWhatIsLeft: the disk check wants room for what is left to download, not the whole
+// model: an interrupted pull (a file in place, a .part whose sidecar records 400 bytes) needs
+// less. The machine is a Config.Machine, not probed.
+func TestDiskCountsWhatIsLeft(t *testing.T) {
+	big := &Machine{System: mac(64, "15.5"), FreeBytes: 600}
+	cfg := Config{DataDir: "/data", ModelDir: filepath.Join(t.TempDir(), "model"), ModelBytes: 1000, Machine: big}
+	expect(t, byName(Run(context.Background(), cfg))["disk"], Fail, "600 B free at /data; the model needs 1.0 kB", "free up 400 B")
+
+	os.MkdirAll(cfg.ModelDir, 0o755)
+	os.WriteFile(filepath.Join(cfg.ModelDir, "config.json"), make([]byte, 100), 0o644)
+	os.WriteFile(filepath.Join(cfg.ModelDir, hub.LockName), make([]byte, 50), 0o644) // Lily's own: not counted
+	part := filepath.Join(cfg.ModelDir, "model.safetensors"+hub.PartSuffix)
+	os.WriteFile(part, make([]byte, 500), 0o644)
+	side := func(done string) {
+		os.WriteFile(filepath.Join(cfg.ModelDir, "model.safetensors"+hub.SideSuffix),
+			[]byte(`{"size":700,"hash":"ab","chunk_size":256,"done":`+done+`}`), 0o644)
+	}
+	side("[256,144,0]")
+	if got := hub.OnDisk(cfg.ModelDir); got != 500 {
+		t.Fatalf("OnDisk = %d, want 100 in place + 400 in the .part", got)
+	}
+	expect(t, byName(Run(context.Background(), cfg))["disk"], Pass, "600 B free at /data (the rest of the download needs 500 B (500 B of 1.0 kB already downloaded))", "")
+
+	// A sidecar that claims bytes past the end of its .part is not trusted: the file starts afresh.
+	side("[256,256,188]")
+	expect(t, byName(Run(context.Background(), cfg))["disk"], Fail, "the rest of the download needs 900 B", "free up 300 B")
+}
+
+// TestPreflightStep: the checks before the pull refuse a Mac too small for the model, but leave
+// the model's files to the checks after the pull: a damaged directory is what the pull repairs.
+func TestPreflightStep(t *testing.T) {
+	gpu := &GPUInfo{Name: "Apple M4", Family: "Apple9", RecommendedMaxWorkingSet: 48 << 30, Available: true}
+	damaged := func() string { // a fresh one each time: finding the damage removes the marker
+		dir := pulledDir(t)
+		os.Truncate(filepath.Join(dir, "a.bin"), 3)
+		return dir
+	}
+	cfg := Config{DataDir: "/", ModelDir: damaged(), Repo: "org/tiny", Revision: "abc",
+		Machine: &Machine{System: mac(16, "15.5"), GPU: &GPUInfo{Name: "Apple M1", Family: "Apple7", RecommendedMaxWorkingSet: 10 << 30, Available: true}, FreeBytes: 1e12}}
+	s := lifecycle.NewState(&strings.Builder{})
+	err := PreflightStep(cfg).Run(context.Background(), s)
+	if err == nil || !strings.Contains(err.Error(), "memory: 16.0 GB") || !strings.Contains(err.Error(), "fix: use a Mac with 24 GB") {
+		t.Fatalf("16 GB Mac: %v", err)
+	}
+	cfg.Machine = &Machine{System: mac(64, "15.5"), GPU: gpu, FreeBytes: 1e12}
+	if err := PreflightStep(cfg).Run(context.Background(), s); err != nil {
+		t.Fatalf("64 GB Mac, damaged model before the pull: %v", err)
+	}
+	if d := s.Status().Detail; d != "all passed" {
+		t.Fatalf("detail %q", d)
+	}
+	cfg.ModelDir = damaged()
+	if err := Step(cfg).Run(context.Background(), s); err == nil || !strings.Contains(err.Error(), "model: damaged") {
+		t.Fatalf("checks after the pull on a damaged model: %v", err)
+	}
+	// The GPU's working set is judged against the model's expected size before its files exist.
+	cfg.ModelDir = t.TempDir()
+	cfg.Machine = &Machine{System: mac(24, "15.5"), GPU: &GPUInfo{Name: "Apple M4", Family: "Apple9", RecommendedMaxWorkingSet: 16 << 30, Available: true}, FreeBytes: 1e12}
+	if err := PreflightStep(cfg).Run(context.Background(), s); err == nil || !strings.Contains(err.Error(), "gpu-memory: GPU working set 17.2 GB") || !strings.Contains(err.Error(), "sudo sysctl iogpu.wired_limit_mb=20480") {
+		t.Fatalf("24 GB Mac at the default GPU limit: %v", err)
+	}
+}

@@ -12,7 +12,4 @@ type System struct {
 }
 
 // Probe reads the system's facts, as Run does.
-func Probe() System {
-	f := probe()
-	return System{OS: f.OS, OSVersion: f.OSVersion, Chip: f.Chip, MemBytes: f.MemBytes, MemSource: f.MemSource, WiredLimitMB: f.WiredLimitMB}
-}
+func Probe() System { return probe() }
