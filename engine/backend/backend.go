@@ -73,6 +73,27 @@ type Generator interface {
 	Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
 }
 
+// RowsGenerator is a Stepper that can run several sequences' generations together on its device,
+// as Generator does one's: one multi-row step a token, the tokens on the device.
+type RowsGenerator interface {
+	// ContinueRows goes on with every row as Continue would with it alone (the same tokens:
+	// each row's choices do not depend on the others), until any row's OnToken stops or fails,
+	// a row's stop id or limit comes, or ctx is done; every token passed on is consumed. It
+	// returns each row's logits after its last token. ErrNotOnDevice: some row cannot run there
+	// (nothing consumed).
+	ContinueRows(ctx context.Context, rows []GenRow) ([][]float32, error)
+}
+
+// GenRow is one sequence of ContinueRows: Continue's arguments.
+type GenRow struct {
+	Session           Session
+	Params            sample.Params
+	Prompt, Generated []int
+	Max               int
+	StopIDs           []int
+	OnToken           func(c sample.Choice) (stop bool, err error)
+}
+
 // Admitter is a Backend whose sessions share a fixed memory pool (a GPU's KV pages): Fits says
 // whether sequences reaching the given positions (prompt plus the most tokens each may generate)
 // can run at once, so the engine loop admits a sequence only when its memory is sure to be there.

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -15,8 +16,8 @@ import (
 // and runs one step: a row per decoding sequence plus a slice of the oldest unfinished prefill,
 // so a stream waits at most one slice. A slice has the same size whether or not others run (a
 // prefill's rounding may depend on where its slices end, and a request's tokens must not depend
-// on what else runs). A sequence running alone whose session can generate on its device does so
-// until something arrives.
+// on what else runs). Sequences that all decode, and whose sessions can generate on their device
+// (alone, or together in one multi-row step), do so until something arrives or one ends.
 func (r *Runner) loop() {
 	var run []*seq
 	for {
@@ -27,9 +28,11 @@ func (r *Runner) loop() {
 		run = r.reap(run)
 		decoding := r.choose(run)
 		run = slices.DeleteFunc(run, (*seq).over)
-		if len(run) == 1 && len(decoding) == 1 && r.burstable(decoding[0]) {
+		switch g, rows := r.b.(backend.RowsGenerator); {
+		case len(run) == 1 && len(decoding) == 1 && r.burstable(decoding[0]):
 			r.burst(decoding[0])
-		} else {
+		case rows && len(decoding) > 1 && len(decoding) == len(run) && all(decoding, r.burstable) && r.burstRows(g, decoding):
+		default:
 			r.step(decoding, r.prefillNext(run))
 		}
 		run = slices.DeleteFunc(run, (*seq).over)
@@ -299,18 +302,7 @@ func (r *Runner) burstable(s *seq) bool {
 // where its device draws the same numbers the host would: see backend.Generator).
 func (r *Runner) burst(s *seq) {
 	g := s.sess.(backend.Generator)
-	last, err := g.Continue(s.ctx, s.params, s.req.Prompt, s.res.Tokens, s.req.MaxTokens-len(s.res.Tokens), s.req.StopIDs, func(c sample.Choice) (bool, error) {
-		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
-		s.res.Tokens = append(s.res.Tokens, c.ID)
-		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
-		switch {
-		case slices.Contains(s.req.StopIDs, c.ID):
-			s.res.FinishReason = "stop"
-		case len(s.res.Tokens) == s.req.MaxTokens:
-			s.res.FinishReason = "length"
-		}
-		return s.res.FinishReason != "" || s.halted.Load() || r.waiting.Load() > 0, nil
-	})
+	last, err := g.Continue(s.ctx, s.params, s.req.Prompt, s.res.Tokens, s.req.MaxTokens-len(s.res.Tokens), s.req.StopIDs, r.onDevice(s))
 	switch {
 	case errors.Is(err, backend.ErrNotOnDevice): // nothing consumed: the next step runs it on the host
 		s.onHost = true
@@ -323,6 +315,61 @@ func (r *Runner) burst(s *seq) {
 			r.end(s, nil)
 		}
 	}
+}
+
+// onDevice is what a device generation calls with each token it chose for s: the token is posted
+// under the engine loop's stop and limit rules, and the generation stops when s ends, its caller
+// stops it or goes away, or another request arrives.
+func (r *Runner) onDevice(s *seq) func(c sample.Choice) (bool, error) {
+	return func(c sample.Choice) (bool, error) {
+		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
+		s.res.Tokens = append(s.res.Tokens, c.ID)
+		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
+		switch {
+		case slices.Contains(s.req.StopIDs, c.ID):
+			s.res.FinishReason = "stop"
+		case len(s.res.Tokens) == s.req.MaxTokens:
+			s.res.FinishReason = "length"
+		}
+		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0, nil
+	}
+}
+
+// burstRows lets the decoding sequences' device generate together (backend.RowsGenerator), as
+// burst does one, until one ends or another request arrives; false when the device cannot run
+// them (nothing consumed: the loop steps them instead).
+func (r *Runner) burstRows(g backend.RowsGenerator, ss []*seq) bool {
+	rows := make([]backend.GenRow, len(ss))
+	for i, s := range ss {
+		rows[i] = backend.GenRow{Session: s.sess, Params: s.params, Prompt: s.req.Prompt, Generated: s.res.Tokens,
+			Max: s.req.MaxTokens - len(s.res.Tokens), StopIDs: s.req.StopIDs, OnToken: r.onDevice(s)}
+	}
+	last, err := g.ContinueRows(context.Background(), rows) // each row's context: onDevice
+	if errors.Is(err, backend.ErrNotOnDevice) {
+		return false
+	}
+	for i, s := range ss {
+		switch {
+		case err != nil:
+			r.end(s, err)
+		case s.res.FinishReason != "":
+			s.logits, s.consumed = last[i], len(s.res.Tokens)
+			r.end(s, nil)
+		default:
+			s.logits, s.consumed = last[i], len(s.res.Tokens)
+		}
+	}
+	return true
+}
+
+// all reports whether f holds for every one of ss.
+func all(ss []*seq, f func(*seq) bool) bool {
+	for _, s := range ss {
+		if !f(s) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *seq) over() bool { return s.ended }

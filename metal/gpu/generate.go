@@ -11,7 +11,6 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/decode"
-	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -104,10 +103,6 @@ func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens, t
 	lpd := &s.plan.Dispatches[s.logprob]
 	records := s.x.Bytes(lpd.Buffers[4].Buffer)
 	const recBytes = 4 * kernels.LogprobRecordLen
-	type inflight struct {
-		p    exec.Pending
-		step int
-	}
 	var queue []inflight
 	submitted := 0 // steps committed; step k consumes token k-1 at position start+k-1
 	step := s.x.Bytes(s.e.step.StepBuf)

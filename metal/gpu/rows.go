@@ -24,8 +24,9 @@ import (
 type rowSet struct {
 	slots []*slot          // slots[r]: the one-row executor over row r
 	owner []*Session       // owner[r]: the session living in row r; nil: free (GPU.poolMu)
-	multi []*exec.Executor // multi[R]: the R-row plan's executor, R ≥ 2
-	plans []*decode.Step   // plans[R]: its step
+	multi []*exec.Executor // multi[R]: the R-row plan's executor, R ≥ 2 (StepRows)
+	loops []*rowsLoop      // loops[R]: its pipelined loop's (ContinueRows)
+	plans []*decode.Step   // plans[R]: their step
 	bufs  []rowBuffer      // the per-row buffers
 	tmp   []byte           // a row of the largest per-row buffer, for swapping two rows
 
@@ -78,7 +79,7 @@ func multiSteps(one *decode.Step, parallel int) ([]*decode.Step, error) {
 // executor and every multi-row plan's.
 func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 	n := len(steps) - 1
-	rs := &rowSet{owner: make([]*Session, n), multi: make([]*exec.Executor, n+1), plans: steps}
+	rs := &rowSet{owner: make([]*Session, n), multi: make([]*exec.Executor, n+1), loops: make([]*rowsLoop, n+1), plans: steps}
 	var largest int64
 	for _, i := range e.step.PerRow() {
 		b := e.step.Plan.Buffers[i]
@@ -111,6 +112,10 @@ func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 		}
 		x.Budget, x.Mode = e.budget, decode.ModeGreedy
 		rs.multi[R] = x
+		if rs.loops[R], err = e.newRowsLoop(steps[R]); err != nil {
+			rs.close(e.dev)
+			return nil, fmt.Errorf("gpu: the %d-row loop: %w", R, err)
+		}
 	}
 	return rs, nil
 }
@@ -144,6 +149,11 @@ func (rs *rowSet) close(d *sharedDevice) {
 	for _, x := range rs.multi {
 		if x != nil {
 			x.Close()
+		}
+	}
+	for _, l := range rs.loops {
+		if l != nil {
+			l.x.Close()
 		}
 	}
 	for _, sl := range rs.slots {

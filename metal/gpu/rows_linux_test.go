@@ -3,6 +3,7 @@
 package gpu
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -346,4 +347,101 @@ func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Optio
 		}
 	}
 	return tokens, recs
+}
+
+// ContinueRows: sequences generating together on the device (greedy beside seeded sampling with
+// penalties) produce each the tokens, and end with the logits, it does alone through Continue;
+// when one row stops the batch, the others go on in a new batch from where they were.
+func TestContinueRowsLikeAlone(t *testing.T) {
+	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
+	e := newEmu(t, w, EmuOptions{MaxCtx: 32, PageSize: 16, Parallel: 3})
+	defer e.Close()
+	seed := func(v uint64) *uint64 { return &v }
+	prompts := [][]int{g.PromptIDs[0:5], g.PromptIDs[20:27], g.PromptIDs[40:43]}
+	params := []sample.Params{
+		{Seed: seed(1)},
+		{Temperature: 0.8, TopK: 20, Seed: seed(5)},
+		{Temperature: 1, TopK: 40, TopP: 0.9, RepetitionPenalty: 1.2, PresencePenalty: 0.4, Seed: seed(9)},
+	}
+	const K = 6
+	// start feeds a prompt and picks its first token on the host, as the engine loop does.
+	start := func(r int) (backend.Session, int) {
+		s := e.NewSession()
+		logits, err := s.Forward(prompts[r], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, sample.New(params[r], prompts[r]).Next(logits[0]).ID
+	}
+	alone := make([][]int, len(prompts))
+	aloneLogits := make([][]float32, len(prompts))
+	for r := range prompts {
+		s, first := start(r)
+		alone[r] = []int{first}
+		last, err := s.(backend.Generator).Continue(context.Background(), params[r], prompts[r], []int{first}, K, nil, func(c sample.Choice) (bool, error) {
+			alone[r] = append(alone[r], c.ID)
+			return false, nil
+		})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		aloneLogits[r] = last
+	}
+	together := make([][]int, len(prompts))
+	sess := make([]backend.Session, len(prompts))
+	for r := range prompts {
+		var first int
+		sess[r], first = start(r)
+		together[r] = []int{first}
+	}
+	run := func(rs []int, stopRow, stopAt int) [][]float32 {
+		t.Helper()
+		var rows []backend.GenRow
+		for _, r := range rs {
+			rows = append(rows, backend.GenRow{Session: sess[r], Params: params[r], Prompt: prompts[r], Generated: slices.Clone(together[r]),
+				Max: K + 1 - len(together[r]), OnToken: func(c sample.Choice) (bool, error) {
+					together[r] = append(together[r], c.ID)
+					return r == stopRow && len(together[r]) == stopAt, nil
+				}})
+		}
+		last, err := e.ContinueRows(context.Background(), rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return last
+	}
+	last := run([]int{0, 1, 2}, 1, 3) // row 1 stops everyone after its third token
+	for r := range prompts {
+		if len(together[r]) != 3 {
+			t.Fatalf("row %d: %d tokens after the stop, want 3", r, len(together[r]))
+		}
+	}
+	sess[1].Close()
+	// Every token passed on is consumed: the host picks each row's next one from its logits, as
+	// the engine loop does, and the others go on, in other rows.
+	for _, r := range []int{0, 2} {
+		smp := sample.New(params[r], prompts[r])
+		for _, id := range together[r] {
+			smp.Forced(id)
+		}
+		together[r] = append(together[r], smp.Next(last[r]).ID)
+	}
+	last = run([]int{2, 0}, -1, 0)
+	for i, r := range []int{2, 0} {
+		if !slices.Equal(together[r], alone[r]) {
+			t.Fatalf("row %d: together %v, alone %v", r, together[r], alone[r])
+		}
+		for k := range last[i] {
+			if math.Float32bits(last[i][k]) != math.Float32bits(aloneLogits[r][k]) {
+				t.Fatalf("row %d: final logit %d is %v, alone %v", r, k, last[i][k], aloneLogits[r][k])
+			}
+		}
+	}
+	if !slices.Equal(together[1], alone[1][:3]) {
+		t.Fatalf("row 1: together %v, alone %v", together[1], alone[1])
+	}
+	sess[0].Close()
+	sess[2].Close()
+	t.Logf("together as alone: %v", together)
 }
