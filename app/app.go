@@ -5,9 +5,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lilyformac/lily/app/logfile"
@@ -116,13 +123,119 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 	a.ctrl.Logf = a.logf
 	a.ctrl.Lily = engine // the setups' `lily launch` lines: Lily.app's own lily need not be on PATH
 	a.ctrl.Changed = onChange
+	a.ctrl.Predict = func() (int, error) { return predictContext(engine, doctorTimeout) }
+	a.ctrl.Other = otherEngine{name: filepath.Base(engine), timeout: stopTimeout + 2*time.Second}
 	return a, nil
+}
+
+// doctorTimeout bounds `lily doctor`, run once at launch to learn the context the engine will
+// serve (it takes about a second: no weights are read).
+const doctorTimeout = time.Minute
+
+// predictContext asks the engine what context `lily serve` will hold on this Mac: `lily doctor
+// --output json` sizes it with serve's own code and this Mac's GPU working set (menu.DoctorContext
+// says why the app does not size it itself).
+func predictContext(engine string, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, engine, "doctor", "--output", "json")
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.Output() // doctor exits 1 when any check fails, and still reports
+	if len(out) == 0 {
+		if err == nil {
+			err = errors.New("no output")
+		}
+		return 0, fmt.Errorf("%s doctor: %w", engine, err)
+	}
+	return menu.DoctorContext(out)
+}
+
+// otherEngine stops a Lily engine that this app did not start but that holds its port: the
+// process listening there (lsof), only if it runs the engine's binary name (ps), with SIGTERM
+// (lily serve then finishes its requests and exits), and waits for the port to be free.
+type otherEngine struct {
+	name    string        // the engine binary's name: lily
+	timeout time.Duration // how long it gets to exit
+}
+
+func (e otherEngine) Stop(o supervisor.Options) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "lsof", "-nP", "-t", "-iTCP:"+strconv.Itoa(o.Port), "-sTCP:LISTEN").Output()
+	if err != nil && len(out) == 0 {
+		return fmt.Errorf("cannot tell which program listens on port %d (lsof: %v)", o.Port, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 1 || pid == os.Getpid() {
+			continue
+		}
+		name, err := exec.CommandContext(ctx, "ps", "-o", "comm=", "-p", strconv.Itoa(pid)).Output()
+		if err == nil && filepath.Base(strings.TrimSpace(string(name))) == e.name {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		return fmt.Errorf("no %s process listens on port %d: quit the program that does", e.name, o.Port)
+	}
+	for _, pid := range pids {
+		if p, err := os.FindProcess(pid); err == nil {
+			p.Signal(syscall.SIGTERM)
+		}
+	}
+	for deadline := time.Now().Add(e.timeout); ; time.Sleep(50 * time.Millisecond) {
+		if supervisor.CheckPort(o.Host, o.Port) == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the Lily on port %d (pid %d) did not stop within %s", o.Port, pids[0], e.timeout)
+		}
+	}
+}
+
+// aboutVersion is the version the About panel shows: the bundle's CFBundleShortVersionString
+// (build.sh fills it from the last vX.Y.Z tag); where that says nothing (0.0.0: no tag, or no
+// bundle) the build's git description (LilyGitDescribe in Info.plist, else the Go build's VCS
+// stamp) marks it a development build.
+func aboutVersion(short, describe string, bi *debug.BuildInfo) string {
+	if short != "" && short != "0.0.0" {
+		return short
+	}
+	if describe != "" && describe != "unknown" {
+		return "development build " + describe
+	}
+	if bi != nil {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return "development build " + v
+		}
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			if dirty {
+				rev += "-dirty"
+			}
+			return "development build " + rev
+		}
+	}
+	return "development build"
 }
 
 // begin runs once the UI exists: it records the real login-item state and starts the engine
 // if the settings say so.
 func (a *app) begin() {
 	a.ctrl.SyncLogin()
+	a.ctrl.PredictContext()
 	if a.settings.StartOnLaunch {
 		a.sup.Start()
 	}

@@ -1,11 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +38,7 @@ type nopPlatform struct{}
 
 func (nopPlatform) Copy(string)                {}
 func (nopPlatform) Open(string) error          { return nil }
+func (nopPlatform) Reveal(string) error        { return nil }
 func (nopPlatform) LoginItem() menu.LoginState { return menu.LoginOff }
 func (nopPlatform) SetLoginItem(bool) error    { return nil }
 func (nopPlatform) OpenLoginItemsSettings()    {}
@@ -119,5 +129,148 @@ func TestFirstRunWritesSettings(t *testing.T) {
 	s, err := settings.Load(appPaths(home, "darwin").Settings, settings.Settings{})
 	if err != nil || s != settings.Defaults() {
 		t.Fatalf("%+v %v", s, err)
+	}
+}
+
+// TestMain lets the test binary stand in for a listening engine: with LILY_APP_TEST_LISTEN set it
+// listens on a free loopback port, prints it, and exits 0 on SIGTERM (or after a minute).
+func TestMain(m *testing.M) {
+	if os.Getenv("LILY_APP_TEST_LISTEN") != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(3)
+		}
+		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		select {
+		case <-sig:
+			os.Exit(0)
+		case <-time.After(time.Minute):
+			os.Exit(4)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// listener starts a copy of the test binary named name that listens on a loopback port, and
+// returns the port and its process; it is killed when the test ends.
+func listener(t *testing.T, name string) (int, *exec.Cmd) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "LILY_APP_TEST_LISTEN=1")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(l)
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-line:
+		port, err := strconv.Atoi(l)
+		if err != nil {
+			t.Fatalf("listener said %q", l)
+		}
+		return port, cmd
+	case <-time.After(20 * time.Second):
+		t.Fatal("the listener did not start")
+	}
+	return 0, nil
+}
+
+// TestStopOtherLily (issue 24, defect 2): "Stop It and Start Lily Here" stops the process that
+// listens on the port when it is a lily, and waits for the port to be free; any other program
+// there is left alone.
+func TestStopOtherLily(t *testing.T) {
+	for _, tool := range []string{"lsof", "ps"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	stop := otherEngine{name: "lily", timeout: 10 * time.Second}
+	port, other := listener(t, "notlily")
+	if err := stop.Stop(supervisor.Options{Host: "127.0.0.1", Port: port}); err == nil || !strings.Contains(err.Error(), "no lily process") {
+		t.Fatalf("stopped another program: %v", err)
+	}
+	if other.ProcessState != nil || other.Process.Signal(syscall.Signal(0)) != nil {
+		t.Fatal("the other program is gone")
+	}
+	port, lily := listener(t, "lily")
+	exited := make(chan error, 1)
+	go func() { exited <- lily.Wait() }()
+	if err := stop.Stop(supervisor.Options{Host: "127.0.0.1", Port: port}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("lily exited with %v, not by SIGTERM's clean exit", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("lily still runs")
+	}
+	if err := supervisor.CheckPort("127.0.0.1", port); err != nil {
+		t.Fatalf("port %d: %v", port, err)
+	}
+}
+
+// TestPredictContext: the context comes from the engine's `lily doctor --output json`, whatever
+// its exit status; a doctor that hangs is cut off.
+func TestPredictContext(t *testing.T) {
+	dir := t.TempDir()
+	doctor := `{"ok":false,"checks":[{"name":"gpu-memory","status":"fail","detail":"x"},` +
+		`{"name":"context","status":"warn","detail":"lily serve holds 121088 positions: 3 sequences at once"}]}`
+	fake := filepath.Join(dir, "lily")
+	os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$*\" = 'doctor --output json' ] || exit 9\necho '"+doctor+"'\nexit 1\n"), 0o755)
+	if n, err := predictContext(fake, 20*time.Second); err != nil || n != 121088 {
+		t.Fatalf("%d, %v", n, err)
+	}
+	hang := filepath.Join(dir, "hang")
+	os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755)
+	start := time.Now()
+	if _, err := predictContext(hang, 300*time.Millisecond); err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("%v after %s", err, time.Since(start))
+	}
+	if _, err := predictContext(filepath.Join(dir, "missing"), time.Second); err == nil {
+		t.Fatal("a missing engine predicted a context")
+	}
+}
+
+// TestAboutVersion (issue 24, defect 7): the About panel shows the bundle's version, and a build
+// without a release tag says it is a development build and which, never 0.0.0.
+func TestAboutVersion(t *testing.T) {
+	bi := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "8b2dfe0a1b2c3d4e5f"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, tc := range []struct {
+		short, describe string
+		bi              *debug.BuildInfo
+		want            string
+	}{
+		{"1.2.0", "v1.2.0-3-gabc", bi, "1.2.0"},
+		{"0.0.0", "8b2dfe0-dirty", bi, "development build 8b2dfe0-dirty"},
+		{"0.0.0", "unknown", bi, "development build 8b2dfe0a1b2c-dirty"},
+		{"", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1"}}, "development build v0.3.1"},
+		{"", "", nil, "development build"},
+	} {
+		if got := aboutVersion(tc.short, tc.describe, tc.bi); got != tc.want || strings.Contains(got, "0.0.0") {
+			t.Errorf("%q %q: %q, want %q", tc.short, tc.describe, got, tc.want)
+		}
 	}
 }

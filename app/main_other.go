@@ -59,6 +59,7 @@ type consolePlatform struct{}
 
 func (consolePlatform) Copy(text string)           { fmt.Println(text) }
 func (consolePlatform) Open(path string) error     { fmt.Println("open", path); return nil }
+func (consolePlatform) Reveal(path string) error   { fmt.Println("reveal", path); return nil }
 func (consolePlatform) LoginItem() menu.LoginState { return menu.LoginUnavailable }
 func (consolePlatform) SetLoginItem(bool) error    { return nil }
 func (consolePlatform) OpenLoginItemsSettings()    {}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -44,14 +45,38 @@ func (p *macPlatform) Open(path string) error {
 	return nil
 }
 
+// Reveal selects a file in a Finder window (settings.json, for editing).
+func (p *macPlatform) Reveal(path string) error {
+	if out, err := exec.Command("/usr/bin/open", "-R", path).CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// infoString is a string of the bundle's Info.plist ("" when absent: a bare binary).
+func infoString(key string) string {
+	o := foundation.Bundle_MainBundle().ObjectForInfoDictionaryKey(key)
+	if o.IsNil() {
+		return ""
+	}
+	str := foundation.StringFrom(o.Ptr())
+	return str.String()
+}
+
+// About shows the standard About panel with the version read from the bundle's Info.plist at
+// run time (aboutVersion: a build without a release tag says which development build it is).
 func (p *macPlatform) About() {
+	bi, _ := debug.ReadBuildInfo()
+	version := aboutVersion(infoString("CFBundleShortVersionString"), infoString("LilyGitDescribe"), bi)
 	p.app.ActivateIgnoringOtherApps(true) // an accessory app must come forward to show a panel
-	p.app.OrderFrontStandardAboutPanel(nil)
+	p.app.OrderFrontStandardAboutPanelWithOptions(map[appkit.AboutPanelOptionKey]objc.IObject{
+		appkit.AboutPanelOptionApplicationVersion: foundation.String_StringWithString(version),
+	})
 }
 
 func (p *macPlatform) Terminate() { p.app.Terminate(nil) }
 
-// Launch at login: SMAppService.mainAppService (macOS 13+), reached through the Objective-C
+// Launch at login: SMAppService.mainAppService (macOS 13+; Lily needs 15), reached through the Objective-C
 // runtime after loading ServiceManagement (darwinkit has no binding for it).
 
 var (
@@ -67,8 +92,8 @@ const (
 	smNotFound         = 3
 )
 
-// mainAppService returns SMAppService.mainAppService, or false when unavailable: macOS before
-// 13, or not running from an app bundle (the service registers the bundle).
+// mainAppService returns SMAppService.mainAppService, or false when unavailable: not running
+// from an app bundle (the service registers the bundle).
 func mainAppService() (objc.Object, bool) {
 	smOnce.Do(func() {
 		foundation.Bundle_BundleWithPath("/System/Library/Frameworks/ServiceManagement.framework").Load()
@@ -106,7 +131,7 @@ func (p *macPlatform) SetLoginItem(on bool) error {
 	p.loginRead = time.Time{} // read it afresh next time
 	svc, ok := mainAppService()
 	if !ok {
-		return errors.New("needs Lily.app on macOS 13 or later")
+		return errors.New("needs Lily.app (in /Applications) on macOS 15 or later")
 	}
 	sel := "unregisterAndReturnError:"
 	if on {

@@ -47,7 +47,7 @@ func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
 	u.item = retained(appkit.StatusBar_SystemStatusBar().StatusItemWithLength(appkit.VariableStatusItemLength))
 	u.item.SetAutosaveName("lily-status-item") // a stable identity across launches (macOS 26 otherwise shows "Item-0")
 	for _, ic := range []menu.Icon{menu.IconOff, menu.IconWorking, menu.IconReady, menu.IconError} {
-		if img, ok := loadTemplate(resources, "status-"+ic.Name()); ok {
+		if img, ok := loadTemplate(resources, "status-"+ic.Name(), ic.Description()); ok {
 			u.icons[ic] = img
 		}
 	}
@@ -85,8 +85,9 @@ func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
 	return u
 }
 
-// loadTemplate builds an 18×18 pt template image from name.png and name@2x.png.
-func loadTemplate(dir, name string) (*appkit.Image, bool) {
+// loadTemplate builds an 18×18 pt template image from name.png and name@2x.png; description is
+// what VoiceOver says for it.
+func loadTemplate(dir, name, description string) (*appkit.Image, bool) {
 	size := foundation.Size{Width: statusPoints, Height: statusPoints}
 	img := appkit.NewImageWithSize(size)
 	reps := 0
@@ -103,7 +104,7 @@ func loadTemplate(dir, name string) (*appkit.Image, bool) {
 		return nil, false
 	}
 	img.SetTemplate(true) // AppKit tints it for light, dark and highlighted menu bars
-	img.SetAccessibilityDescription("Lily")
+	img.SetAccessibilityDescription(description)
 	return retained(img), true
 }
 
@@ -111,13 +112,17 @@ func loadTemplate(dir, name string) (*appkit.Image, bool) {
 func (u *statusUI) render() {
 	m := u.ctrl.Model()
 	button := u.item.Button()
+	img, hasIcon := u.icons[m.Icon]
 	if m.Icon != u.shown {
-		if img, ok := u.icons[m.Icon]; ok {
+		if hasIcon {
 			button.SetImage(*img)
 		} else {
 			button.SetTitle("Lily") // no icons found (a bare binary outside Lily.app)
 		}
 		u.shown = m.Icon
+	}
+	if hasIcon && img.AccessibilityDescription() != m.Description {
+		img.SetAccessibilityDescription(m.Description) // VoiceOver says the state: "Lily: Ready · …"
 	}
 	button.SetToolTip(m.Tooltip)
 	for i, it := range m.Items {

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What the tests need besides Go: node/npm/curl (client tests) and clang 17+ (the Metal emulator;
+# What the tests need besides Go: node/npm/curl (client tests), zsh (the app's setups) and clang 17+ (the Metal emulator;
 # Debian 12's default clang 14 lacks _Float16/__bf16). Installed with apt-get when missing.
 need=()
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 || need+=(nodejs npm curl)
@@ -14,6 +14,8 @@ command -v clang++-19 >/dev/null 2>&1 || [ -n "${LILY_CLANG:-}" ] || need+=(clan
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 command -v git >/dev/null 2>&1 || need+=(git)
+# The app's setups are pasted into macOS's stock zsh: app/snippets runs each under `zsh -f -i`.
+command -v zsh >/dev/null 2>&1 || need+=(zsh)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "== installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"

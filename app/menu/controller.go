@@ -20,6 +20,7 @@ import (
 type Platform interface {
 	Copy(text string)           // to the general pasteboard
 	Open(path string) error     // as Finder would (a .log opens in Console)
+	Reveal(path string) error   // selects the file in a Finder window
 	LoginItem() LoginState      // SMAppService.mainAppService status
 	SetLoginItem(on bool) error // register / unregister
 	OpenLoginItemsSettings()    // System Settings › General › Login Items
@@ -52,13 +53,27 @@ type Controller struct {
 	// GPULimit offers to raise macOS's GPU memory limit when the engine fails for want of it
 	// (nil: never offered); the darwin layer sets gpulimit.System.
 	GPULimit GPULimit
+	// Predict says what context the engine will serve on this Mac before it has said so itself
+	// (the app asks the bundled engine: `lily doctor`); nil or an error: unknown.
+	Predict func() (int, error)
+	// Other stops another Lily engine that holds the port (nil: not offered).
+	Other OtherEngine
 
-	mu       sync.Mutex
-	settings settings.Settings
-	notice   string
-	noticeAt time.Time
-	quitting bool
-	raising  bool // the raise's administrator prompt is open
+	mu        sync.Mutex
+	settings  settings.Settings
+	notice    string
+	noticeAt  time.Time
+	quitting  bool
+	raising   bool // the raise's administrator prompt is open
+	stopping  bool // Other.Stop runs
+	served    int  // the context the engine last reported in this run of the app
+	predicted int  // Predict's answer
+}
+
+// OtherEngine stops a Lily engine this app did not start.
+type OtherEngine interface {
+	// Stop stops the Lily engine listening on o's port and returns once the port is free.
+	Stop(o supervisor.Options) error
 }
 
 // GPULimit is what the controller needs to raise the GPU memory limit.
@@ -120,14 +135,49 @@ func (c *Controller) Model() Model {
 	if c.now().Sub(c.noticeAt) > NoticeFor {
 		notice = ""
 	}
-	quitting, raising := c.quitting, c.raising
+	quitting, raising, stopping := c.quitting, c.raising, c.stopping
 	c.mu.Unlock()
 	s := c.Engine.Snapshot()
-	in := Input{Snap: s, Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting, Raising: raising}
+	in := Input{Snap: s, Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting, Raising: raising,
+		Context: c.context(s), Settings: c.SettingsPath, StoppingOther: stopping}
 	if o, ok := c.raiseOffer(s); ok {
 		in.Raise = &o
 	}
 	return Build(in)
+}
+
+// context is the context the engine will serve, as known before it reports its own: what it
+// reported last in this run of the app (the same Mac, limit and settings), else the prediction.
+func (c *Controller) context(s supervisor.Snapshot) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := s.Engine.ContextLength; n > 0 && !OtherLily(s) {
+		c.served = n
+	}
+	if c.served > 0 {
+		return c.served
+	}
+	return c.predicted
+}
+
+// PredictContext asks Predict, off the calling goroutine, for the context the engine will serve;
+// the setups copied before the engine reports its own carry it.
+func (c *Controller) PredictContext() {
+	if c.Predict == nil {
+		return
+	}
+	go func() {
+		n, err := c.Predict()
+		if err != nil {
+			c.logf("the context the engine will serve: %v", err)
+			return
+		}
+		c.logf("the engine will serve a context of %d tokens", n)
+		c.mu.Lock()
+		c.predicted = n
+		c.mu.Unlock()
+		c.changed()
+	}()
 }
 
 // raiseOffer is the GPU limit raise to offer for s: only when the engine failed for want of
@@ -163,6 +213,10 @@ func (c *Controller) raise(o gpulimit.Offer) {
 			c.note("The GPU memory limit could not be raised: %v", err)
 		default:
 			c.logf("GPU memory limit raised to %d MiB (iogpu.wired_limit_mb) until restart", o.MB)
+			c.mu.Lock()
+			c.served = 0 // the raised limit holds more context: the restarted engine says how much
+			c.mu.Unlock()
+			c.PredictContext()
 			c.Engine.Restart()
 			c.note("%s", o.Done)
 		}
@@ -174,6 +228,9 @@ func (c *Controller) Click(id ID) {
 	s := c.Engine.Snapshot()
 	switch id {
 	case Toggle:
+		if CleaningUp(s) { // the supervisor starts the engine once the leftover one has gone
+			return
+		}
 		switch s.State {
 		case supervisor.Stopped, supervisor.Failed:
 			c.Engine.Start()
@@ -187,6 +244,9 @@ func (c *Controller) Click(id ID) {
 			return
 		}
 		switch {
+		case OtherLily(s):
+			c.Platform.Copy(s.BaseURL())
+			c.note("Copied %s: the Lily already running there serves it", s.BaseURL())
 		case s.State == supervisor.EngineError:
 			c.Engine.Retry()
 		case s.State == supervisor.Failed && s.Problem == supervisor.PortInUse && s.SuggestedPort != 0:
@@ -194,9 +254,27 @@ func (c *Controller) Click(id ID) {
 		case s.State == supervisor.Failed || s.State == supervisor.Restarting:
 			c.Engine.Start()
 		}
+	case StopOther:
+		if OtherLily(s) {
+			c.stopOther(s.Options)
+		}
+	case CopyError:
+		if text := ErrorText(s); text != "" {
+			c.Platform.Copy(text)
+			c.note("Copied the error details")
+		}
 	case CopyURL:
 		c.Platform.Copy(s.BaseURL())
 		c.note("Copied %s", s.BaseURL())
+	case ShowSettings:
+		if c.SettingsPath == "" {
+			return
+		}
+		if err := c.Platform.Reveal(c.SettingsPath); err != nil {
+			c.note("Cannot show the settings file: %v", err)
+			return
+		}
+		c.note("settings.json is read when Lily opens: quit and reopen Lily to apply changes")
 	case OpenLogs:
 		path := c.LogPath
 		if _, err := os.Stat(path); err != nil {
@@ -220,12 +298,44 @@ func (c *Controller) Click(id ID) {
 
 // ClickSnippet copies the i-th "Use with…" setup.
 func (c *Controller) ClickSnippet(i int) {
-	all := snippets.All(SnippetParams(c.Engine.Snapshot(), c.Lily))
+	s := c.Engine.Snapshot()
+	all := snippets.All(SnippetParams(s, c.Lily, c.context(s)))
 	if i < 0 || i >= len(all) {
 		return
 	}
 	c.Platform.Copy(all[i].Text)
 	c.note("Copied the %s setup", all[i].Title)
+}
+
+// stopOther stops the other Lily off the main thread, then starts this app's engine.
+func (c *Controller) stopOther(o supervisor.Options) {
+	c.mu.Lock()
+	if c.stopping || c.Other == nil {
+		c.mu.Unlock()
+		if c.Other == nil {
+			c.note("Quit the other Lily (Ctrl-C in its Terminal), then choose Start Lily")
+		}
+		return
+	}
+	c.stopping = true
+	c.mu.Unlock()
+	c.note("Stopping the Lily on port %d…", o.Port)
+	go func() {
+		err := c.Other.Stop(o)
+		if err == nil {
+			c.logf("stopped the other Lily on port %d; starting", o.Port)
+			c.Engine.Start()
+		}
+		c.mu.Lock()
+		c.stopping = false
+		c.mu.Unlock()
+		if err != nil {
+			c.logf("stopping the other Lily on port %d: %v", o.Port, err)
+			c.note("The other Lily could not be stopped: %v", err)
+			return
+		}
+		c.note("Stopped the other Lily; starting Lily here")
+	}()
 }
 
 // usePort moves the engine to port, remembers it, and starts.

@@ -2,9 +2,11 @@ package menu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
+	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 )
 
 var opts = supervisor.Options{Host: "127.0.0.1", Port: 8000}
@@ -110,7 +113,7 @@ func TestLayoutIsStable(t *testing.T) {
 			if got := ids(m); got != want {
 				t.Fatalf("%s: layout %q, want %q", st, got, want)
 			}
-			if len(m.Snippets) != 10 || m.Snippets[0].Title != "Claude Code" || m.Snippets[3].Title != "Qwen Code" || m.Snippets[9].Title != "curl" {
+			if len(m.Snippets) != 14 || m.Snippets[0].Title != "Claude Code" || m.Snippets[6].Title != "Qwen Code" || m.Snippets[13].Title != "curl" {
 				t.Fatalf("snippets %+v", m.Snippets)
 			}
 		}
@@ -203,7 +206,7 @@ func TestModelID(t *testing.T) {
 	}
 	p := SnippetParams(snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 		s.Options.APIKey, s.Engine.ContextLength = "k", 65536
-	}), "/A/Lily.app/Contents/MacOS/lily")
+	}), "/A/Lily.app/Contents/MacOS/lily", 121088)
 	if p.KeyEnv != "LILY_API_KEY" || p.ContextLength != 65536 || p.BaseURL != "http://127.0.0.1:8000/v1" || p.Lily != "/A/Lily.app/Contents/MacOS/lily" {
 		t.Fatalf("%+v", p)
 	}
@@ -247,6 +250,7 @@ func (f *fakeEngine) took() string {
 // fakePlatform records what the controller asked of macOS.
 type fakePlatform struct {
 	copied, opened string
+	revealed       string
 	login          LoginState
 	loginErr       error
 	approvals      int
@@ -257,6 +261,10 @@ type fakePlatform struct {
 func (p *fakePlatform) Copy(s string) { p.copied = s }
 func (p *fakePlatform) Open(path string) error {
 	p.opened = path
+	return nil
+}
+func (p *fakePlatform) Reveal(path string) error {
+	p.revealed = path
 	return nil
 }
 func (p *fakePlatform) LoginItem() LoginState { return p.login }
@@ -335,10 +343,10 @@ func TestControllerCopiesAndNoticesExpire(t *testing.T) {
 		t.Fatalf("%q %+v", p.copied, item(c.Model(), Detail))
 	}
 	c.Lily = "/A/Lily.app/Contents/MacOS/lily"
-	all := snippets.All(SnippetParams(e.snap, c.Lily))
+	all := snippets.All(SnippetParams(e.snap, c.Lily, 0))
 	for i, sn := range all {
 		c.ClickSnippet(i)
-		if p.copied != sn.Text || !strings.Contains(p.copied, "served") {
+		if p.copied != sn.Text || !strings.Contains(p.copied+sn.Note, "served") && !strings.HasPrefix(p.copied, c.Lily+" launch ") {
 			t.Fatalf("snippet %d copied %q", i, p.copied)
 		}
 	}
@@ -505,5 +513,294 @@ func TestControllerRaisesGPULimit(t *testing.T) {
 	c.Click(Fix)
 	if got := e.took(); got != "retry" {
 		t.Fatalf("other error: %q", got)
+	}
+}
+
+// anotherLily is the supervisor's snapshot when another Lily engine holds the port, as
+// failPortInUse writes it (with a free port found).
+func anotherLily() supervisor.Snapshot {
+	return snap(supervisor.Failed, func(s *supervisor.Snapshot) {
+		s.Problem, s.OtherLily, s.SuggestedPort = supervisor.PortInUse, true, 8001
+		s.Message = "Another Lily engine is already serving on port 8000 (a `lily serve` in Terminal?). Port 8001 is free."
+	})
+}
+
+// TestAnotherLilyOffersNoNewPort (issue 24, defect 2): with another Lily on the port the menu
+// offers to use it or to stop it, and nothing names or moves to the free port, which would
+// load a second copy of the model; a port held by another program still offers the free port.
+func TestAnotherLilyOffersNoNewPort(t *testing.T) {
+	s := anotherLily()
+	m := Build(Input{Snap: s})
+	for _, it := range append(slices.Clone(m.Items), m.Snippets...) {
+		if !it.Hidden && (strings.Contains(it.Title, "8001") || strings.Contains(it.Tooltip, "8001") || strings.Contains(it.Title, "Use Port")) {
+			t.Errorf("offers the free port: %+v", it)
+		}
+	}
+	if fx := item(m, Fix); fx.Hidden || fx.Title != "Use the Running Lily" || !fx.Enabled {
+		t.Errorf("fix %+v", fx)
+	}
+	if so := item(m, StopOther); so.Hidden || !so.Enabled || so.Title != "Stop It and Start Lily Here" {
+		t.Errorf("stop other %+v", so)
+	}
+	if st, d := item(m, Status).Title, item(m, Detail).Title; st != "Lily is already running on port 8000" || strings.HasSuffix(d, "…") {
+		t.Error(st, d)
+	}
+	if cu := item(m, CopyURL); !cu.Enabled || cu.Tooltip != "http://127.0.0.1:8000/v1" {
+		t.Errorf("copy URL %+v", cu)
+	}
+	if ce := item(m, CopyError); !ce.Hidden {
+		t.Errorf("another Lily is not an error: %+v", ce)
+	}
+	// Another program on the port: the free port is still the fix, and stopping is not offered.
+	prog := s
+	prog.OtherLily = false
+	if m := Build(Input{Snap: prog}); item(m, Fix).Title != "Use Port 8001" || !item(m, StopOther).Hidden {
+		t.Errorf("%+v %+v", item(m, Fix), item(m, StopOther))
+	}
+
+	c, e, p, _ := newTestController(t)
+	e.snap = s
+	c.Click(Fix) // use it: its URL, and nothing saved, set or started
+	if p.copied != "http://127.0.0.1:8000/v1" || e.took() != "" {
+		t.Fatalf("copied %q", p.copied)
+	}
+	if _, err := os.Stat(c.SettingsPath); err == nil {
+		t.Fatal("settings written")
+	}
+	c.ClickSnippet(1) // Claude Code by its variables: pointed at the running Lily
+	if !strings.Contains(p.copied, "ANTHROPIC_BASE_URL=http://127.0.0.1:8000\n") {
+		t.Fatal(p.copied)
+	}
+	// Stop it: Other stops the engine on port 8000, then this app's engine starts.
+	other := &fakeOther{done: make(chan struct{})}
+	c.Other = other
+	c.Click(StopOther)
+	select {
+	case <-other.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Other.Stop never called")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		stopping := c.stopping
+		c.mu.Unlock()
+		if !stopping {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still stopping")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if other.port != 8000 || e.took() != "start" {
+		t.Fatalf("stopped port %d", other.port)
+	}
+}
+
+type fakeOther struct {
+	port int
+	done chan struct{}
+}
+
+func (f *fakeOther) Stop(o supervisor.Options) error {
+	f.port = o.Port
+	close(f.done)
+	return nil
+}
+
+// doctorJSON is `lily doctor --output json` with the context check that syscheck writes for
+// n positions (why: the reason it is below the model's).
+func doctorJSON(t *testing.T, n int, why string, err error) []byte {
+	t.Helper()
+	c := syscheck.ContextCheck(32<<30, 21<<30, func(int64, int64) (int, string, error) { return n, why, err })
+	out, jerr := json.Marshal(struct {
+		OK     bool             `json:"ok"`
+		Checks []syscheck.Check `json:"checks"`
+	}{true, []syscheck.Check{{Name: "memory", Status: syscheck.Pass, Detail: "32 GB"}, c}})
+	if jerr != nil {
+		t.Fatal(jerr)
+	}
+	return out
+}
+
+// TestDoctorContext reads the context from each of the doctor's context check texts, as
+// syscheck writes them (so a change of wording there fails here).
+func TestDoctorContext(t *testing.T) {
+	for _, tc := range []struct {
+		n   int
+		why string
+	}{{121088, "the GPU working set holds 128,256 positions; 3 sequences at once"}, {262144, ""}, {40960, "the working set is small"}} {
+		if got, err := DoctorContext(doctorJSON(t, tc.n, tc.why, nil)); err != nil || got != tc.n {
+			t.Errorf("%d (%q): got %d, %v", tc.n, tc.why, got, err)
+		}
+	}
+	if _, err := DoctorContext(doctorJSON(t, 0, "", errors.New("the weights do not fit"))); err == nil {
+		t.Error("a failed context check gave a context")
+	}
+	if _, err := DoctorContext([]byte(`{"checks":[{"name":"context","status":"skip","detail":"not macOS"}]}`)); err == nil {
+		t.Error("a skipped context check gave a context")
+	}
+}
+
+// TestSetupCopiedWhileStoppedCarriesServedContext (issue 24, defect 3): before the engine has
+// said its context, the setups carry the one the engine will serve (what the bundled engine's
+// doctor sizes on this Mac), not the model's 262,144; once the engine reports its own, that is
+// kept after it stops; a raise of the GPU limit asks again.
+func TestSetupCopiedWhileStoppedCarriesServedContext(t *testing.T) {
+	c, e, p, _ := newTestController(t)
+	c.Lily = "/A/Lily.app/Contents/MacOS/lily"
+	predicted := make(chan struct{}, 4)
+	c.Predict = func() (int, error) { return DoctorContext(doctorJSON(t, 121088, "3 sequences at once", nil)) }
+	c.Changed = func() {
+		select {
+		case predicted <- struct{}{}:
+		default:
+		}
+	}
+	c.PredictContext()
+	select {
+	case <-predicted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no prediction")
+	}
+	copied := func(id string) string {
+		t.Helper()
+		for i, sn := range snippets.All(SnippetParams(e.snap, c.Lily, 0)) {
+			if sn.ID == id {
+				c.ClickSnippet(i)
+				return p.copied
+			}
+		}
+		t.Fatalf("no snippet %s", id)
+		return ""
+	}
+	for _, id := range []string{"cline", "continue", "zed", "claude-code-env", "codex-env", "opencode-env"} {
+		if got := copied(id); !strings.Contains(got, "121088") || strings.Contains(got, "262144") {
+			t.Errorf("%s copied while stopped:\n%s", id, got)
+		}
+	}
+	e.snap = snap(supervisor.Ready, func(s *supervisor.Snapshot) { s.Engine.ContextLength = 110336 })
+	c.Model()
+	e.snap = snap(supervisor.Stopped, nil)
+	if got := copied("cline"); !strings.Contains(got, "110336") {
+		t.Errorf("the served context was not kept:\n%s", got)
+	}
+	// Nothing known (no engine to ask): the model's own window, the only number left.
+	c2, e2, p2, _ := newTestController(t)
+	e2.snap = snap(supervisor.Stopped, nil)
+	c2.ClickSnippet(slices.IndexFunc(snippets.All(SnippetParams(e2.snap, "", 0)), func(s snippets.Snippet) bool { return s.ID == "cline" }))
+	if !strings.Contains(p2.copied, "262144") {
+		t.Error(p2.copied)
+	}
+}
+
+// TestErrorDetailsReachable (issue 24, defect 5): the Detail line shows the start of an error;
+// "Copy Error Details" copies all of it, the fix it names included, also where the GPU limit's
+// offer replaces the line; there is nothing to copy when nothing failed.
+func TestErrorDetailsReachable(t *testing.T) {
+	long := "checks: the GPU may use 16.0 GiB of this Mac's 24 GB, and the model needs 20.3 GiB; raise the limit until the next restart: sudo sysctl iogpu.wired_limit_mb=20480"
+	s := snap(supervisor.EngineError, func(s *supervisor.Snapshot) {
+		s.Engine = supervisor.EngineStatus{Phase: "error", FailedPhase: "checks", Error: long}
+		s.Message = long
+	})
+	m := Build(Input{Snap: s})
+	if strings.Contains(item(m, Detail).Title, "sysctl") {
+		t.Fatal("the test's error is not cut") // the premise: the line alone hides the fix
+	}
+	if ce := item(m, CopyError); ce.Hidden || !ce.Enabled || ce.Title != "Copy Error Details" {
+		t.Fatalf("%+v", ce)
+	}
+	c, e, p, _ := newTestController(t)
+	c.GPULimit = &fakeLimit{mem: 24 << 30}
+	for _, st := range []supervisor.Snapshot{s, snap(supervisor.Failed, func(s *supervisor.Snapshot) {
+		s.Problem, s.Message, s.LastExit = supervisor.CannotRun, "The engine refused to start: lily: "+long, "exit status 1"
+	})} {
+		e.snap = st
+		m := c.Model()
+		if ce := item(m, CopyError); ce.Hidden || !ce.Enabled {
+			t.Fatalf("%s: %+v", st.State, ce)
+		}
+		c.Click(CopyError)
+		if !strings.Contains(p.copied, "sudo sysctl iogpu.wired_limit_mb=20480") || !strings.Contains(p.copied, StatusLine(st)) {
+			t.Fatalf("%s: copied %q", st.State, p.copied)
+		}
+		if d := item(c.Model(), Detail).Title; d != "Copied the error details" {
+			t.Fatal(d)
+		}
+	}
+	for _, st := range []supervisor.Snapshot{snap(supervisor.Stopped, nil), snap(supervisor.Ready, nil), snap(supervisor.Loading, nil)} {
+		if ce := item(Build(Input{Snap: st}), CopyError); !ce.Hidden || ce.Enabled {
+			t.Errorf("%s: %+v", st.State, ce)
+		}
+	}
+}
+
+// TestCleaningUpState (issue 24, defect 7): while the supervisor stops an engine left over from
+// an earlier run, the menu says so and Start is disabled; the supervisor's message is the one
+// the menu recognises.
+func TestCleaningUpState(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "supervisor", "supervisor.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), `"`+LeftoverMessage) {
+		t.Fatalf("the supervisor no longer writes %q", LeftoverMessage)
+	}
+	for _, st := range []supervisor.State{supervisor.Stopped, supervisor.Failed, supervisor.Restarting} {
+		s := snap(st, func(s *supervisor.Snapshot) { s.Message = LeftoverMessage + "…" })
+		m := Build(Input{Snap: s})
+		if tg := item(m, Toggle); tg.Enabled {
+			t.Errorf("%s: %+v", st, tg)
+		}
+		if item(m, Status).Title != "Cleaning up…" || item(m, Detail).Title != LeftoverMessage+"…" || m.Icon != IconWorking || !item(m, Fix).Hidden || !item(m, CopyError).Hidden {
+			t.Errorf("%s: %+v", st, m.Items[:6])
+		}
+		c, e, _, _ := newTestController(t)
+		e.snap = s
+		c.Click(Toggle)
+		if got := e.took(); got != "" {
+			t.Errorf("%s: Start clicked through: %s", st, got)
+		}
+	}
+	if item(Build(Input{Snap: snap(supervisor.Stopped, nil)}), Toggle).Enabled == false {
+		t.Error("Start disabled when off")
+	}
+}
+
+// TestSettingsFileAndTexts (issue 24, defect 7): an item reveals settings.json and says that
+// Lily reads it when it opens; the login item needs macOS 15; every state has its own
+// accessibility description.
+func TestSettingsFileAndTexts(t *testing.T) {
+	c, _, p, _ := newTestController(t)
+	m := c.Model()
+	ss := item(m, ShowSettings)
+	if ss.Hidden || !ss.Enabled || !strings.Contains(ss.Tooltip, c.SettingsPath) || !strings.Contains(ss.Tooltip, "quit and reopen Lily") {
+		t.Fatalf("%+v", ss)
+	}
+	c.Click(ShowSettings)
+	if p.revealed != c.SettingsPath || !strings.Contains(item(c.Model(), Detail).Title, "quit and reopen Lily") {
+		t.Fatalf("revealed %q", p.revealed)
+	}
+	if tip := item(Build(Input{Snap: snap(supervisor.Stopped, nil), Login: LoginUnavailable}), LaunchAtLogin).Tooltip; !strings.Contains(tip, "macOS 15") {
+		t.Error(tip)
+	}
+	icons := map[string]bool{}
+	for _, ic := range []Icon{IconOff, IconWorking, IconReady, IconError} {
+		icons[ic.Description()] = true
+	}
+	if len(icons) != 4 || icons["Lily"] {
+		t.Errorf("icon descriptions %v", icons)
+	}
+	descs := map[string]bool{}
+	for st := supervisor.Stopped; st <= supervisor.Failed; st++ {
+		d := Build(Input{Snap: snap(st, nil)}).Description
+		if !strings.HasPrefix(d, "Lily: ") || d == "Lily: " {
+			t.Errorf("%s: %q", st, d)
+		}
+		descs[d] = true
+	}
+	if len(descs) != int(supervisor.Failed)+1 {
+		t.Errorf("states share descriptions: %v", descs)
 	}
 }

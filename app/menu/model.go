@@ -29,6 +29,12 @@ const (
 // Name is the icon's file-name part.
 func (i Icon) Name() string { return [...]string{"off", "working", "ready", "error"}[i] }
 
+// Description is the icon's accessibility description, which VoiceOver reads for the status
+// item (Model.Description says the state in full).
+func (i Icon) Description() string {
+	return [...]string{"Lily: off", "Lily: working", "Lily: ready", "Lily: needs attention"}[i]
+}
+
 // ID names a menu item; the darwin layer creates one NSMenuItem per ID, once.
 type ID int
 
@@ -36,10 +42,13 @@ const (
 	Status        ID = iota // the state in words (disabled)
 	Detail                  // a second line: file, error, notice (disabled, hidden when empty)
 	Toggle                  // Start Lily / Stop Lily
-	Fix                     // what resolves the current problem: Retry, Use Port N, Try Again, Restart Now
+	Fix                     // what resolves the current problem: Retry, Use Port N, Use the Running Lily, Try Again, Restart Now
+	StopOther               // another Lily serves the port: stop it and start this one
+	CopyError               // copies the whole error (Detail shows only its start)
 	CopyURL                 // copies the base URL
 	UseWith                 // the "Use with…" submenu (Model.Snippets)
 	OpenLogs                // opens ~/Library/Logs/Lily/lily.log
+	ShowSettings            // reveals settings.json in Finder
 	LaunchAtLogin           // checkmark; SMAppService
 	About                   // the standard About panel
 	Quit                    // stops the engine, then quits
@@ -50,7 +59,7 @@ const (
 type LoginState int
 
 const (
-	LoginUnavailable   LoginState = iota // not in an app bundle, or macOS older than 13
+	LoginUnavailable   LoginState = iota // not in an app bundle (the app needs macOS 15)
 	LoginOff                             // not registered
 	LoginOn                              // registered and enabled
 	LoginNeedsApproval                   // registered, but switched off in System Settings › Login Items
@@ -70,10 +79,11 @@ type Item struct {
 // Model is the whole menu at one moment. Items always has the same IDs in the same order;
 // only titles and flags change.
 type Model struct {
-	Icon     Icon
-	Tooltip  string // the status item's
-	Items    []Item
-	Snippets []Item // the Use with… submenu, in snippets.All order
+	Icon        Icon
+	Description string // the status item's accessibility description: the state, for VoiceOver
+	Tooltip     string // the status item's
+	Items       []Item
+	Snippets    []Item // the Use with… submenu, in snippets.All order
 }
 
 // Input is what Build reads.
@@ -87,6 +97,13 @@ type Input struct {
 	// macOS's limit in place of Retry; Raising while its administrator prompt is open.
 	Raise   *gpulimit.Offer
 	Raising bool
+	// Context is the context the engine will serve on this Mac, as the app knows it before the
+	// engine reports its own (0: unknown); see SnippetParams.
+	Context int
+	// Settings is settings.json's path, for the item that reveals it.
+	Settings string
+	// StoppingOther while the other Lily on the port is being stopped.
+	StoppingOther bool
 }
 
 // DefaultModelID is the id `lily serve` reports for its default checkpoint
@@ -105,13 +122,53 @@ func ModelID(s supervisor.Snapshot) string {
 }
 
 // SnippetParams are the "Use with…" texts' inputs for a snapshot; lily is the lily command they
-// name ("": lily, on PATH).
-func SnippetParams(s supervisor.Snapshot, lily string) snippets.Params {
-	p := snippets.Params{BaseURL: s.BaseURL(), Model: ModelID(s), ContextLength: s.Engine.ContextLength, Lily: lily}
+// name ("": lily, on PATH); served is the context the engine will serve when it has not said
+// its own yet (0: unknown). A running engine's own answer comes first, since it is what it serves.
+func SnippetParams(s supervisor.Snapshot, lily string, served int) snippets.Params {
+	p := snippets.Params{BaseURL: s.BaseURL(), Model: ModelID(s), ContextLength: cmp.Or(s.Engine.ContextLength, served), Lily: lily}
 	if s.Options.APIKey != "" {
 		p.KeyEnv = supervisor.KeyEnv
 	}
 	return p
+}
+
+// OtherLily reports a port held by another Lily engine (one this app did not start): the menu
+// then offers to use it or to stop it, never another port, which would load a second copy of the
+// model.
+func OtherLily(s supervisor.Snapshot) bool {
+	return s.State == supervisor.Failed && s.Problem == supervisor.PortInUse && s.OtherLily
+}
+
+// LeftoverMessage starts the supervisor's Message while it stops an engine an earlier run of
+// the app left behind (up to StopTimeout and 2 s more), before starting its own.
+const LeftoverMessage = "Stopping an engine left over from an earlier run"
+
+// CleaningUp reports the supervisor stopping a leftover engine: no engine of ours runs yet, but
+// one is about to start.
+func CleaningUp(s supervisor.Snapshot) bool {
+	return !s.State.Running() && strings.HasPrefix(s.Message, LeftoverMessage)
+}
+
+// ErrorText is the whole of what went wrong, as "Copy Error Details" copies it ("": nothing).
+func ErrorText(s supervisor.Snapshot) string {
+	if CleaningUp(s) || OtherLily(s) {
+		return ""
+	}
+	msg := ""
+	switch s.State {
+	case supervisor.EngineError, supervisor.Failed, supervisor.Restarting:
+		if s.Message != supervisor.Retrying {
+			msg = s.Message
+		}
+	}
+	if msg == "" {
+		return ""
+	}
+	text := StatusLine(s) + "\n\n" + msg + "\n"
+	if s.LastExit != "" && s.State != supervisor.EngineError {
+		text += "\nThe engine's last exit: " + s.LastExit + "\n"
+	}
+	return text
 }
 
 // IconFor is the status icon of a state.
@@ -146,6 +203,9 @@ var phaseGerund = map[string]string{
 
 // StatusLine is the menu's first line.
 func StatusLine(s supervisor.Snapshot) string {
+	if CleaningUp(s) {
+		return "Cleaning up…"
+	}
 	switch s.State {
 	case supervisor.Stopped:
 		return "Lily is off"
@@ -177,6 +237,9 @@ func StatusLine(s supervisor.Snapshot) string {
 	case supervisor.Failed:
 		switch s.Problem {
 		case supervisor.PortInUse:
+			if s.OtherLily {
+				return fmt.Sprintf("Lily is already running on port %d", s.Options.Port)
+			}
 			return fmt.Sprintf("Port %d is in use", s.Options.Port)
 		case supervisor.CrashLoop:
 			return "The engine keeps crashing"
@@ -202,6 +265,12 @@ func loadingLine(e supervisor.EngineStatus) string {
 
 // DetailLine is the second line: what the engine works on, or why it is not serving.
 func DetailLine(s supervisor.Snapshot) string {
+	if CleaningUp(s) {
+		return s.Message
+	}
+	if OtherLily(s) { // the supervisor's message offers the free port, which this menu does not
+		return "Started outside this app: use it, or stop it and start Lily here."
+	}
 	switch s.State {
 	case supervisor.Loading:
 		if s.Engine.Detail != "" {
@@ -273,12 +342,19 @@ func Build(in Input) Model {
 	if in.Notice != "" {
 		detail, detailTip = in.Notice, ""
 	}
-	m := Model{Icon: IconFor(s.State), Tooltip: "Lily: " + status}
+	cleaning, other := CleaningUp(s), OtherLily(s)
+	icon := IconFor(s.State)
+	if cleaning {
+		icon = IconWorking
+	}
+	m := Model{Icon: icon, Description: "Lily: " + status, Tooltip: "Lily: " + status}
 
 	toggle := Item{ID: Toggle, Enabled: !in.Quitting}
 	switch {
 	case in.Quitting:
 		toggle.Title = "Quitting…"
+	case cleaning: // the supervisor starts the engine once the leftover one is gone
+		toggle.Title, toggle.Enabled = "Start Lily", false
 	case s.State == supervisor.Stopped || s.State == supervisor.Failed:
 		toggle.Title = "Start Lily"
 	case s.State == supervisor.Stopping:
@@ -288,7 +364,14 @@ func Build(in Input) Model {
 	}
 
 	fix := Item{ID: Fix, Hidden: true, Enabled: !in.Quitting}
+	stopOther := Item{ID: StopOther, Hidden: true, Enabled: !in.Quitting && !in.StoppingOther}
 	switch {
+	case cleaning:
+	case other:
+		fix.Title, fix.Hidden = "Use the Running Lily", false
+		fix.Tooltip = fmt.Sprintf("Copies its URL, %s; Copy Base URL and Use with… point at it too.", s.BaseURL())
+		stopOther.Title, stopOther.Hidden = "Stop It and Start Lily Here", false
+		stopOther.Tooltip = fmt.Sprintf("Stops the Lily engine on port %d, then starts Lily from this app.", s.Options.Port)
 	case raise:
 		fix.Title, fix.Tooltip, fix.Hidden = in.Raise.Title, in.Raise.Text, false
 		fix.Enabled = fix.Enabled && !in.Raising
@@ -313,8 +396,12 @@ func Build(in Input) Model {
 		login.Checked = true
 	case LoginUnavailable:
 		login.Enabled = false
-		login.Tooltip = "Needs Lily.app on macOS 13 or later."
+		login.Tooltip = "Needs Lily.app (in /Applications) on macOS 15 or later."
 	}
+	errText := ErrorText(s)
+	copyErr := Item{ID: CopyError, Title: "Copy Error Details", Tooltip: "Copies the whole error, with the fix it names", Enabled: errText != "", Hidden: errText == ""}
+	showSettings := Item{ID: ShowSettings, Title: "Show Settings File", Enabled: in.Settings != "", Hidden: in.Settings == "",
+		Tooltip: SettingsNote(in.Settings)}
 
 	m.Items = []Item{
 		{ID: Status, Title: Truncate(status, maxTitle), Tooltip: status},
@@ -322,18 +409,26 @@ func Build(in Input) Model {
 		{ID: Separator},
 		toggle,
 		fix,
+		stopOther,
+		copyErr,
 		{ID: Separator},
 		{ID: CopyURL, Title: "Copy Base URL", Tooltip: s.BaseURL(), Enabled: true, Key: "c"},
 		{ID: UseWith, Title: "Use with…", Enabled: true},
 		{ID: Separator},
 		{ID: OpenLogs, Title: "Open Logs", Enabled: true},
+		showSettings,
 		login,
 		{ID: Separator},
 		{ID: About, Title: "About Lily", Enabled: true},
 		{ID: Quit, Title: "Quit Lily", Key: "q", Enabled: !in.Quitting},
 	}
-	for _, sn := range snippets.All(SnippetParams(s, in.Lily)) {
-		m.Snippets = append(m.Snippets, Item{Title: sn.Title, Enabled: true, Tooltip: "Copies a ready-to-paste setup"})
+	for _, sn := range snippets.All(SnippetParams(s, in.Lily, in.Context)) {
+		m.Snippets = append(m.Snippets, Item{Title: sn.Title, Enabled: true, Tooltip: sn.Note})
 	}
 	return m
+}
+
+// SettingsNote says where settings.json is and when it applies.
+func SettingsNote(path string) string {
+	return path + " (host, port, model_dir, api_key) is read when Lily opens: quit and reopen Lily to apply changes."
 }

@@ -1,18 +1,25 @@
 // Package snippets writes the ready-to-paste setups of the menu's "Use with…" submenu: how to
-// point Claude Code, Codex CLI, opencode and Qwen Code (each also through `lily launch`),
-// Cline/Roo Code, Continue, Zed, Open WebUI, Python and curl at Lily's base URL, model id and
-// (when one is set) API key variable.
+// point Claude Code, Codex CLI, opencode and Qwen Code (through `lily launch`, or by their
+// environment variables), Cline/Roo Code, Continue, Zed, Open WebUI, Python and curl at Lily's
+// base URL, model id and (when one is set) API key variable.
+//
+// A shell setup (Kind Shell) is one block that does one thing when pasted into macOS's stock
+// zsh or into bash: no comment lines (zsh without interactivecomments runs `#` as a command),
+// nothing that history expansion or globbing could change, and the client started once. What
+// a reader should know about it is the Snippet's Note (the menu item's tooltip).
 package snippets
 
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lilyformac/lily/internal/launch"
 )
 
-// DefaultContext is Qwen3.6-35B-A3B's context window, used when the engine has not said its own.
+// DefaultContext is Qwen3.6-35B-A3B's context window, used only when neither the engine nor the
+// app's prediction of it says what the engine serves (see Params.ContextLength).
 const DefaultContext = launch.DefaultContext
 
 // Params describe the running (or next) engine.
@@ -20,24 +27,39 @@ type Params struct {
 	BaseURL       string // OpenAI base URL, e.g. http://127.0.0.1:8000/v1
 	Model         string // the id the engine reports (any name is accepted; this one is echoed)
 	KeyEnv        string // the variable holding the API key; "" when the engine needs none
-	ContextLength int    // the engine's context window; 0: unknown (DefaultContext is used)
+	ContextLength int    // the context the engine serves, or will serve; 0: unknown (DefaultContext is used)
 	Lily          string // the lily command (Lily.app/Contents/MacOS/lily); "": lily, on PATH
 }
 
+// Kind is what a setup's text is: where it is pasted.
+type Kind int
+
+const (
+	Shell    Kind = iota // commands for Terminal (zsh or bash)
+	Settings             // text for a settings screen or file (Cline, Continue, Zed)
+	Program              // a Python program
+)
+
 // Snippet is one client's setup.
 type Snippet struct {
-	ID    string // stable key: claude-code, codex, opencode, qwen-code, cline, continue, zed, open-webui, python, curl
-	Title string // the client's name
+	ID    string // stable key: claude-code, claude-code-env, codex, …, cline, continue, zed, open-webui, python, curl
+	Title string // the menu item: the client's name
+	Kind  Kind
 	Text  string // what the menu item copies
+	Note  string // what to know about it (the menu item's tooltip)
 }
 
-// All returns the setups in menu order.
+// launchIDs are the snippet ids of the clients `lily launch` starts, by their command.
+var launchIDs = map[string]string{"claude": "claude-code", "codex": "codex", "opencode": "opencode", "qwen": "qwen-code"}
+
+// All returns the setups in menu order: each agent CLI through `lily launch`, then by its
+// variables, then the others.
 func All(p Params) []Snippet {
-	return []Snippet{
-		launched(p, "claude-code", "claude"), launched(p, "codex", "codex"),
-		launched(p, "opencode", "opencode"), launched(p, "qwen-code", "qwen"),
-		cline(p), continueDev(p), zed(p), openWebUI(p), python(p), curl(p),
+	var all []Snippet
+	for _, client := range launch.Names() {
+		all = append(all, launched(p, client), byHand(p, client))
 	}
+	return append(all, cline(p), continueDev(p), zed(p), openWebUI(p), python(p), curl(p))
 }
 
 func (p Params) context() int {
@@ -74,16 +96,36 @@ func (p Params) launchLine(client string) string {
 	return line
 }
 
-// launched is the setup of a client `lily launch` can start: that one line first, then the same
-// setup by hand, as `lily launch --print` writes it.
-func launched(p Params, id, client string) Snippet {
+// launched is the setup of a client through `lily launch`: that one line, which asks the running
+// Lily for its model, context and key needs and starts the client configured for this run only.
+func launched(p Params, client string) Snippet {
 	c, _ := launch.Lookup(client)
-	text := fmt.Sprintf(`# %s with Lily. The short way, with Lily running (it writes no file):
-%s
-#
-# Or by hand, in the shell you start %s from:
-%s`, c.Title, p.launchLine(client), client, c.Setup(p.target()).Shell())
-	return Snippet{ID: id, Title: c.Title, Text: text}
+	return Snippet{ID: launchIDs[client], Title: c.Title, Kind: Shell, Text: p.launchLine(client) + "\n",
+		Note: fmt.Sprintf("Starts %s against Lily (Lily must be running; it writes no file). Paste into Terminal.", c.Title)}
+}
+
+// byHand is the same setup written out, as `lily launch --print` prints it but without its
+// comment lines: the variables for this terminal, then the client.
+func byHand(p Params, client string) Snippet {
+	c, _ := launch.Lookup(client)
+	s := c.Setup(p.target())
+	var notes []string
+	for _, v := range s.Env {
+		if v.Why != "" && !slices.Contains(notes, v.Why) {
+			notes = append(notes, v.Why)
+		}
+	}
+	var lines []string
+	for _, l := range strings.SplitAfter(s.Shell(), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			lines = append(lines, l)
+		}
+	}
+	note := fmt.Sprintf("Sets %s's variables in this terminal, then starts it; for a context of %d tokens.", c.Title, p.context())
+	if len(notes) > 0 {
+		note += " " + strings.Join(notes, "; ") + "."
+	}
+	return Snippet{ID: launchIDs[client] + "-env", Title: c.Title + " (by its variables)", Kind: Shell, Text: strings.Join(lines, ""), Note: note}
 }
 
 func cline(p Params) Snippet {
@@ -102,7 +144,7 @@ func cline(p Params) Snippet {
 Cline cannot read the context window from an OpenAI-compatible server: set it, or Cline assumes a
 smaller one and trims the conversation early.
 `, p.BaseURL, key, p.Model, p.context())
-	return Snippet{ID: "cline", Title: "Cline / Roo Code", Text: text}
+	return Snippet{ID: "cline", Title: "Cline / Roo Code", Kind: Settings, Text: text, Note: "The values for Cline's or Roo Code's settings."}
 }
 
 func continueDev(p Params) Snippet {
@@ -119,7 +161,7 @@ func continueDev(p Params) Snippet {
 	b.WriteString("    roles: [chat, edit, apply]\n")
 	b.WriteString("    defaultCompletionOptions:\n")
 	fmt.Fprintf(&b, "      contextLength: %d\n", p.context())
-	return Snippet{ID: "continue", Title: "Continue", Text: b.String()}
+	return Snippet{ID: "continue", Title: "Continue", Kind: Settings, Text: b.String(), Note: "A model for ~/.continue/config.yaml."}
 }
 
 func zed(p Params) Snippet {
@@ -151,7 +193,7 @@ func zed(p Params) Snippet {
 		key = "// Zed reads the key of a provider named \"Lily\" from $" + p.KeyEnv + ", or asks for it in Agent Settings.\n"
 	}
 	text := "// Zed with Lily: merge into ~/.config/zed/settings.json (zed: open settings)\n" + key + string(body) + "\n"
-	return Snippet{ID: "zed", Title: "Zed", Text: text}
+	return Snippet{ID: "zed", Title: "Zed", Kind: Settings, Text: text, Note: "A provider for Zed's settings.json."}
 }
 
 // dockerHost rewrites a loopback base URL for a client inside a Docker container, which reaches
@@ -166,24 +208,19 @@ func dockerHost(u string) string {
 }
 
 func openWebUI(p Params) Snippet {
-	key, note := "lily", "# Lily needs no key, but Open WebUI wants one set: any text does.\n"
+	key, note := "lily", " Lily needs no key, but Open WebUI wants one set: any text does."
 	if p.KeyEnv != "" {
 		key, note = `"$`+p.KeyEnv+`"`, ""
 	}
-	text := fmt.Sprintf(`# Open WebUI with Lily; in its chat, pick the model %s.
-%s#
-# In Docker (the container reaches this Mac as host.docker.internal), then open http://localhost:3000
-docker run -d --name open-webui -p 3000:8080 -v open-webui:/app/backend/data \
+	text := fmt.Sprintf(`docker run -d --name open-webui -p 3000:8080 -v open-webui:/app/backend/data \
   -e OPENAI_API_BASE_URL=%s \
   -e OPENAI_API_KEY=%s \
   ghcr.io/open-webui/open-webui:main
-#
-# Or without Docker (pip install open-webui), then open http://localhost:8080
-#   OPENAI_API_BASE_URL=%s OPENAI_API_KEY=%s open-webui serve
-#
-# Already running? Admin Panel > Settings > Connections > OpenAI API: add the URL above.
-`, p.Model, note, launch.Quote(dockerHost(p.BaseURL)), key, launch.Quote(p.BaseURL), key)
-	return Snippet{ID: "open-webui", Title: "Open WebUI", Text: text}
+`, launch.Quote(dockerHost(p.BaseURL)), key)
+	return Snippet{ID: "open-webui", Title: "Open WebUI", Kind: Shell, Text: text,
+		Note: fmt.Sprintf("Runs Open WebUI in Docker (it reaches this Mac as host.docker.internal); then open http://localhost:3000 and pick the model %s.%s "+
+			"Without Docker: OPENAI_API_BASE_URL=%s OPENAI_API_KEY=%s open-webui serve. Already running? Admin Panel › Settings › Connections › OpenAI API: add %s.",
+			p.Model, note, launch.Quote(p.BaseURL), key, p.BaseURL)}
 }
 
 func python(p Params) Snippet {
@@ -204,7 +241,7 @@ response = client.chat.completions.create(
 )
 print(response.choices[0].message.content)
 `, imports, jsonStr(p.BaseURL), key, jsonStr(p.Model))
-	return Snippet{ID: "python", Title: "Python (openai)", Text: text}
+	return Snippet{ID: "python", Title: "Python (openai)", Kind: Program, Text: text, Note: "A Python program (pip install openai)."}
 }
 
 func curl(p Params) Snippet {
@@ -217,12 +254,11 @@ func curl(p Params) Snippet {
 		Messages []message `json:"messages"`
 	}{p.Model, []message{{"user", "Hello!"}}})
 	var b strings.Builder
-	b.WriteString("# curl with Lily\n")
 	fmt.Fprintf(&b, "curl %s \\\n", launch.Quote(p.BaseURL+"/chat/completions"))
 	b.WriteString("  -H 'Content-Type: application/json' \\\n")
 	if p.KeyEnv != "" {
 		fmt.Fprintf(&b, "  -H \"Authorization: Bearer $%s\" \\\n", p.KeyEnv)
 	}
 	fmt.Fprintf(&b, "  -d %s\n", launch.Quote(string(body)))
-	return Snippet{ID: "curl", Title: "curl", Text: b.String()}
+	return Snippet{ID: "curl", Title: "curl", Kind: Shell, Text: b.String(), Note: "Asks Lily one question from Terminal."}
 }

@@ -1,6 +1,7 @@
 package snippets
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/pelletier/go-toml/v2"
@@ -38,64 +40,89 @@ func byID(t *testing.T, p Params, id string) Snippet {
 // launchable are the snippets of the clients `lily launch` starts, by their command.
 var launchable = map[string]string{"claude-code": "claude", "codex": "codex", "opencode": "opencode", "qwen-code": "qwen"}
 
-// TestEverySnippetNamesURLModelAndKey: each setup names the base URL (Claude Code: the root URL),
-// the model id, and the key variable exactly when one is set.
+// TestEverySnippetNamesURLModelAndKey: each written-out setup names the base URL (Claude Code:
+// the root URL), the model id, and the key variable exactly when one is set; the `lily launch`
+// lines need none of them (lily launch asks the running server).
 func TestEverySnippetNamesURLModelAndKey(t *testing.T) {
 	for _, key := range []string{"", "LILY_API_KEY"} {
 		p := params(key)
 		all := All(p)
-		if len(all) != 10 {
+		if len(all) != 14 {
 			t.Fatalf("%d snippets", len(all))
 		}
 		for _, s := range all {
-			url := base
-			if s.ID == "claude-code" {
+			if s.Title == "" || s.ID == "" || s.Note == "" {
+				t.Errorf("untitled snippet %+v", s)
+			}
+			if _, ok := launchable[s.ID]; ok {
+				continue // TestAgentSetupsAreOneBlock
+			}
+			url, text := base, s.Text
+			if s.ID == "claude-code-env" {
 				url = "http://127.0.0.1:8000\n"
 			}
-			if !strings.Contains(s.Text, url) || !strings.Contains(s.Text, p.Model) {
+			if s.ID == "open-webui" { // the model to pick is in its note
+				text += s.Note
+			}
+			if !strings.Contains(text, url) || !strings.Contains(text, p.Model) {
 				t.Errorf("%s: lacks the URL or model:\n%s", s.ID, s.Text)
 			}
 			if got := strings.Contains(s.Text, "LILY_API_KEY"); got != (key != "") {
 				t.Errorf("%s (key %q): mentions the key variable: %v\n%s", s.ID, key, got, s.Text)
 			}
-			if s.Title == "" || s.ID == "" {
-				t.Errorf("untitled snippet %+v", s)
-			}
-			if !strings.Contains(s.Text, "131072") && s.ID != "qwen-code" && s.ID != "open-webui" && s.ID != "python" && s.ID != "curl" {
+			if !strings.Contains(s.Text, "131072") && s.ID != "qwen-code-env" && s.ID != "open-webui" && s.ID != "python" && s.ID != "curl" {
 				t.Errorf("%s: does not give the context window", s.ID)
 			}
 		}
 	}
 }
 
-// TestLaunchableSnippetsLeadWithLilyLaunch: the four agent CLIs' setups start with their
-// `lily launch` line, then give exactly what `lily launch --print` prints; none says it cannot
-// connect (the engine serves /v1/messages and /v1/responses).
-func TestLaunchableSnippetsLeadWithLilyLaunch(t *testing.T) {
+// TestAgentSetupsAreOneBlock: each agent CLI's setup is its `lily launch` line alone; the
+// written-out form is its own item with exactly `lily launch --print`'s variables and command,
+// without comment lines.
+func TestAgentSetupsAreOneBlock(t *testing.T) {
 	for _, key := range []string{"", "LILY_API_KEY"} {
 		p := params(key)
 		for id, client := range launchable {
 			s := byID(t, p, id)
-			c, _ := launch.Lookup(client)
-			lines := strings.Split(s.Text, "\n")
-			if lines[1] != "lily launch "+client || !strings.HasSuffix(s.Text, c.Setup(p.target()).Shell()) {
-				t.Errorf("%s:\n%s", id, s.Text)
+			if s.Text != "lily launch "+client+"\n" || s.Kind != Shell {
+				t.Errorf("%s: %q", id, s.Text)
 			}
-			if strings.Contains(s.Text, "not possible") || strings.Contains(s.Text, "proxy") {
-				t.Errorf("%s still says it cannot connect:\n%s", id, s.Text)
+			env := byID(t, p, id+"-env")
+			c, _ := launch.Lookup(client)
+			want := c.Setup(p.target()).Shell()
+			if strings.Contains(env.Text, "#") || strings.Contains(env.Text, "lily launch") || !strings.HasSuffix(env.Text, commandOf(want)) {
+				t.Errorf("%s-env:\n%s\nwant the variables and command of\n%s", id, env.Text, want)
+			}
+			for _, l := range strings.Split(want, "\n") {
+				if strings.HasPrefix(l, "export ") && !strings.Contains(env.Text, l+"\n") {
+					t.Errorf("%s-env lacks %q", id, l)
+				}
 			}
 		}
 	}
 	// The app's own lily, on another port: named by path, with --url.
 	p := params("")
 	p.BaseURL, p.Lily = "http://127.0.0.1:8001/v1", "/Applications/My Apps/Lily.app/Contents/MacOS/lily"
-	if got := strings.Split(byID(t, p, "codex").Text, "\n")[1]; got != "'/Applications/My Apps/Lily.app/Contents/MacOS/lily' launch codex --url http://127.0.0.1:8001" {
+	if got := byID(t, p, "codex").Text; got != "'/Applications/My Apps/Lily.app/Contents/MacOS/lily' launch codex --url http://127.0.0.1:8001\n" {
 		t.Fatal(got)
 	}
 }
 
+// commandOf is the client's command: the lines after the last export.
+func commandOf(shell string) string {
+	lines := strings.SplitAfter(shell, "\n")
+	last := 0
+	for i, l := range lines {
+		if strings.HasPrefix(l, "export ") {
+			last = i + 1
+		}
+	}
+	return strings.Join(lines[last:], "")
+}
+
 func TestClaudeCodeVariables(t *testing.T) {
-	s := byID(t, params("LILY_API_KEY"), "claude-code")
+	s := byID(t, params("LILY_API_KEY"), "claude-code-env")
 	for _, want := range []string{
 		"export ANTHROPIC_BASE_URL=http://127.0.0.1:8000",
 		`export ANTHROPIC_AUTH_TOKEN="$LILY_API_KEY"`,
@@ -181,7 +208,7 @@ type codexConfig struct {
 // codexOverrides runs the Codex snippet and reads its -c overrides as one TOML document.
 func codexOverrides(t *testing.T, p Params) codexConfig {
 	t.Helper()
-	got := runWithFakes(t, byID(t, p, "codex").Text, "LILY_API_KEY=sk-test")["codex"]
+	got := runWithFakes(t, byID(t, p, "codex-env").Text, "LILY_API_KEY=sk-test")["codex"]
 	var doc []string
 	for i := 0; i+1 < len(got.args); i += 2 {
 		if got.args[i] != "-c" {
@@ -210,12 +237,16 @@ func TestCodexOverrides(t *testing.T) {
 }
 
 // TestOpencodeAndQwenRun: run by hand, opencode gets its provider JSON (key included) and Qwen Code
-// its OpenAI variables; the short way runs lily launch.
+// its OpenAI variables; the short way runs lily launch, and only that.
 func TestOpencodeAndQwenRun(t *testing.T) {
 	p := params("LILY_API_KEY")
-	got := runWithFakes(t, byID(t, p, "opencode").Text, "LILY_API_KEY=sk test")
-	if l := got["lily"].args; !slices.Equal(l, []string{"launch", "opencode"}) {
-		t.Fatalf("lily %q", l)
+	short := runWithFakes(t, byID(t, p, "opencode").Text, "LILY_API_KEY=sk test")
+	if l := short["lily"].args; !slices.Equal(l, []string{"launch", "opencode"}) || len(short) != 1 {
+		t.Fatalf("lily %q; ran %d commands", l, len(short))
+	}
+	got := runWithFakes(t, byID(t, p, "opencode-env").Text, "LILY_API_KEY=sk test")
+	if _, ran := got["lily"]; ran {
+		t.Fatal("the written-out setup runs lily launch too")
 	}
 	var oc struct {
 		Provider map[string]struct {
@@ -233,7 +264,7 @@ func TestOpencodeAndQwenRun(t *testing.T) {
 		oc.Model != "lily/"+p.Model || !slices.Equal(oce.args, []string{"--model", "lily/" + p.Model}) {
 		t.Fatalf("%+v %q", oc, oce.args)
 	}
-	q := runWithFakes(t, byID(t, p, "qwen-code").Text, "LILY_API_KEY=sk-q")["qwen"]
+	q := runWithFakes(t, byID(t, p, "qwen-code-env").Text, "LILY_API_KEY=sk-q")["qwen"]
 	if q.env["OPENAI_BASE_URL"] != base || q.env["OPENAI_API_KEY"] != "sk-q" || q.env["OPENAI_MODEL"] != p.Model ||
 		!slices.Equal(q.args, []string{"--auth-type", "openai", "--model", p.Model}) {
 		t.Fatalf("%+v", q)
@@ -299,9 +330,9 @@ func TestZedJSON(t *testing.T) {
 }
 
 func TestOpenWebUIUsesDockerHost(t *testing.T) {
-	text := byID(t, params(""), "open-webui").Text
-	if !strings.Contains(text, "OPENAI_API_BASE_URL=http://host.docker.internal:8000/v1") || !strings.Contains(text, "OPENAI_API_BASE_URL="+base) {
-		t.Fatal(text)
+	s := byID(t, params(""), "open-webui")
+	if !strings.Contains(s.Text, "OPENAI_API_BASE_URL=http://host.docker.internal:8000/v1") || !strings.Contains(s.Note, "OPENAI_API_BASE_URL="+base) {
+		t.Fatal(s.Text, s.Note)
 	}
 	if got := dockerHost("http://10.0.0.5:8000/v1"); got != "http://10.0.0.5:8000/v1" {
 		t.Fatal(got)
@@ -314,7 +345,7 @@ func TestShellSnippetsParse(t *testing.T) {
 		t.Skip("no sh")
 	}
 	for _, key := range []string{"", "LILY_API_KEY"} {
-		for _, id := range []string{"claude-code", "codex", "opencode", "qwen-code", "open-webui", "curl"} {
+		for _, id := range []string{"claude-code", "claude-code-env", "codex", "codex-env", "opencode", "opencode-env", "qwen-code", "qwen-code-env", "open-webui", "curl"} {
 			p := params(key)
 			p.Model = `it's "odd" $HOME`
 			text := byID(t, p, id).Text
@@ -396,5 +427,118 @@ func TestUnknownContextUsesTheModels(t *testing.T) {
 	p.ContextLength = 0
 	if !strings.Contains(byID(t, p, "cline").Text, "262144") {
 		t.Fatal("no default context")
+	}
+}
+
+// pasted runs text as if pasted into an interactive shell: macOS's stock zsh with no startup
+// files (`zsh -f -i`: no interactivecomments, history expansion and globbing on) or bash, with
+// stand-ins for lily (which, like `lily launch`, runs the client named after "launch"), the
+// agent CLIs, docker and curl first on PATH. Each stand-in appends its name to a log. It returns
+// the commands run, in order, and the shell's error output; the run is bounded to 20 s.
+func pasted(t *testing.T, shell, text string, env ...string) (ran []string, stderr string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin dir") // a space in the path: the lily command is quoted
+	os.Mkdir(bin, 0o755)
+	logFile := filepath.Join(dir, "ran.log")
+	for _, name := range []string{"lily", "claude", "codex", "opencode", "qwen", "docker", "curl"} {
+		script := "#!/bin/sh\necho " + name + " >>" + launch.Quote(logFile) + "\n"
+		if name == "lily" {
+			script += "[ \"$1\" = launch ] && exec \"$2\"\nexit 2\n"
+		}
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var cmd *exec.Cmd
+	switch shell {
+	case "zsh":
+		cmd = exec.CommandContext(ctx, "zsh", "-f", "-i", "-o", "no_prompt_sp", "-o", "no_prompt_cr")
+	case "bash":
+		cmd = exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "--noediting", "-i")
+	}
+	cmd.Stdin = strings.NewReader(text)
+	cmd.Env = append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + dir, "PS1=", "PS2=", "TERM=dumb"}, env...)
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	cmd.Run() // the exit status is the last command's; what counts is what ran and what was said
+	if ctx.Err() != nil {
+		t.Fatalf("%s did not finish in time:\n%s", shell, text)
+	}
+	log, _ := os.ReadFile(logFile)
+	return strings.Fields(string(log)), interactiveNoise(shell, text, errb.String())
+}
+
+// interactiveNoise drops what an interactive bash without a terminal always writes to stderr
+// (no job control, its echo of the input, "exit"), leaving only what the commands caused.
+func interactiveNoise(shell, text, stderr string) string {
+	if shell != "bash" {
+		return strings.TrimSpace(stderr)
+	}
+	input := map[string]bool{"exit": true, "": true}
+	for _, l := range strings.Split(text, "\n") {
+		input[l] = true
+	}
+	var kept []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if input[l] || strings.Contains(l, "cannot set terminal process group") || strings.Contains(l, "no job control in this shell") {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return strings.Join(kept, "\n")
+}
+
+// TestShellSetupsRunOnceInZshAndBash (issue 24, defect 4): every shell setup, pasted into zsh
+// -f and bash with the client stubbed, starts its client exactly once (an agent's `lily launch`
+// line: lily, then the client) and the shell reports no error, with and without an API key
+// variable and with a model id full of shell syntax.
+func TestShellSetupsRunOnceInZshAndBash(t *testing.T) {
+	shells := []string{"zsh", "bash"}
+	for _, sh := range shells {
+		if _, err := exec.LookPath(sh); err != nil {
+			t.Fatalf("%s is not installed (apt-get install -y %s): the setups must be run by it", sh, sh)
+		}
+	}
+	// The shell-level faults the test exists to catch, shown to be caught.
+	for _, sh := range shells {
+		if _, stderr := pasted(t, sh, "# a comment\nclaude\n"); sh == "zsh" && !strings.Contains(stderr, "command not found: #") {
+			t.Fatalf("zsh -f -i took a comment line silently: %q", stderr)
+		}
+		if _, stderr := pasted(t, sh, "echo \"hi!!\"\n"); sh == "zsh" && stderr == "" {
+			t.Fatal("zsh -f -i: no history expansion")
+		}
+		if ran, _ := pasted(t, sh, "lily launch claude\nclaude\n"); len(ran) != 3 {
+			t.Fatalf("%s: %q", sh, ran)
+		}
+	}
+	for _, key := range []string{"", "LILY_API_KEY"} {
+		p := params(key)
+		p.Model = `it's "odd" $HOME * !!`
+		p.Lily = "LILY_PLACEHOLDER"
+		for _, s := range All(p) {
+			if s.Kind != Shell {
+				continue
+			}
+			want := map[string][]string{"open-webui": {"docker"}, "curl": {"curl"}}[s.ID]
+			if client, ok := launchable[s.ID]; ok {
+				want = []string{"lily", client}
+			} else if client, ok := launchable[strings.TrimSuffix(s.ID, "-env")]; ok {
+				want = []string{client}
+			}
+			if want == nil {
+				t.Fatalf("%s: no expectation for this shell setup", s.ID)
+			}
+			for _, sh := range shells {
+				// The lily command is the bundle's, named by path (here the stand-in's).
+				text := strings.ReplaceAll(s.Text, "LILY_PLACEHOLDER", "lily")
+				ran, stderr := pasted(t, sh, text, "LILY_API_KEY=sk-test")
+				if !slices.Equal(ran, want) || stderr != "" {
+					t.Errorf("%s in %s (key %q): ran %q, want %q; stderr %q\n%s", s.ID, sh, key, ran, want, stderr, text)
+				}
+			}
+		}
 	}
 }
