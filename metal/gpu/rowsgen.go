@@ -36,7 +36,7 @@ func (e *GPU) newRowsLoop(st *decode.Step) (*rowsLoop, error) {
 			[]plan.Range{{Buffer: st.StepBuf, Offset: 8 * int64(r), Len: 8}}, []plan.Range{{Buffer: slots, Offset: 8 * int64(r), Len: 8}})
 		d.Buffers[0] = plan.Binding{Buffer: st.StepBuf, Offset: 8 * int64(r)}
 		d.Buffers[1] = plan.Binding{Buffer: slots, Offset: 8 * int64(r)} // slot's: rebound per step
-		d.Barrier = r == 0 // after the selection wrote the step entries
+		d.Barrier = r == 0                                               // after the selection wrote the step entries
 		q.Dispatches = append(q.Dispatches, d)
 	}
 	x, err := exec.New(rowDevice{e.dev, 0, R}, q)
