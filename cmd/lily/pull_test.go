@@ -19,7 +19,13 @@ import (
 func isolate(t *testing.T, files map[string][]byte) *hubtest.Hub { return isolateAt(t, "v1", files) }
 
 func isolateAt(t *testing.T, rev string, files map[string][]byte) *hubtest.Hub {
-	fh := hubtest.New(t, "org/tiny", rev, files)
+	return isolateRepo(t, "org/tiny", rev, files)
+}
+
+// isolateRepo serves files as repo@rev from a fake Hub, points HF_* at it and the data directory
+// at a temporary one.
+func isolateRepo(t *testing.T, repo, rev string, files map[string][]byte) *hubtest.Hub {
+	fh := hubtest.New(t, repo, rev, files)
 	t.Setenv("HF_ENDPOINT", fh.URL())
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("XDG_DATA_HOME", t.TempDir())

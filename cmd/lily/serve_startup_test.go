@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adrg/xdg"
-
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub/hubtest"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
@@ -39,13 +37,7 @@ func pinnedHub(t *testing.T) *hubtest.Hub {
 			}
 		}
 	}
-	fh := hubtest.New(t, lifecycle.DefaultRepo, lifecycle.DefaultRevision, files)
-	t.Setenv("HF_ENDPOINT", fh.URL())
-	t.Setenv("HF_TOKEN", "")
-	t.Setenv("XDG_DATA_HOME", t.TempDir())
-	xdg.Reload()
-	t.Cleanup(xdg.Reload)
-	return fh
+	return isolateRepo(t, lifecycle.DefaultRepo, lifecycle.DefaultRevision, files)
 }
 
 // onMac makes serve's checks judge a made-up Mac with memGB of memory and a GPU working set of
