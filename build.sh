@@ -26,12 +26,14 @@ fi
 out=bin
 app="$out/Lily.app"
 contents="$app/Contents"
-exe=$(sed -n '/<key>CFBundleExecutable<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' resources/Info.plist.in)
+# Info.plist (beside this script) is the bundle's, as is: only the version strings below change.
+plist=Info.plist
+exe=$(sed -n '/<key>CFBundleExecutable<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' "$plist")
 # The oldest macOS the bundle promises (LSMinimumSystemVersion, 15.0). The app binary is linked
 # for it: a cgo link otherwise records the build Mac's own macOS as the minimum (26.0 on a Mac
 # running 26), and Macs on 15 could not open Lily. bundlecheck fails a binary that needs more.
-min_macos=$(sed -n '/<key>LSMinimumSystemVersion<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' resources/Info.plist.in)
-[ -n "$min_macos" ] || { echo "build.sh: resources/Info.plist.in has no LSMinimumSystemVersion" >&2; exit 1; }
+min_macos=$(sed -n '/<key>LSMinimumSystemVersion<\/key>/{n;s/.*<string>\(.*\)<\/string>.*/\1/p;}' "$plist")
+[ -n "$min_macos" ] || { echo "build.sh: $plist has no LSMinimumSystemVersion" >&2; exit 1; }
 
 # Versions from git: CFBundleShortVersionString is the last vX.Y.Z tag (0.0.0 without one),
 # CFBundleVersion the commit count (it only grows), LilyGitDescribe the full description.
@@ -48,7 +50,10 @@ echo "== engine: darwin/arm64, CGO_ENABLED=0"
 CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 go build -trimpath -o "$contents/MacOS/lily" ./cmd/lily
 
 echo "== Info.plist, icons, default settings"
-sed -e "s|@VERSION@|$short|" -e "s|@BUILD@|$build|" -e "s|@DESCRIBE@|$describe|" resources/Info.plist.in >"$contents/Info.plist"
+# version KEY VALUE: the sed expression that sets the <string> on the line after <key>KEY</key>.
+version() { printf '/<key>%s<\\/key>/{n;s|<string>.*</string>|<string>%s</string>|;}' "$1" "$2"; }
+sed -e "$(version CFBundleShortVersionString "$short")" -e "$(version CFBundleVersion "$build")" \
+  -e "$(version LilyGitDescribe "$describe")" "$plist" >"$contents/Info.plist"
 printf 'APPL????' >"$contents/PkgInfo"
 cp resources/AppIcon.icns resources/default-settings.json resources/icons/status-*.png "$contents/Resources/"
 
@@ -72,7 +77,7 @@ if [ "$(uname -s)" = Darwin ]; then
   echo "== ad-hoc signature"
   codesign --force --deep -s - "$app"
   codesign --verify --deep --strict "$app"
-  go run ./app/bundlecheck -require-app "$app"
+  go run ./app/bundlecheck -require-app -version "$short" -build "$build" "$app"
   if [ "$zip" = 1 ]; then
     rm -f "$out/Lily-$short.zip"
     ditto -c -k --keepParent "$app" "$out/Lily-$short.zip"
@@ -81,7 +86,7 @@ if [ "$(uname -s)" = Darwin ]; then
 else
   echo "== type-check app/ for darwin/arm64 with cgo (no C compiler needed)"
   go run ./tools/typecheck -goos darwin -goarch arm64 ./app/...
-  go run ./app/bundlecheck "$app"
+  go run ./app/bundlecheck -version "$short" -build "$build" "$app"
   if [ "$zip" = 1 ]; then
     echo "build.sh: --zip needs macOS (ditto, and the app binary)" >&2
   fi

@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/lilyformac/lily/app/instance"
 	"github.com/lilyformac/lily/app/logfile"
 	"github.com/lilyformac/lily/app/menu"
 	"github.com/lilyformac/lily/app/settings"
@@ -28,6 +30,7 @@ type paths struct {
 	Support  string // ~/Library/Application Support/Lily
 	Settings string // …/settings.json
 	PIDFile  string // …/engine.pid
+	Lock     string // …/app.lock: held by the running copy of the app (app/instance)
 	Logs     string // ~/Library/Logs/Lily
 	Log      string // …/lily.log (the app's and the engine's output)
 }
@@ -45,6 +48,7 @@ func appPaths(home, goos string) paths {
 	}
 	p.Settings = filepath.Join(p.Support, "settings.json")
 	p.PIDFile = filepath.Join(p.Support, "engine.pid")
+	p.Lock = filepath.Join(p.Support, "app.lock")
 	p.Log = filepath.Join(p.Logs, "lily.log")
 	return p
 }
@@ -71,6 +75,7 @@ type app struct {
 	paths     paths
 	resources string // the bundle's Resources (icons, default-settings.json)
 	log       *logfile.Writer
+	lock      *instance.Lock // held until the process exits: one copy of the app at a time
 	settings  settings.Settings
 	sup       *supervisor.Supervisor
 	ctrl      *menu.Controller
@@ -80,10 +85,16 @@ func (a *app) logf(format string, args ...any) {
 	fmt.Fprintf(a.log, "%s app: %s\n", time.Now().Format("2006-01-02 15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
-// setup reads the settings, opens the log and creates the supervisor and the menu controller.
-// onChange is called (on the supervisor's goroutine) whenever the menu should be redrawn.
+// setup takes the one-copy lock, reads the settings, opens the log and creates the supervisor and
+// the menu controller. onChange is called (on the supervisor's goroutine) whenever the menu should
+// be redrawn. Where another copy runs it returns an error wrapping instance.ErrRunning (an
+// *instance.RunningError) before touching anything that copy owns.
 func setup(env environment, platform menu.Platform, onChange func()) (*app, error) {
 	a := &app{paths: appPaths(env.Home, env.GOOS)}
+	var err error
+	if a.lock, err = instance.Acquire(a.paths.Lock); err != nil {
+		return nil, err
+	}
 	exeDir := filepath.Dir(env.Exe)
 	a.resources = filepath.Join(exeDir, "..", "Resources")
 	if dir := env.Getenv("LILY_RESOURCES"); dir != "" {
@@ -93,7 +104,6 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 	if bin := env.Getenv("LILY_ENGINE"); bin != "" {
 		engine = bin
 	}
-	var err error
 	if a.log, err = logfile.Open(a.paths.Log, logMaxBytes, logKeep); err != nil {
 		return nil, fmt.Errorf("log: %w", err)
 	}
@@ -125,7 +135,71 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 	a.ctrl.Changed = onChange
 	a.ctrl.Predict = func() (int, error) { return predictContext(engine, doctorTimeout) }
 	a.ctrl.Other = otherEngine{name: filepath.Base(engine), timeout: stopTimeout + 2*time.Second}
+	if translocated(env.Exe) {
+		a.ctrl.Translocated, a.ctrl.MoveFrom = true, downloadedApp(env.Home)
+		a.logf("macOS runs Lily from a translocated copy (%s); asking to move Lily.app to /Applications", env.Exe)
+	}
 	return a, nil
+}
+
+// translocated reports whether exe runs from an App Translocation copy: macOS runs a quarantined
+// app opened from where it was downloaded (not moved by Finder) from a random read-only mount,
+// /private/var/folders/…/AppTranslocation/<UUID>/d/Lily.app, gone once it quits, so a `lily launch`
+// path copied from the menu would break and the login item would point nowhere.
+func translocated(exe string) bool {
+	p := filepath.Clean(exe)
+	if !strings.HasPrefix(p, "/private/var/folders/") && !strings.HasPrefix(p, "/var/folders/") {
+		return false
+	}
+	return slices.Contains(strings.Split(p, string(filepath.Separator)), "AppTranslocation")
+}
+
+// downloadedApp is the best guess at the Lily.app macOS translocated: Lily.app in Downloads where
+// it is there, else the Downloads folder (macOS does not say where the original is).
+func downloadedApp(home string) string {
+	dl := filepath.Join(home, "Downloads")
+	if fi, err := os.Stat(filepath.Join(dl, "Lily.app")); err == nil && fi.IsDir() {
+		return filepath.Join(dl, "Lily.app")
+	}
+	return dl
+}
+
+// moveAlert is what the app asks at launch when it runs translocated: the alert's title and text
+// (menu.MoveNote); its buttons show the move in Finder, or leave it for later (the menu keeps
+// the item).
+func moveAlert() (title, text string) {
+	return "Move Lily to Applications", menu.MoveNote
+}
+
+// runningAlert is what a second copy says before it exits: the running copy's pid, where its
+// icon is, and how to get at it when the menu bar hides it.
+func runningAlert(err error) (title, text string) {
+	title = "Lily is already running"
+	text = "Its lily icon is in the menu bar. If you cannot see it (behind the camera notch, or hidden by a menu-bar app), open Lily again from Applications: it then shows its status."
+	var re *instance.RunningError
+	if errors.As(err, &re) && re.PID > 0 {
+		text += fmt.Sprintf(" (The running copy is process %d.)", re.PID)
+	}
+	return title, text
+}
+
+// reopenAlert is what a double-click on the running Lily shows when its menu-bar icon cannot be
+// clicked for the user (hidden behind the notch or by a menu-bar manager): the menu's status and
+// detail lines, and the base URL.
+func reopenAlert(m menu.Model, baseURL string) (title, text string) {
+	var lines []string
+	for _, it := range m.Items {
+		switch {
+		case it.ID == menu.Status:
+			title = "Lily: " + it.Tooltip
+		case it.ID == menu.Detail && !it.Hidden && it.Tooltip != "":
+			lines = append(lines, it.Tooltip)
+		}
+	}
+	lines = append(lines, "Base URL: "+baseURL,
+		"Lily's icon is in the menu bar, but hidden now (behind the camera notch, or by a menu-bar app). "+
+			"Quitting other menu-bar apps, or Command-dragging their icons to rearrange them, makes room.")
+	return title, strings.Join(lines, "\n\n")
 }
 
 // doctorTimeout bounds `lily doctor`, run once at launch to learn the context the engine will

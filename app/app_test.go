@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lilyformac/lily/app/instance"
 	"github.com/lilyformac/lily/app/menu"
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/supervisor"
@@ -26,7 +28,7 @@ import (
 func TestPaths(t *testing.T) {
 	p := appPaths("/Users/ann", "darwin")
 	if p.Settings != "/Users/ann/Library/Application Support/Lily/settings.json" || p.Log != "/Users/ann/Library/Logs/Lily/lily.log" ||
-		p.PIDFile != "/Users/ann/Library/Application Support/Lily/engine.pid" {
+		p.PIDFile != "/Users/ann/Library/Application Support/Lily/engine.pid" || p.Lock != "/Users/ann/Library/Application Support/Lily/app.lock" {
 		t.Fatalf("%+v", p)
 	}
 	if p := appPaths("/home/ann", "linux"); !strings.HasPrefix(p.Settings, "/home/ann/.config/") {
@@ -272,5 +274,122 @@ func TestAboutVersion(t *testing.T) {
 		if got := aboutVersion(tc.short, tc.describe, tc.bi); got != tc.want || strings.Contains(got, "0.0.0") {
 			t.Errorf("%q %q: %q, want %q", tc.short, tc.describe, got, tc.want)
 		}
+	}
+}
+
+// TestTranslocated (issue 24, defect 8): the App Translocation mount macOS runs a downloaded,
+// unmoved app from is told apart from every place a moved or developer-run Lily can live.
+func TestTranslocated(t *testing.T) {
+	for exe, want := range map[string]bool{
+		"/private/var/folders/7x/k2l3mn_x4f5g6h7j8k9l0m1n0000gn/T/AppTranslocation/5E1C2A9B-0D4F-4C5E-9A1B-2C3D4E5F6A7B/d/Lily.app/Contents/MacOS/LilyApp": true,
+		"/var/folders/7x/abc/T/AppTranslocation/5E1C2A9B/d/Lily.app/Contents/MacOS/LilyApp":                                                                true,
+		"/Applications/Lily.app/Contents/MacOS/LilyApp":                                                                                                    false,
+		"/Users/ann/Downloads/Lily.app/Contents/MacOS/LilyApp":                                                                                             false, // not translocated (e.g. quarantine cleared)
+		"/Users/ann/AppTranslocation/Lily.app/Contents/MacOS/LilyApp":                                                                                      false, // the name alone is not the mount
+		"/private/var/folders/7x/abc/T/go-build123/b001/exe/app":                                                                                           false, // go run
+		"/private/var/folders/7x/abc/T/NotAppTranslocation/d/Lily.app/x/y/z":                                                                               false,
+	} {
+		if got := translocated(exe); got != want {
+			t.Errorf("%s: %v, want %v", exe, got, want)
+		}
+	}
+	home := t.TempDir()
+	if got := downloadedApp(home); got != filepath.Join(home, "Downloads") {
+		t.Errorf("no Lily.app in Downloads: %q, want the folder", got)
+	}
+	os.MkdirAll(filepath.Join(home, "Downloads", "Lily.app"), 0o755)
+	if got := downloadedApp(home); got != filepath.Join(home, "Downloads", "Lily.app") {
+		t.Errorf("%q, want Downloads/Lily.app", got)
+	}
+}
+
+// TestSetupTranslocatedOffersTheMove: setup from a translocated path turns on the menu's move
+// item, which points at the Downloads folder, and the launch alert says why.
+func TestSetupTranslocatedOffersTheMove(t *testing.T) {
+	home := t.TempDir()
+	env := environment{Home: home, GOOS: "darwin", Exe: "/private/var/folders/7x/abc/T/AppTranslocation/5E1C/d/Lily.app/Contents/MacOS/LilyApp",
+		Getenv: func(k string) string {
+			if k == "LILY_RESOURCES" {
+				return filepath.Join("..", "resources")
+			}
+			return ""
+		}}
+	a, err := setup(env, nopPlatform{}, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		a.sup.Shutdown(context.Background())
+		a.log.Close()
+	}()
+	if !a.ctrl.Translocated || a.ctrl.MoveFrom != filepath.Join(home, "Downloads") {
+		t.Fatalf("translocated %v, move from %q", a.ctrl.Translocated, a.ctrl.MoveFrom)
+	}
+	for _, it := range a.ctrl.Model().Items {
+		if it.ID == menu.MoveToApplications && it.Hidden {
+			t.Fatal("the move item is hidden")
+		}
+	}
+	if title, text := moveAlert(); !strings.Contains(title, "Applications") || !strings.Contains(text, "Drag Lily into the Applications folder") {
+		t.Fatalf("%q %q", title, text)
+	}
+}
+
+// TestSecondCopyRefused (issue 24, defect 8): while one app runs, a second setup with the same
+// home fails with instance.ErrRunning naming the first's pid, and writes nothing of its own (no
+// log line); its alert says Lily is already running.
+func TestSecondCopyRefused(t *testing.T) {
+	home := t.TempDir()
+	env := environment{Home: home, GOOS: "darwin", Exe: filepath.Join(home, "Lily.app", "Contents", "MacOS", "LilyApp"),
+		Getenv: func(k string) string {
+			if k == "LILY_RESOURCES" {
+				return filepath.Join("..", "resources")
+			}
+			return ""
+		}}
+	a, err := setup(env, nopPlatform{}, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		a.sup.Shutdown(context.Background())
+		a.log.Close()
+	}()
+	logPath := appPaths(home, "darwin").Log
+	before, _ := os.ReadFile(logPath)
+	b, err := setup(env, nopPlatform{}, func() {})
+	if !errors.Is(err, instance.ErrRunning) || b != nil {
+		t.Fatalf("second copy: %v", err)
+	}
+	if after, _ := os.ReadFile(logPath); len(after) != len(before) {
+		t.Fatalf("the second copy wrote to the first's log:\n%s", after[len(before):])
+	}
+	title, text := runningAlert(err)
+	if title != "Lily is already running" || !strings.Contains(text, fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("%q %q", title, text)
+	}
+	a.lock.Release() // the first copy quits: the next one runs
+	c, err := setup(env, nopPlatform{}, func() {})
+	if err != nil {
+		t.Fatalf("after the first copy quit: %v", err)
+	}
+	c.sup.Shutdown(context.Background())
+	c.log.Close()
+}
+
+// TestReopenAlert: a double-click while the icon is hidden shows the menu's status, its detail
+// and the base URL.
+func TestReopenAlert(t *testing.T) {
+	snap := supervisor.Snapshot{State: supervisor.Failed, Problem: supervisor.CannotRun, Message: "The engine binary is missing (/x/lily).",
+		Options: supervisor.Options{Host: "127.0.0.1", Port: 8000}}
+	m := menu.Build(menu.Input{Snap: snap})
+	title, text := reopenAlert(m, snap.BaseURL())
+	if title != "Lily: The engine cannot start" || !strings.Contains(text, "The engine binary is missing (/x/lily).") ||
+		!strings.Contains(text, "Base URL: http://127.0.0.1:8000/v1") || !strings.Contains(text, "notch") {
+		t.Fatalf("%q\n%s", title, text)
+	}
+	snap = supervisor.Snapshot{State: supervisor.Stopped, Options: snap.Options}
+	if _, text := reopenAlert(menu.Build(menu.Input{Snap: snap}), snap.BaseURL()); !strings.HasPrefix(text, "Base URL:") {
+		t.Fatalf("a hidden detail line was shown:\n%s", text)
 	}
 }

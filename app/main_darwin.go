@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,6 +18,8 @@ import (
 	"github.com/progrium/darwinkit/objc"
 
 	"github.com/lilyformac/lily/app/gpulimit"
+	"github.com/lilyformac/lily/app/instance"
+	"github.com/lilyformac/lily/app/menu"
 )
 
 // AppKit must run on the main OS thread: lock it before main runs.
@@ -55,6 +58,17 @@ func main() {
 		})
 	}
 	a, err := setup(defaultEnvironment("darwin"), platform, redraw)
+	if errors.Is(err, instance.ErrRunning) {
+		// Another Lily.app runs (a second copy, or one in Downloads beside the one in Applications): say
+		// so and leave, rather than run a second menu and a second 19.4 GB engine.
+		title, text := runningAlert(err)
+		objc.WithAutoreleasePool(func() {
+			nsapp.SetActivationPolicy(appkit.ApplicationActivationPolicyAccessory)
+			nsapp.ActivateIgnoringOtherApps(true) // an accessory app must come forward to show an alert
+			showAlert(title, text, "OK")
+		})
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Lily:", err)
 		os.Exit(1)
@@ -70,6 +84,22 @@ func main() {
 		// The status item is created here, not earlier (macOS 15 asserts otherwise).
 		ui = newStatusUI(a.ctrl, a.resources)
 		a.begin()
+		if a.ctrl.Translocated {
+			// Ask once per launch; the menu keeps the item until Lily runs from elsewhere.
+			title, text := moveAlert()
+			nsapp.ActivateIgnoringOtherApps(true)
+			if showAlert(title, text, "Show in Finder", "Not Now") == appkit.AlertFirstButtonReturn {
+				a.ctrl.Click(menu.MoveToApplications)
+			}
+		}
+	})
+	// Opening Lily.app again while it runs (Finder, Spotlight, the Dock) reaches this, not a second
+	// copy: show the menu, or the status where the icon is hidden (the notch, a menu-bar manager).
+	delegate.SetApplicationShouldHandleReopenHasVisibleWindows(func(appkit.Application, bool) bool {
+		if ui != nil {
+			ui.reopen(nsapp)
+		}
+		return false // no windows for AppKit to restore
 	})
 	delegate.SetApplicationShouldTerminate(func(sender appkit.Application) appkit.ApplicationTerminateReply {
 		// Quit, logout or SIGTERM: stop the engine first (SIGTERM, SIGKILL after stopTimeout),
@@ -102,4 +132,16 @@ func main() {
 	}()
 
 	nsapp.Run()
+}
+
+// showAlert runs a modal alert with the given buttons (the first is the default) and returns the
+// button pressed: appkit.AlertFirstButtonReturn, then +1 for each next one.
+func showAlert(title, text string, buttons ...string) appkit.ModalResponse {
+	alert := appkit.NewAlert()
+	alert.SetMessageText(title)
+	alert.SetInformativeText(text)
+	for _, b := range buttons {
+		alert.AddButtonWithTitle(b)
+	}
+	return alert.RunModal()
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lilyformac/lily/app/instance"
 	"github.com/lilyformac/lily/app/menu"
 )
 
@@ -39,6 +41,11 @@ func main() {
 	}
 	var err error
 	a, err = setup(defaultEnvironment(runtime.GOOS), consolePlatform{}, changed)
+	if errors.Is(err, instance.ErrRunning) {
+		title, text := runningAlert(err)
+		fmt.Fprintf(os.Stderr, "Lily: %s. %s\n", title, text)
+		os.Exit(1)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Lily:", err)
 		os.Exit(1)

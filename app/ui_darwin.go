@@ -76,9 +76,14 @@ func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
 			mi.SetSubmenu(*u.sub)
 		}
 	}
-	// Redraw as the menu opens, so expired notices and the latest numbers show.
+	// Redraw as the menu opens, so expired notices and the latest numbers show; while it is open
+	// the supervisor reads /status often (and once at once), when closed and Ready seldom.
 	u.delegate = &appkit.MenuDelegate{}
-	u.delegate.SetMenuWillOpen(func(appkit.Menu) { u.render() })
+	u.delegate.SetMenuWillOpen(func(appkit.Menu) {
+		ctrl.MenuOpen(true)
+		u.render()
+	})
+	u.delegate.SetMenuDidClose(func(appkit.Menu) { ctrl.MenuOpen(false) })
 	u.menu.SetDelegate(u.delegate)
 	u.item.SetMenu(*u.menu)
 	u.render()
@@ -148,4 +153,19 @@ func applyItem(mi *appkit.MenuItem, it menu.Item) {
 		state = appkit.ControlStateValueOn
 	}
 	mi.SetState(state)
+}
+
+// reopen answers a second launch of Lily.app: it opens the status item's menu where the icon can
+// be seen, and otherwise (hidden behind the notch or by a menu-bar manager, where a click would
+// open nothing) shows the menu's status in an alert.
+func (u *statusUI) reopen(nsapp appkit.Application) {
+	button := u.item.Button()
+	w := button.Window()
+	if u.item.IsVisible() && !w.IsNil() && w.OcclusionState()&appkit.WindowOcclusionStateVisible != 0 {
+		button.PerformClick(nil)
+		return
+	}
+	title, text := reopenAlert(u.ctrl.Model(), u.ctrl.Engine.Snapshot().BaseURL())
+	nsapp.ActivateIgnoringOtherApps(true)
+	showAlert(title, text, "OK")
 }

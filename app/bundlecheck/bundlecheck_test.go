@@ -4,34 +4,79 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// template is the repository's Info.plist with the versions stamped as build.sh does (its sed
+// expression, run here), so the test also fails if build.sh stops finding the keys.
 func template(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "resources", "Info.plist.in"))
+	return stamp(t, "1.2.3", "42", "v1.2.3-0-gabc")
+}
+
+// stamp runs build.sh's version function through sed on ../../Info.plist.
+func stamp(t *testing.T, short, build, describe string) []byte {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join("..", "..", "build.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := strings.NewReplacer("@VERSION@", "1.2.3", "@BUILD@", "42", "@DESCRIBE@", "v1.2.3-0-gabc")
-	return []byte(r.Replace(string(data)))
+	var fn string
+	for _, line := range strings.Split(string(script), "\n") {
+		if strings.HasPrefix(line, "version() {") {
+			fn = line
+		}
+	}
+	if fn == "" {
+		t.Fatal("build.sh has no version() function")
+	}
+	sh := fn + `
+sed -e "$(version CFBundleShortVersionString "$1")" -e "$(version CFBundleVersion "$2")" -e "$(version LilyGitDescribe "$3")" ../../Info.plist`
+	out, err := exec.Command("bash", "-c", sh, "stamp", short, build, describe).Output()
+	if err != nil {
+		t.Fatalf("stamping Info.plist: %v", err)
+	}
+	return out
 }
 
-func TestInfoPlistTemplate(t *testing.T) {
+// TestInfoPlist: the repository's Info.plist is the bundle's as it stands (valid, version 0.0.0
+// until build.sh stamps it), and build.sh's stamp changes the three version strings only.
+func TestInfoPlist(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "Info.plist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := ParsePlist(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain["CFBundleShortVersionString"] != "0.0.0" || plain["CFBundleVersion"] != "0" {
+		t.Errorf("unstamped versions %v %v, want 0.0.0 and 0", plain["CFBundleShortVersionString"], plain["CFBundleVersion"])
+	}
 	info, err := ParsePlist(template(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]any{
 		"LSUIElement": true, "LSMinimumSystemVersion": "15.0", "CFBundleIdentifier": "com.lilyformac.lily",
-		"CFBundleExecutable": "LilyApp", "CFBundleShortVersionString": "1.2.3", "CFBundleVersion": "42",
+		"CFBundleExecutable": "LilyApp", "CFBundleShortVersionString": "1.2.3", "CFBundleVersion": "42", "LilyGitDescribe": "v1.2.3-0-gabc",
 		"CFBundlePackageType": "APPL", "CFBundleIconFile": "AppIcon", "NSSupportsSuddenTermination": false,
 	} {
 		if info[key] != want {
 			t.Errorf("%s = %#v, want %#v", key, info[key], want)
 		}
+	}
+	changed := 0
+	for key, v := range plain {
+		if info[key] != v {
+			changed++
+		}
+	}
+	if changed != 3 || len(info) != len(plain) {
+		t.Errorf("stamping changed %d of %d keys (%d after), want the 3 version strings", changed, len(plain), len(info))
 	}
 }
 
@@ -151,6 +196,15 @@ func TestCheckBundle(t *testing.T) {
 	report, err := Check(app, false)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, strings.Join(report, "\n"))
+	}
+	if err := CheckStamp(app, "1.2.3", "42"); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckStamp(app, "1.2.4", ""); err == nil || !strings.Contains(err.Error(), `CFBundleShortVersionString = "1.2.3", but build.sh stamped "1.2.4"`) {
+		t.Fatalf("a wrong version passed: %v", err)
+	}
+	if err := CheckStamp(app, "", "43"); err == nil || !strings.Contains(err.Error(), "CFBundleVersion") {
+		t.Fatalf("a wrong build number passed: %v", err)
 	}
 	if _, err := Check(app, true); err == nil || !strings.Contains(err.Error(), "MacOS/LilyApp is missing") {
 		t.Fatalf("app binary not required: %v", err)

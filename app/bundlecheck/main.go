@@ -1,9 +1,10 @@
 // Command bundlecheck checks an assembled Lily.app: Info.plist's keys, the bundled engine (and,
 // with -require-app, the app binary) as signed darwin/arm64 Mach-O executables that need no
-// later macOS than Info.plist's LSMinimumSystemVersion, and the resources the app loads.
-// build.sh runs it on Linux and on macOS.
+// later macOS than Info.plist's LSMinimumSystemVersion, and the resources the app loads; with
+// -version and -build, that build.sh stamped those versions into it. build.sh runs it on Linux
+// and on macOS.
 //
-//	go run ./app/bundlecheck [-require-app] bin/Lily.app
+//	go run ./app/bundlecheck [-require-app] [-version 1.2.3 -build 42] bin/Lily.app
 package main
 
 import (
@@ -16,12 +17,17 @@ import (
 
 func main() {
 	requireApp := flag.Bool("require-app", false, "the app binary (CFBundleExecutable) must be present (macOS builds)")
+	version := flag.String("version", "", "CFBundleShortVersionString must be this (build.sh's)")
+	build := flag.String("build", "", "CFBundleVersion must be this (build.sh's)")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: bundlecheck [-require-app] Lily.app")
+		fmt.Fprintln(os.Stderr, "usage: bundlecheck [-require-app] [-version V -build N] Lily.app")
 		os.Exit(2)
 	}
 	report, err := Check(flag.Arg(0), *requireApp)
+	if err == nil {
+		err = CheckStamp(flag.Arg(0), *version, *build)
+	}
 	for _, line := range report {
 		fmt.Println(line)
 	}
@@ -132,6 +138,26 @@ func Check(dir string, requireApp bool) ([]string, error) {
 		return report, fmt.Errorf("%d problem(s):\n  %s", len(problems), strings.Join(problems, "\n  "))
 	}
 	return report, nil
+}
+
+// CheckStamp checks that the bundle's Info.plist carries the versions build.sh filled into the
+// repository's Info.plist (empty: not checked), so a key renamed there cannot leave a release
+// saying 0.0.0.
+func CheckStamp(dir, short, build string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "Contents", "Info.plist"))
+	if err != nil {
+		return err
+	}
+	info, err := ParsePlist(data)
+	if err != nil {
+		return fmt.Errorf("Info.plist: %w", err)
+	}
+	for key, want := range map[string]string{"CFBundleShortVersionString": short, "CFBundleVersion": build} {
+		if got, _ := info[key].(string); want != "" && got != want {
+			return fmt.Errorf("Info.plist: %s = %q, but build.sh stamped %q", key, got, want)
+		}
+	}
+	return nil
 }
 
 func dottedNumbers(s string, max int) bool {

@@ -35,6 +35,7 @@ type Engine interface {
 	Retry()
 	Restart()
 	SetOptions(supervisor.Options)
+	SetMenuOpen(open bool) // the menu shows live numbers: poll fast while it is open
 	Snapshot() supervisor.Snapshot
 	Shutdown(ctx context.Context) error
 }
@@ -58,6 +59,12 @@ type Controller struct {
 	Predict func() (int, error)
 	// Other stops another Lily engine that holds the port (nil: not offered).
 	Other OtherEngine
+	// Translocated: macOS runs Lily from a translocated copy (menu.Input.Translocated); the menu
+	// then offers to show MoveFrom (the downloaded Lily.app, or the folder it is likely in) and
+	// the Applications folder in Finder. Moving it is left to the user: the app cannot know for
+	// sure where the original is, nor replace itself while it runs.
+	Translocated bool
+	MoveFrom     string
 
 	mu        sync.Mutex
 	settings  settings.Settings
@@ -139,7 +146,7 @@ func (c *Controller) Model() Model {
 	c.mu.Unlock()
 	s := c.Engine.Snapshot()
 	in := Input{Snap: s, Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting, Raising: raising,
-		Context: c.context(s), Settings: c.SettingsPath, StoppingOther: stopping}
+		Context: c.context(s), Settings: c.SettingsPath, StoppingOther: stopping, Translocated: c.Translocated}
 	if o, ok := c.raiseOffer(s); ok {
 		in.Raise = &o
 	}
@@ -263,6 +270,8 @@ func (c *Controller) Click(id ID) {
 			c.Platform.Copy(text)
 			c.note("Copied the error details")
 		}
+	case MoveToApplications:
+		c.showMove()
 	case CopyURL:
 		c.Platform.Copy(s.BaseURL())
 		c.note("Copied %s", s.BaseURL())
@@ -294,6 +303,36 @@ func (c *Controller) Click(id ID) {
 		c.changed()
 		c.Platform.Terminate()
 	}
+}
+
+// MenuOpen tells the engine's poller that the menu opened or closed.
+func (c *Controller) MenuOpen(open bool) { c.Engine.SetMenuOpen(open) }
+
+// ApplicationsDir is where Lily.app belongs.
+const ApplicationsDir = "/Applications"
+
+// showMove reveals the downloaded Lily.app (or opens its folder) and opens Applications, for the
+// user to drag it across.
+func (c *Controller) showMove() {
+	if !c.Translocated {
+		return
+	}
+	var err error
+	if c.MoveFrom != "" {
+		if filepath.Ext(c.MoveFrom) == ".app" {
+			err = c.Platform.Reveal(c.MoveFrom)
+		} else {
+			err = c.Platform.Open(c.MoveFrom)
+		}
+	}
+	if err == nil {
+		err = c.Platform.Open(ApplicationsDir)
+	}
+	if err != nil {
+		c.note("Cannot open Finder: %v", err)
+		return
+	}
+	c.note("Drag Lily into Applications, quit Lily, and open it from there")
 }
 
 // ClickSnippet copies the i-th "Use with…" setup.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -234,6 +235,9 @@ func (f *fakeEngine) Restart() { f.calls = append(f.calls, "restart") }
 func (f *fakeEngine) SetOptions(o supervisor.Options) {
 	f.opts = o
 	f.calls = append(f.calls, "options")
+}
+func (f *fakeEngine) SetMenuOpen(open bool) {
+	f.calls = append(f.calls, fmt.Sprintf("menu-open=%v", open))
 }
 func (f *fakeEngine) Snapshot() supervisor.Snapshot { return f.snap }
 func (f *fakeEngine) Shutdown(context.Context) error {
@@ -802,5 +806,35 @@ func TestSettingsFileAndTexts(t *testing.T) {
 	}
 	if len(descs) != int(supervisor.Failed)+1 {
 		t.Errorf("states share descriptions: %v", descs)
+	}
+}
+
+// TestMoveToApplications (issue 24, defect 8): only a translocated Lily offers the move; the item
+// shows the downloaded Lily.app and the Applications folder in Finder and says what to do next.
+func TestMoveToApplications(t *testing.T) {
+	c, e, p, _ := newTestController(t)
+	if mv := item(c.Model(), MoveToApplications); !mv.Hidden {
+		t.Fatalf("offered outside translocation: %+v", mv)
+	}
+	c.Click(MoveToApplications)
+	if p.revealed != "" || p.opened != "" {
+		t.Fatalf("not translocated, yet Finder showed %q %q", p.revealed, p.opened)
+	}
+	c.Translocated, c.MoveFrom = true, "/Users/ann/Downloads/Lily.app"
+	mv := item(c.Model(), MoveToApplications)
+	if mv.Hidden || !mv.Enabled || !strings.Contains(mv.Tooltip, "Applications") {
+		t.Fatalf("%+v", mv)
+	}
+	c.Click(MoveToApplications)
+	if p.revealed != "/Users/ann/Downloads/Lily.app" || p.opened != ApplicationsDir {
+		t.Fatalf("revealed %q, opened %q", p.revealed, p.opened)
+	}
+	if d := item(c.Model(), Detail).Title; !strings.Contains(d, "Drag Lily into Applications") {
+		t.Fatalf("detail %q", d)
+	}
+	c.MenuOpen(true)
+	c.MenuOpen(false)
+	if got := e.took(); got != "menu-open=true,menu-open=false" {
+		t.Fatalf("the engine was told %q", got)
 	}
 }

@@ -39,20 +39,21 @@ func (i Icon) Description() string {
 type ID int
 
 const (
-	Status        ID = iota // the state in words (disabled)
-	Detail                  // a second line: file, error, notice (disabled, hidden when empty)
-	Toggle                  // Start Lily / Stop Lily
-	Fix                     // what resolves the current problem: Retry, Use Port N, Use the Running Lily, Try Again, Restart Now
-	StopOther               // another Lily serves the port: stop it and start this one
-	CopyError               // copies the whole error (Detail shows only its start)
-	CopyURL                 // copies the base URL
-	UseWith                 // the "Use with…" submenu (Model.Snippets)
-	OpenLogs                // opens ~/Library/Logs/Lily/lily.log
-	ShowSettings            // reveals settings.json in Finder
-	LaunchAtLogin           // checkmark; SMAppService
-	About                   // the standard About panel
-	Quit                    // stops the engine, then quits
-	Separator               // a separator line (no action)
+	Status             ID = iota // the state in words (disabled)
+	Detail                       // a second line: file, error, notice (disabled, hidden when empty)
+	Toggle                       // Start Lily / Stop Lily
+	Fix                          // what resolves the current problem: Retry, Use Port N, Use the Running Lily, Try Again, Restart Now
+	StopOther                    // another Lily serves the port: stop it and start this one
+	CopyError                    // copies the whole error (Detail shows only its start)
+	MoveToApplications           // shown when macOS runs Lily from a translocated copy: shows where to move it
+	CopyURL                      // copies the base URL
+	UseWith                      // the "Use with…" submenu (Model.Snippets)
+	OpenLogs                     // opens ~/Library/Logs/Lily/lily.log
+	ShowSettings                 // reveals settings.json in Finder
+	LaunchAtLogin                // checkmark; SMAppService
+	About                        // the standard About panel
+	Quit                         // stops the engine, then quits
+	Separator                    // a separator line (no action)
 )
 
 // LoginState is the login item's state as SMAppService reports it.
@@ -104,6 +105,10 @@ type Input struct {
 	Settings string
 	// StoppingOther while the other Lily on the port is being stopped.
 	StoppingOther bool
+	// Translocated when macOS runs Lily.app from a temporary read-only copy (App Translocation:
+	// opened from Downloads without being moved), whose path the setups' `lily launch` lines
+	// would name and which disappears when Lily quits.
+	Translocated bool
 }
 
 // DefaultModelID is the id `lily serve` reports for its default checkpoint
@@ -400,6 +405,8 @@ func Build(in Input) Model {
 	}
 	errText := ErrorText(s)
 	copyErr := Item{ID: CopyError, Title: "Copy Error Details", Tooltip: "Copies the whole error, with the fix it names", Enabled: errText != "", Hidden: errText == ""}
+	move := Item{ID: MoveToApplications, Title: "Move Lily to Applications…", Enabled: !in.Quitting, Hidden: !in.Translocated,
+		Tooltip: MoveNote}
 	showSettings := Item{ID: ShowSettings, Title: "Show Settings File", Enabled: in.Settings != "", Hidden: in.Settings == "",
 		Tooltip: SettingsNote(in.Settings)}
 
@@ -411,6 +418,7 @@ func Build(in Input) Model {
 		fix,
 		stopOther,
 		copyErr,
+		move,
 		{ID: Separator},
 		{ID: CopyURL, Title: "Copy Base URL", Tooltip: s.BaseURL(), Enabled: true, Key: "c"},
 		{ID: UseWith, Title: "Use with…", Enabled: true},
@@ -427,6 +435,11 @@ func Build(in Input) Model {
 	}
 	return m
 }
+
+// MoveNote says why Lily asks to be moved, and how.
+const MoveNote = "macOS runs Lily from a temporary read-only copy because it was opened where it was downloaded; " +
+	"the setups' lily command and Launch at Login need it in Applications. " +
+	"Drag Lily into the Applications folder, quit Lily, and open it from there."
 
 // SettingsNote says where settings.json is and when it applies.
 func SettingsNote(path string) string {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,7 +30,9 @@ import (
 //	FAKE_REFUSE_RETRY=1    answer POST /status/retry with 409 and an error message
 //	FAKE_BAD_OPTIONS=msg   exit 1 at once with "lily: msg", as lily serve does for bad flags
 //
-// POST /fake/crash makes it exit at once (status 3); LILY_API_KEY guards /status as in lily.
+// With --exit-with-parent it behaves as lily serve: it refuses a stdin that is not a pipe and shuts
+// down when stdin reaches end of file. POST /fake/crash makes it exit at once (status 3); GET
+// /fake/polls counts the /status requests so far; LILY_API_KEY guards /status as in lily.
 func fakeEngineMain() {
 	args := os.Args[1:]
 	if len(args) == 0 || args[0] != "serve" {
@@ -39,12 +43,24 @@ func fakeEngineMain() {
 	host := fs.String("host", "127.0.0.1", "")
 	port := fs.Int("port", 8000, "")
 	model := fs.String("model", "", "")
+	exitWithParent := fs.Bool("exit-with-parent", false, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		os.Exit(2)
 	}
 	if msg := os.Getenv("FAKE_BAD_OPTIONS"); msg != "" {
 		fmt.Fprintln(os.Stderr, "lily:", msg)
 		os.Exit(1)
+	}
+	parentGone := make(chan struct{})
+	if *exitWithParent {
+		if fi, err := os.Stdin.Stat(); err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+			fmt.Fprintln(os.Stderr, "lily: --exit-with-parent needs standard input to be a pipe")
+			os.Exit(1)
+		}
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			close(parentGone)
+		}()
 	}
 	step := envDuration("FAKE_STEP", 20*time.Millisecond)
 	ignoreTerm := os.Getenv("FAKE_IGNORE_TERM") == "1"
@@ -71,12 +87,15 @@ func fakeEngineMain() {
 		e.failTimes = 1
 	}
 	hang := os.Getenv("FAKE_HANG") == "1"
+	var polls atomic.Int64
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /fake/polls", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, polls.Load()) })
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { // as lily serve answers before it is ready
 		w.WriteHeader(http.StatusServiceUnavailable)
 		json.NewEncoder(w).Encode(map[string]any{"status": "loading", "error": map[string]string{"message": "the model is not ready yet"}})
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		polls.Add(1)
 		if hang {
 			<-r.Context().Done()
 			return
@@ -123,7 +142,11 @@ func fakeEngineMain() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-parentGone:
+		fmt.Fprintln(os.Stderr, "lily: the program that started serve has ended")
+	}
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)

@@ -3,6 +3,11 @@
 // restarts it with exponential backoff after a crash, and explains port clashes. It is portable Go
 // with no AppKit in it; the app only renders its Snapshots.
 //
+// The engine runs with --exit-with-parent and a pipe as its standard input whose write end only
+// this process holds: if the app dies, crash or SIGKILL included, the engine reads end-of-file and
+// shuts down, instead of keeping the model's ~20 GB until the app's next launch (the pid file
+// covers an engine from an older app that ran without it).
+//
 // States and transitions (everything runs on one goroutine, in order):
 //
 //	Stopped ──Start──▶ Starting ──/status answers──▶ Loading ──phase ready──▶ Ready
@@ -69,8 +74,9 @@ const (
 	CannotRun         // the engine binary is missing, or the options are invalid
 )
 
-// Options say what to run: `lily serve --host Host --port Port [--model ModelDir]`, with the API
-// key passed in the environment ($LILY_API_KEY), never on the command line.
+// Options say what to run: `lily serve --host Host --port Port [--model ModelDir]
+// --exit-with-parent`, with the API key passed in the environment ($LILY_API_KEY), never on the
+// command line.
 type Options struct {
 	Host     string
 	Port     int
@@ -84,7 +90,7 @@ func (o Options) Args() []string {
 	if o.ModelDir != "" {
 		args = append(args, "--model", o.ModelDir)
 	}
-	return args
+	return append(args, "--exit-with-parent") // the stdin pipe launch gives it
 }
 
 // clientHost is the address a client on this Mac uses: a wildcard bind is reached on loopback.
@@ -133,7 +139,8 @@ type Config struct {
 	Log     io.Writer
 	PIDFile string // remembers the engine's pid, so an engine orphaned by an app crash is stopped
 
-	PollInterval time.Duration // how often /status is read (500ms)
+	PollInterval time.Duration // how often /status is read while it starts, or the menu is open (500ms)
+	IdlePoll     time.Duration // how often while Ready and the menu is closed (5s): the answer rarely changes then
 	StopTimeout  time.Duration // SIGTERM → SIGKILL (10s)
 	BackoffMin   time.Duration // first restart delay, doubled per consecutive crash (1s)
 	BackoffMax   time.Duration // the delay's ceiling (1m)
@@ -153,6 +160,7 @@ func (c *Config) defaults() {
 		}
 	}
 	def(&c.PollInterval, 500*time.Millisecond)
+	def(&c.IdlePoll, 5*time.Second)
 	def(&c.StopTimeout, 10*time.Second)
 	def(&c.BackoffMin, time.Second)
 	def(&c.BackoffMax, time.Minute)
@@ -180,8 +188,10 @@ type Supervisor struct {
 	do   chan func()
 	done chan struct{}
 
-	mu   sync.Mutex
-	snap Snapshot // the last published state, for Snapshot()
+	mu       sync.Mutex
+	snap     Snapshot // the last published state, for Snapshot()
+	menuOpen bool     // SetMenuOpen: poll at PollInterval even when Ready
+	wake     chan struct{}
 
 	// Owned by the loop goroutine.
 	st           Snapshot
@@ -197,6 +207,7 @@ type Supervisor struct {
 // process is one run of the engine.
 type process struct {
 	cmd        *exec.Cmd
+	parent     io.Closer // the engine's stdin pipe: held open while it runs (closed by Wait)
 	out        *output
 	started    time.Time
 	cancelPoll context.CancelFunc
@@ -212,7 +223,7 @@ type process struct {
 // New starts a supervisor (its engine stays stopped until Start).
 func New(cfg Config) *Supervisor {
 	cfg.defaults()
-	s := &Supervisor{cfg: cfg, do: make(chan func(), 64), done: make(chan struct{})}
+	s := &Supervisor{cfg: cfg, do: make(chan func(), 64), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.st = Snapshot{State: Stopped, Options: cfg.Options}
 	s.snap = s.st
 	go s.loop()
@@ -425,12 +436,20 @@ func (s *Supervisor) launch() {
 	out := newOutput(s.cfg.Log, "engine")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding the pipes must not hang Wait
+	// --exit-with-parent: the engine ends when this pipe's write end closes, which the kernel
+	// does when this process ends, however it ends; nothing is written to it. process.parent
+	// keeps the writer reachable while the engine runs: an *os.File's finalizer would close it.
+	parent, err := cmd.StdinPipe()
+	if err != nil {
+		s.fail(CannotRun, fmt.Sprintf("Cannot start the engine: %v.", err))
+		return
+	}
 	if err := cmd.Start(); err != nil {
 		s.fail(CannotRun, fmt.Sprintf("Cannot start the engine: %v.", err))
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &process{cmd: cmd, out: out, started: s.cfg.Now(), cancelPoll: cancel}
+	p := &process{cmd: cmd, parent: parent, out: out, started: s.cfg.Now(), cancelPoll: cancel}
 	s.cur = p
 	s.st.State, s.st.PID = Starting, cmd.Process.Pid
 	s.writePIDFile(cmd.Process.Pid)
@@ -612,11 +631,41 @@ func (s *Supervisor) pollTimeout() time.Duration {
 	return min(max(4*s.cfg.PollInterval, 250*time.Millisecond), 5*time.Second)
 }
 
-// poll reads /status every PollInterval until ctx ends.
+// SetMenuOpen says whether the menu is open: while it is, /status is read every PollInterval
+// even when the engine is Ready (the menu shows its numbers), and opening it reads it at once.
+func (s *Supervisor) SetMenuOpen(open bool) {
+	s.mu.Lock()
+	s.menuOpen = open
+	s.mu.Unlock()
+	if open {
+		select {
+		case s.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+}
+
+// PollEvery is how long the poller waits before the next /status read: fast while the engine
+// starts, loads, fails or stops (the menu follows its progress) or while the menu is open; idle
+// once it is Ready and nobody looks, so a Mac that serves all day is not woken twice a second.
+func PollEvery(st State, menuOpen bool, fast, idle time.Duration) time.Duration {
+	if st == Ready && !menuOpen {
+		return max(idle, fast)
+	}
+	return fast
+}
+
+func (s *Supervisor) nextPoll() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return PollEvery(s.snap.State, s.menuOpen, s.cfg.PollInterval, s.cfg.IdlePoll)
+}
+
+// poll reads /status every nextPoll until ctx ends, and at once when the menu opens.
 func (s *Supervisor) poll(ctx context.Context, p *process, o Options) {
 	client := &http.Client{Timeout: s.pollTimeout(), Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	t := time.NewTicker(s.cfg.PollInterval)
+	t := time.NewTimer(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		st, err := fetchStatus(ctx, client, o)
@@ -626,10 +675,12 @@ func (s *Supervisor) poll(ctx context.Context, p *process, o Options) {
 		if !s.post(func() { s.onStatus(p, st, err) }) {
 			return
 		}
+		t.Reset(s.nextPoll())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.wake:
 		}
 	}
 }

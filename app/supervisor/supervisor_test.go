@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		fakeEngineMain()
 		return
 	}
+	if os.Getenv("LILY_FAKE_APP") != "" {
+		fakeAppMain()
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -516,10 +520,10 @@ func TestOptionsURLsAndArgs(t *testing.T) {
 		base string
 		args string
 	}{
-		{Options{Host: "127.0.0.1", Port: 8000}, "http://127.0.0.1:8000/v1", "serve --host 127.0.0.1 --port 8000"},
-		{Options{Host: "0.0.0.0", Port: 9000, ModelDir: "/m"}, "http://127.0.0.1:9000/v1", "serve --host 0.0.0.0 --port 9000 --model /m"},
-		{Options{Host: "::1", Port: 8000}, "http://[::1]:8000/v1", "serve --host ::1 --port 8000"},
-		{Options{Host: "localhost", Port: 1234, APIKey: "secret"}, "http://localhost:1234/v1", "serve --host localhost --port 1234"},
+		{Options{Host: "127.0.0.1", Port: 8000}, "http://127.0.0.1:8000/v1", "serve --host 127.0.0.1 --port 8000 --exit-with-parent"},
+		{Options{Host: "0.0.0.0", Port: 9000, ModelDir: "/m"}, "http://127.0.0.1:9000/v1", "serve --host 0.0.0.0 --port 9000 --model /m --exit-with-parent"},
+		{Options{Host: "::1", Port: 8000}, "http://[::1]:8000/v1", "serve --host ::1 --port 8000 --exit-with-parent"},
+		{Options{Host: "localhost", Port: 1234, APIKey: "secret"}, "http://localhost:1234/v1", "serve --host localhost --port 1234 --exit-with-parent"},
 	} {
 		if got := tc.o.BaseURL(); got != tc.base {
 			t.Errorf("%+v: base %q, want %q", tc.o, got, tc.base)

@@ -43,7 +43,7 @@ type serveOptions struct {
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
 	maxOutput, prefillChunk, ollamaPort, parallel             int
 	diskCacheGB                                               float64
-	demo, insecure                                            bool
+	demo, insecure, exitWithParent                            bool
 	timeout, stallTimeout                                     time.Duration
 }
 
@@ -88,6 +88,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")
 	f.IntVar(&o.emuMemoryMB, "emu-gpu-memory-mb", 0, "with --backend emu: the GPU working set to size the KV cache in, as Metal's recommendedMaxWorkingSetSize (0: no limit)")
+	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, exitWithParentHelp)
 	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
 	return cmd
 }
@@ -161,6 +162,12 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	startup := &lifecycle.Runner{State: state}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.exitWithParent {
+		if err := checkParentPipe(os.Stdin); err != nil {
+			return err
+		}
+		ctx = withParent(ctx, os.Stdin, stderr)
+	}
 	srv := server.New(server.Config{
 		APIKey: o.apiKey, CORSOrigins: splitList(o.cors), AllowedHosts: splitList(o.allowedHosts), BindHost: o.host,
 		MaxBodyBytes: int64(o.maxBodyMB) << 20, QueueLimit: o.queue, MaxOutputTokens: o.maxOutput, RequestTimeout: o.timeout, StallTimeout: o.stallTimeout,
