@@ -23,6 +23,7 @@ import (
 	"github.com/lilyformac/lily/app/menu"
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/supervisor"
+	"github.com/lilyformac/lily/engine/lifecycle"
 )
 
 // paths are where the app keeps its files.
@@ -135,6 +136,10 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 	a.ctrl.Changed = onChange
 	a.ctrl.Predict = func() (int, error) { return predictContext(engine, doctorTimeout) }
 	a.ctrl.Other = otherEngine{name: filepath.Base(engine), timeout: stopTimeout + 2*time.Second}
+	// The engine, started with this environment, pulls into the same default directory.
+	a.ctrl.Pending = func() lifecycle.Download {
+		return lifecycle.PendingDownload(lifecycle.ModelDir(lifecycle.DefaultRepo))
+	}
 	if translocated(env.Exe) {
 		a.ctrl.Translocated, a.ctrl.MoveFrom = true, downloadedApp(env.Home)
 		a.logf("macOS runs Lily from a translocated copy (%s); asking to move Lily.app to /Applications", env.Exe)
@@ -306,12 +311,12 @@ func aboutVersion(short, describe string, bi *debug.BuildInfo) string {
 }
 
 // begin runs once the UI exists: it records the real login-item state and starts the engine
-// if the settings say so.
+// if the settings say so (asking first when that would download the model: Controller.Start).
 func (a *app) begin() {
 	a.ctrl.SyncLogin()
 	a.ctrl.PredictContext()
 	if a.settings.StartOnLaunch {
-		a.sup.Start()
+		a.ctrl.Start()
 	}
 }
 

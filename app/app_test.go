@@ -23,6 +23,7 @@ import (
 	"github.com/lilyformac/lily/app/menu"
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/supervisor"
+	"github.com/lilyformac/lily/engine/lifecycle"
 )
 
 func TestPaths(t *testing.T) {
@@ -38,14 +39,15 @@ func TestPaths(t *testing.T) {
 
 type nopPlatform struct{}
 
-func (nopPlatform) Copy(string)                {}
-func (nopPlatform) Open(string) error          { return nil }
-func (nopPlatform) Reveal(string) error        { return nil }
-func (nopPlatform) LoginItem() menu.LoginState { return menu.LoginOff }
-func (nopPlatform) SetLoginItem(bool) error    { return nil }
-func (nopPlatform) OpenLoginItemsSettings()    {}
-func (nopPlatform) About()                     {}
-func (nopPlatform) Terminate()                 {}
+func (nopPlatform) Copy(string)                                 {}
+func (nopPlatform) Open(string) error                           { return nil }
+func (nopPlatform) Reveal(string) error                         { return nil }
+func (nopPlatform) LoginItem() menu.LoginState                  { return menu.LoginOff }
+func (nopPlatform) SetLoginItem(bool) error                     { return nil }
+func (nopPlatform) OpenLoginItemsSettings()                     {}
+func (nopPlatform) About()                                      {}
+func (nopPlatform) Terminate()                                  {}
+func (nopPlatform) Confirm(string, string, string, string) bool { return true }
 
 // TestSetupInABundleLayout builds the Lily.app layout in a temporary directory: the engine path
 // and default settings come from the bundle, the user's settings override them, and a missing
@@ -85,7 +87,11 @@ func TestSetupInABundleLayout(t *testing.T) {
 	if a.ctrl.Lily != filepath.Join(contents, "MacOS", "lily") { // the setups' `lily launch` lines
 		t.Fatal(a.ctrl.Lily)
 	}
-	a.begin() // start_on_launch: the engine (missing here) is started
+	// Starting asks before a download into the directory the engine pulls into by default.
+	if a.ctrl.Pending == nil || a.ctrl.Pending().Dir != lifecycle.ModelDir(lifecycle.DefaultRepo) {
+		t.Fatal("the controller does not look where the engine downloads the model")
+	}
+	a.begin() // start_on_launch: the engine (missing here) is started (nopPlatform confirms the download)
 	deadline := time.Now().Add(5 * time.Second)
 	for a.sup.Snapshot().State != supervisor.Failed {
 		if time.Now().After(deadline) {

@@ -72,3 +72,9 @@ func (consolePlatform) SetLoginItem(bool) error    { return nil }
 func (consolePlatform) OpenLoginItemsSettings()    {}
 func (consolePlatform) About()                     {}
 func (consolePlatform) Terminate()                 {}
+
+// Confirm answers yes: console mode is for development, where the download is expected.
+func (consolePlatform) Confirm(title, text, ok, cancel string) bool {
+	fmt.Printf("%s\n%s\n[%s]\n", title, text, ok)
+	return true
+}

@@ -76,6 +76,13 @@ func (p *macPlatform) About() {
 
 func (p *macPlatform) Terminate() { p.app.Terminate(nil) }
 
+// Confirm runs a modal alert with ok (the default) and cancel; the accessory app comes forward
+// first, or the alert would open behind the frontmost app's windows.
+func (p *macPlatform) Confirm(title, text, ok, cancel string) bool {
+	p.app.ActivateIgnoringOtherApps(true)
+	return showAlert(title, text, ok, cancel) == appkit.AlertFirstButtonReturn
+}
+
 // Launch at login: SMAppService.mainAppService (macOS 13+; Lily needs 15), reached through the Objective-C
 // runtime after loading ServiceManagement (darwinkit has no binding for it).
 

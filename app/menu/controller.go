@@ -13,6 +13,7 @@ import (
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
+	"github.com/lilyformac/lily/engine/lifecycle"
 )
 
 // Platform is what the controller needs from macOS; the darwin layer implements it with AppKit,
@@ -26,6 +27,9 @@ type Platform interface {
 	OpenLoginItemsSettings()    // System Settings › General › Login Items
 	About()                     // the standard About panel
 	Terminate()                 // [NSApp terminate:]; the app then calls Controller.Shutdown
+	// Confirm asks a question in a modal alert and reports whether the first button (ok) was
+	// chosen; the download confirmation uses it.
+	Confirm(title, text, ok, cancel string) bool
 }
 
 // Engine is the supervisor as the controller uses it.
@@ -65,6 +69,9 @@ type Controller struct {
 	// sure where the original is, nor replace itself while it runs.
 	Translocated bool
 	MoveFrom     string
+	// Pending says what the engine would download before it can serve (the app sets
+	// lifecycle.PendingDownload of the default model's directory); nil: Start never asks.
+	Pending func() lifecycle.Download
 
 	mu        sync.Mutex
 	settings  settings.Settings
@@ -240,7 +247,7 @@ func (c *Controller) Click(id ID) {
 		}
 		switch s.State {
 		case supervisor.Stopped, supervisor.Failed:
-			c.Engine.Start()
+			c.Start()
 		case supervisor.Stopping:
 		default:
 			c.Engine.Stop()

@@ -16,6 +16,7 @@ import (
 	"github.com/lilyformac/lily/app/settings"
 	"github.com/lilyformac/lily/app/snippets"
 	"github.com/lilyformac/lily/app/supervisor"
+	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 )
 
@@ -29,6 +30,32 @@ func snap(st supervisor.State, mod func(*supervisor.Snapshot)) supervisor.Snapsh
 	return s
 }
 
+// TestDownloadFormats: sizes in the total's unit, speeds and times left as coarse as they
+// deserve, the time left rounded up (never "0 min left" while bytes remain).
+func TestDownloadFormats(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{FormatOf(4_249_000_000, 19_400_000_000), "4.2 of 19.4 GB"},
+		{FormatOf(0, 19_400_000_000), "0.0 of 19.4 GB"},
+		{FormatOf(12_400_000, 300_000_000), "12 of 300 MB"},
+		{FormatOf(500, 5002), "500 bytes of 5 kB"},
+		{FormatSpeed(38_400_000), "38 MB/s"},
+		{FormatSpeed(2_540_000), "2.5 MB/s"},
+		{FormatSpeed(812_000), "812 kB/s"},
+		{FormatSpeed(90), "90 B/s"},
+		{FormatTimeLeft(45 * time.Second), "45 s left"},
+		{FormatTimeLeft(60 * time.Second), "1 min left"},
+		{FormatTimeLeft(61 * time.Second), "2 min left"},
+		{FormatTimeLeft(7 * time.Minute), "7 min left"},
+		{FormatTimeLeft(59*time.Minute + 30*time.Second), "1 h left"},
+		{FormatTimeLeft(65 * time.Minute), "1 h 5 min left"},
+		{FormatTimeLeft(3*time.Hour + 10*time.Second), "3 h 1 min left"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
 func TestStatusAndDetailLines(t *testing.T) {
 	for _, tc := range []struct {
 		s              supervisor.Snapshot
@@ -39,7 +66,19 @@ func TestStatusAndDetailLines(t *testing.T) {
 		{snap(supervisor.Starting, nil), "Starting…", "", IconWorking},
 		{snap(supervisor.Loading, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "pull", Progress: 0.42, BytesDone: 8_148_000_000, BytesTotal: 19_400_000_000, File: "model-00002-of-00004.safetensors"}
-		}), "Downloading the model · 42% (8.1 GB of 19.4 GB)", "model-00002-of-00004.safetensors", IconWorking},
+		}), "Downloading 8.1 of 19.4 GB", "model-00002-of-00004.safetensors", IconWorking},
+		{snap(supervisor.Loading, func(s *supervisor.Snapshot) {
+			s.Engine = supervisor.EngineStatus{Phase: "pull", BytesDone: 4_200_000_000, BytesTotal: 19_400_000_000, BytesPerS: 38.2e6, ETASeconds: 398, File: "model-00001-of-00004.safetensors"}
+		}), "Downloading 4.2 of 19.4 GB · 38 MB/s · 7 min left", "model-00001-of-00004.safetensors", IconWorking},
+		{snap(supervisor.Loading, func(s *supervisor.Snapshot) {
+			s.Engine = supervisor.EngineStatus{Phase: "pull", BytesDone: 4_200_000_000, BytesTotal: 19_400_000_000, ETASeconds: -1,
+				Retry: supervisor.Retry{Reason: "HTTP 503", InS: 7.6}, File: "model-00001-of-00004.safetensors"}
+		}), "Download stalled — retrying in 8 s (HTTP 503)", "model-00001-of-00004.safetensors", IconWorking},
+		{snap(supervisor.Loading, func(s *supervisor.Snapshot) { // listing the Hub: no sizes yet, and it is retried
+			s.Engine = supervisor.EngineStatus{Phase: "pull", ETASeconds: -1, Retry: supervisor.Retry{Reason: "connection refused", InS: 0.2}}
+		}), "Download stalled — retrying now (connection refused)", "", IconWorking},
+		{snap(supervisor.Loading, func(s *supervisor.Snapshot) { s.Engine = supervisor.EngineStatus{Phase: "pull", ETASeconds: -1} }),
+			"Downloading the model", "", IconWorking},
 		{snap(supervisor.Loading, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "checks", Detail: "test-family model: system checks skipped"}
 		}), "Checking this Mac", "test-family model: system checks skipped", IconWorking},
@@ -260,6 +299,8 @@ type fakePlatform struct {
 	approvals      int
 	about          int
 	terminated     int
+	asked          []string // Confirm's questions
+	confirm        bool     // Confirm's answer
 }
 
 func (p *fakePlatform) Copy(s string) { p.copied = s }
@@ -285,6 +326,10 @@ func (p *fakePlatform) SetLoginItem(on bool) error {
 func (p *fakePlatform) OpenLoginItemsSettings() { p.approvals++ }
 func (p *fakePlatform) About()                  { p.about++ }
 func (p *fakePlatform) Terminate()              { p.terminated++ }
+func (p *fakePlatform) Confirm(title, text, ok, cancel string) bool {
+	p.asked = append(p.asked, title+"\n"+text+"\n"+ok+"|"+cancel)
+	return p.confirm
+}
 
 func newTestController(t *testing.T) (*Controller, *fakeEngine, *fakePlatform, *time.Time) {
 	dir := t.TempDir()
@@ -836,5 +881,82 @@ func TestMoveToApplications(t *testing.T) {
 	c.MenuOpen(false)
 	if got := e.took(); got != "menu-open=true,menu-open=false" {
 		t.Fatalf("the engine was told %q", got)
+	}
+}
+
+// TestDownloadConfirmation: starting an engine that would download the model asks first (size
+// left, free disk, where, that it resumes); "Not Now" starts nothing, "Download and Start"
+// starts it and is saved, so the next start asks no more. A complete model, or a model_dir of
+// the user's, is never asked about.
+func TestDownloadConfirmation(t *testing.T) {
+	c, e, p, _ := newTestController(t)
+	pending := lifecycle.Download{Dir: "/Users/me/Library/Application Support/Lily/models/mlx-community/Qwen3.6-35B-A3B-4bit",
+		Left: lifecycle.ModelBytes, Free: 120e9}
+	calls := 0
+	c.Pending = func() lifecycle.Download { calls++; return pending }
+
+	c.Click(Toggle)
+	if got := e.took(); got != "" || len(p.asked) != 1 {
+		t.Fatalf("declined: engine calls %q, %d questions", got, len(p.asked))
+	}
+	for _, want := range []string{"Download the model to start Lily?", "Qwen3.6-35B-A3B-4bit: 19.4 GB to download, into ", pending.Dir, "120.0 GB is free",
+		"resumes where it stopped", "awake", DownloadOK + "|" + DownloadCancel} {
+		if !strings.Contains(p.asked[0], want) {
+			t.Errorf("the question lacks %q:\n%s", want, p.asked[0])
+		}
+	}
+	if m := c.Model(); m.Items[1].Title != "Lily is off: Start Lily offers the 19.4 GB download again" {
+		t.Errorf("after Not Now the menu says %q", m.Items[1].Title)
+	}
+	if _, err := os.Stat(c.SettingsPath); err == nil || c.Settings().DownloadAccepted {
+		t.Fatal("a declined download was remembered")
+	}
+
+	p.confirm = true
+	c.Click(Toggle)
+	if got := e.took(); got != "start" || len(p.asked) != 2 {
+		t.Fatalf("accepted: engine calls %q, %d questions", got, len(p.asked))
+	}
+	saved, err := settings.Load(c.SettingsPath, settings.Defaults())
+	if err != nil || !saved.DownloadAccepted {
+		t.Fatalf("the acceptance was not saved: %+v, %v", saved, err)
+	}
+	p.confirm = false
+	c.Click(Toggle) // stopped again (the fake engine's snapshot): asked once is enough
+	if got := e.took(); got != "start" || len(p.asked) != 2 {
+		t.Fatalf("after accepting: engine calls %q, %d questions", got, len(p.asked))
+	}
+
+	// A complete model needs no question; neither does a checkpoint of the user's (model_dir),
+	// which the engine does not pull: Pending is not even consulted.
+	c2, e2, p2, _ := newTestController(t)
+	c2.Pending = func() lifecycle.Download { return lifecycle.Download{Dir: pending.Dir, Complete: true, Free: 1} }
+	c2.Start()
+	if got := e2.took(); got != "start" || len(p2.asked) != 0 {
+		t.Fatalf("complete model: %q, %d questions", got, len(p2.asked))
+	}
+	s := settings.Defaults()
+	s.ModelDir = "/models/mine"
+	c3 := NewController(&fakeEngine{snap: snap(supervisor.Stopped, nil)}, &fakePlatform{}, s, "", "")
+	c3.Pending = func() lifecycle.Download { t.Fatal("Pending consulted with a model_dir"); return pending }
+	c3.Start()
+	if got := c3.Engine.(*fakeEngine).took(); got != "start" {
+		t.Fatalf("model_dir: %q", got)
+	}
+	if calls != 2 {
+		t.Fatalf("Pending consulted %d times; want 2 (once per question)", calls)
+	}
+}
+
+// TestDownloadPromptText: a resumed download says what is left, and a disk too full for it
+// says how much to free.
+func TestDownloadPromptText(t *testing.T) {
+	title, text := DownloadPrompt(lifecycle.Download{Dir: "/m", Left: 7_300_000_000, Free: 5_000_000_000})
+	if title != "Finish downloading the model to start Lily?" || !strings.Contains(text, "7.3 GB left to download, into /m.") ||
+		!strings.Contains(text, "Only 5.0 GB is free on that disk: free up 2.3 GB first") {
+		t.Fatalf("%s\n%s", title, text)
+	}
+	if _, text := DownloadPrompt(lifecycle.Download{Dir: "/m", Left: lifecycle.ModelBytes, Free: -1}); strings.Contains(text, "free") {
+		t.Fatalf("an unknown free space is reported: %s", text)
 	}
 }

@@ -259,13 +259,70 @@ func loadingLine(e supervisor.EngineStatus) string {
 	if !ok {
 		words = "Starting"
 	}
+	if e.Phase == "pull" && (e.BytesTotal > 0 || e.Retry.Reason != "") {
+		return DownloadLine(e)
+	}
 	if e.Progress > 0 {
 		words += fmt.Sprintf(" · %d%%", int(e.Progress*100))
 	}
-	if e.BytesTotal > 0 && e.Phase == "pull" {
-		words += fmt.Sprintf(" (%s of %s)", FormatBytes(e.BytesDone), FormatBytes(e.BytesTotal))
-	}
 	return words
+}
+
+// DownloadLine is the status line while the engine pulls the model: how far, how fast, how long
+// yet ("Downloading 4.2 of 19.4 GB · 38 MB/s · 7 min left"), or, while the download waits to
+// retry with no byte arriving, that it is stalled, until when, and why.
+func DownloadLine(e supervisor.EngineStatus) string {
+	if r := e.Retry; r.Reason != "" {
+		return fmt.Sprintf("Download stalled — retrying %s (%s)", formatWait(time.Duration(r.InS*float64(time.Second))), r.Reason)
+	}
+	parts := []string{"Downloading " + FormatOf(e.BytesDone, e.BytesTotal)}
+	if e.BytesPerS > 0 {
+		parts = append(parts, FormatSpeed(e.BytesPerS))
+	}
+	if e.ETASeconds >= 0 && e.BytesPerS > 0 {
+		parts = append(parts, FormatTimeLeft(time.Duration(e.ETASeconds)*time.Second))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// FormatOf writes "done of total" in total's unit, as Finder's copy window does: "4.2 of 19.4 GB".
+func FormatOf(done, total int64) string {
+	switch {
+	case total >= 1e9:
+		return fmt.Sprintf("%.1f of %.1f GB", float64(done)/1e9, float64(total)/1e9)
+	case total >= 1e6:
+		return fmt.Sprintf("%.0f of %.0f MB", float64(done)/1e6, float64(total)/1e6)
+	}
+	return FormatBytes(done) + " of " + FormatBytes(total)
+}
+
+// FormatSpeed writes a download rate: "38 MB/s", "2.5 MB/s", "800 kB/s".
+func FormatSpeed(bps float64) string {
+	switch {
+	case bps >= 10e6:
+		return fmt.Sprintf("%.0f MB/s", bps/1e6)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.1f MB/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.0f kB/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f B/s", bps)
+}
+
+// FormatTimeLeft writes an estimate as coarsely as it deserves: seconds under a minute, whole
+// minutes under an hour (rounded up: "1 min left" until it is done), hours and minutes beyond.
+func FormatTimeLeft(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%d s left", int(d.Seconds()))
+	}
+	m := int((d + time.Minute - 1) / time.Minute)
+	switch {
+	case m < 60:
+		return fmt.Sprintf("%d min left", m)
+	case m%60 == 0:
+		return fmt.Sprintf("%d h left", m/60)
+	}
+	return fmt.Sprintf("%d h %d min left", m/60, m%60)
 }
 
 // DetailLine is the second line: what the engine works on, or why it is not serving.

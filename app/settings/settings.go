@@ -21,6 +21,9 @@ type Settings struct {
 	APIKey        string `json:"api_key"`         // bearer key the engine requires; "" = none (loopback only)
 	LaunchAtLogin bool   `json:"launch_at_login"` // mirrors the login item the user chose
 	StartOnLaunch bool   `json:"start_on_launch"` // start the engine when the app starts
+	// DownloadAccepted: the user agreed to download the model (menu.DownloadPrompt), so starting
+	// the engine asks no more.
+	DownloadAccepted bool `json:"download_accepted"`
 }
 
 // Defaults are the built-in settings; resources/default-settings.json holds the same values and a

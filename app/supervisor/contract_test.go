@@ -21,6 +21,8 @@ func TestEngineStatusContract(t *testing.T) {
 	retried := false
 	st := lifecycle.Status{
 		Phase: lifecycle.PhasePull, Progress: 0.25, Detail: "downloading", BytesDone: 5, BytesTotal: 20, File: "model.safetensors",
+		BytesPerS: 38e6, ETASeconds: 420,
+		Retry: &lifecycle.RetryStatus{Reason: "HTTP 503", Error: "GET x: Service Unavailable (HTTP 503)", Attempt: 1, Attempts: 7, At: time.Now(), InS: 8},
 	}
 	srv := server.New(server.Config{
 		APIKey: "k",
@@ -38,7 +40,8 @@ func TestEngineStatusContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := EngineStatus{Phase: "pull", Progress: 0.25, Detail: "downloading", BytesDone: 5, BytesTotal: 20, File: "model.safetensors"}
+	want := EngineStatus{Phase: "pull", Progress: 0.25, Detail: "downloading", BytesDone: 5, BytesTotal: 20, File: "model.safetensors",
+		BytesPerS: 38e6, ETASeconds: 420, Retry: Retry{Reason: "HTTP 503", Error: "GET x: Service Unavailable (HTTP 503)", InS: 8}}
 	if got != want {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
@@ -50,7 +53,7 @@ func TestEngineStatusContract(t *testing.T) {
 	// A just-started engine reports the checks that run before the download (the menu says
 	// "Checking this Mac"), not the download.
 	st = lifecycle.NewState(io.Discard).Status()
-	if got, _ = fetchStatus(context.Background(), http.DefaultClient, o); got.Phase != "checks" || got.BytesTotal != 0 {
+	if got, _ = fetchStatus(context.Background(), http.DefaultClient, o); got.Phase != "checks" || got.BytesTotal != 0 || got.Retry != (Retry{}) || got.ETASeconds != -1 {
 		t.Fatalf("a fresh engine's status: %+v", got)
 	}
 	if err := postRetry(o, time.Second); err != nil || !retried {

@@ -24,10 +24,21 @@ type EngineStatus struct {
 	BytesDone        int64   `json:"bytes_done"`
 	BytesTotal       int64   `json:"bytes_total"`
 	File             string  `json:"file"`
+	BytesPerS        float64 `json:"bytes_per_s"` // over the engine's last 15 s
+	ETASeconds       int64   `json:"eta_s"`       // at that rate; -1: unknown
+	Retry            Retry   `json:"retry"`       // the stalled download's next attempt (zero: none)
 	Model            string  `json:"model"`
 	ContextLength    int     `json:"context_length"`
 	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
 	QueueDepth       int     `json:"queue_depth"`
+}
+
+// Retry is a download retry the engine waits for while no byte arrives (/status "retry"; null
+// leaves it zero).
+type Retry struct {
+	Reason string  `json:"reason"` // "HTTP 503", "no data", "connection refused"
+	Error  string  `json:"error"`
+	InS    float64 `json:"in_s"` // seconds to the next attempt when the engine answered
 }
 
 func authorize(req *http.Request, key string) {

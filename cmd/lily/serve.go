@@ -283,7 +283,7 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 			syscheck.PreflightStep(syscheck.Config{
 				DataDir: lifecycle.ModelsDir(), ModelDir: dir, Repo: lifecycle.DefaultRepo, Revision: lifecycle.DefaultRevision, Machine: serveMachine,
 			}),
-			lifecycle.PullIfMissing(hub.New(), lifecycle.DefaultRepo, lifecycle.DefaultRevision, dir))
+			lifecycle.PullIfMissing(hub.New(), lifecycle.DefaultRepo, lifecycle.DefaultRevision, dir, pullHold))
 		fallthrough
 	default:
 		steps = append(steps, lifecycle.VerifyStep(dir, hub.VerifyFast), checksStep(dir))
@@ -318,6 +318,10 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 		}})
 	return steps
 }
+
+// pullHold keeps the Mac from idle-sleeping through the download (a process activity, as the
+// runner holds while generating); tests put a counter in its place.
+var pullHold lifecycle.Hold = mtl.BeginActivity
 
 // serveMachine, when set, is the machine serve's checks judge instead of this one: tests run
 // startup on a made-up Mac (too small for the model, or big enough) without probing the host.

@@ -14,6 +14,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub/hubtest"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/metal/mtl"
 )
 
 // pinnedHub serves the demo checkpoint's files as the pinned repo@revision, points HF_* at it and
@@ -122,21 +123,48 @@ func TestServeChecksBeforePull(t *testing.T) {
 }
 
 // TestServePullRetryLogged: on a Mac big enough for the model the phases run checks → pull →
-// verify → checks → load → warm; the Hub answers the weights' first request with a 503, and the
-// retry is a line in serve's log.
+// verify → checks → load → warm; the Hub answers the weights' first request with a 503 and
+// Retry-After: 2, and the retry is a line in serve's log and, while it waits, /status's "retry".
+// The pull holds the Mac awake (pullHold) and lets go when it ends.
 func TestServePullRetryLogged(t *testing.T) {
 	fh := pinnedHub(t)
 	onMac(t, 64, 48)
+	var taken, released atomic.Int32
+	pullHold = func(string) func() { taken.Add(1); return func() { released.Add(1) } }
+	t.Cleanup(func() { pullHold = mtl.BeginActivity })
 	var failed atomic.Bool
 	fh.Fault = func(c hubtest.Call, w http.ResponseWriter, r *http.Request) bool {
 		if c.Server == "hub" && c.Kind == "file" && c.File == "model.safetensors" && failed.CompareAndSwap(false, true) {
+			// Fail once the other files are in: their bytes arriving during the wait would
+			// (rightly) end the stall that /status is checked for below.
+			others := fh.TotalSize() - int64(len(fh.Files["model.safetensors"]))
+			for deadline := time.Now().Add(10 * time.Second); fh.Served() < others && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			w.Header().Set("Retry-After", "2")
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
 			return true
 		}
 		return false
 	}
-	log, _, stop := startServe(t, regexp.MustCompile(`ready at|phase error`))
+	log, base, stop := startServe(t, regexp.MustCompile(`retry 1/|ready at|phase error`))
 	defer stop()
+	var st lifecycle.Status
+	getJSON(t, base+"/status", &st)
+	if st.Phase != lifecycle.PhasePull || st.Retry == nil || st.Retry.Reason != "HTTP 503" || st.Retry.InS <= 0 || st.Retry.InS > 2 {
+		t.Errorf("/status while the pull waits to retry: %+v retry %+v", st, st.Retry)
+	}
+	if taken.Load() != 1 || released.Load() != 0 {
+		t.Errorf("during the pull the hold was taken %d times, released %d", taken.Load(), released.Load())
+	}
+	for deadline := time.Now().Add(60 * time.Second); !regexp.MustCompile(`ready at|phase error`).MatchString(log.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never got ready:\n%s", log.String())
+		}
+	}
+	if taken.Load() != 1 || released.Load() != 1 {
+		t.Errorf("after the pull the hold was taken %d times, released %d", taken.Load(), released.Load())
+	}
 	out := log.String()
 	if got := strings.Join(phaseOrder(out), " "); got != "checks pull verify checks load warm ready" || !strings.Contains(out, "ready at") {
 		t.Errorf("phases %q, want checks pull verify checks load warm ready:\n%s", got, out)

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
 	"github.com/adrg/xdg"
 
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
+	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
 )
 
 // The checkpoint Lily runs, pinned to a commit so every install gets the same bytes.
@@ -59,4 +61,29 @@ func ResolveModelDir(flagValue string) (string, error) {
 	}
 	return "", fmt.Errorf("no model at %s: run `lily pull` to download %s (%s), or pass --model DIR",
 		dir, DefaultRepo, hub.FormatBytes(ModelBytes))
+}
+
+// Download is what `lily serve` without --model would fetch into Dir before it can serve,
+// judged without the network, so the menu-bar app can ask before it starts one.
+type Download struct {
+	Dir      string
+	Complete bool  // Dir holds a complete pull of the pinned revision: nothing to download
+	Left     int64 // bytes still to download: ModelBytes less what a resumed pull keeps (an estimate)
+	Free     int64 // bytes free on Dir's disk (-1: unknown)
+}
+
+// PendingDownload looks at dir (ModelDir(DefaultRepo) for serve's default) as the pull phase
+// would before listing the Hub: the completion marker of the pinned revision with every file at
+// its size, else how much is already there (hub.OnDisk).
+func PendingDownload(dir string) Download {
+	d := Download{Dir: dir, Free: -1}
+	if m, err := hub.Verify(context.Background(), dir, hub.VerifyFast, nil); err == nil && m.Repo == DefaultRepo && m.Revision == DefaultRevision {
+		d.Complete = true
+	} else {
+		d.Left = max(ModelBytes-hub.OnDisk(dir), 0)
+	}
+	if free, err := fsutil.FreeSpace(dir); err == nil {
+		d.Free = int64(min(free, math.MaxInt64))
+	}
+	return d
 }

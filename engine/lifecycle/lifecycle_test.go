@@ -73,7 +73,7 @@ func TestPhasesTransitionFailAndRetry(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	raw, _ := json.Marshal(s)
-	if want := `{"phase":"error","progress":0,"detail":"","error":"out of GPU memory","failed_phase":"load","bytes_done":0,"bytes_total":0,"file":""}`; string(raw) != want {
+	if want := `{"phase":"error","progress":0,"detail":"","error":"out of GPU memory","failed_phase":"load","bytes_done":0,"bytes_total":0,"file":"","bytes_per_s":0,"eta_s":-1,"retry":null}`; string(raw) != want {
 		t.Fatalf("status JSON\n got %s\nwant %s", raw, want)
 	}
 
@@ -82,7 +82,7 @@ func TestPhasesTransitionFailAndRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ = json.Marshal(s)
-	if want := `{"phase":"ready","progress":1,"detail":"","error":"","failed_phase":"","bytes_done":0,"bytes_total":0,"file":""}`; string(raw) != want {
+	if want := `{"phase":"ready","progress":1,"detail":"","error":"","failed_phase":"","bytes_done":0,"bytes_total":0,"file":"","bytes_per_s":0,"eta_s":-1,"retry":null}`; string(raw) != want {
 		t.Fatalf("status JSON\n got %s\nwant %s", raw, want)
 	}
 	want := []string{
@@ -150,7 +150,7 @@ func TestPullIfMissingAndVerifySteps(t *testing.T) {
 	s := NewState(&syncBuffer{})
 	var seen Status
 	c.Progress = func(hub.Progress) { seen = s.Status() } // the caller's callback still runs
-	r := &Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", dir), VerifyStep(dir, hub.VerifyFull)}}
+	r := &Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", dir, nil), VerifyStep(dir, hub.VerifyFull)}}
 	if err := r.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestPullIfMissingLogsRetries(t *testing.T) {
 	s := NewState(&log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := (&Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir())}}).Run(ctx); err != nil {
+	if err := (&Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir(), nil)}}).Run(ctx); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	for _, want := range []string{"lily: pull: model.safetensors: GET ", "Bad Gateway (HTTP 502); retry 1/7 in ", "Bad Gateway (HTTP 502); retry 2/7 in "} {
@@ -238,7 +238,7 @@ func TestPullIfMissingFailsOnALoopingListing(t *testing.T) {
 	c := hub.New()
 	c.Endpoint, c.Token = fh.URL(), ""
 	s := NewState(&syncBuffer{})
-	r := &Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir())}}
+	r := &Runner{State: s, Steps: []Step{PullIfMissing(c, "org/tiny", "v1", t.TempDir(), nil)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Run(ctx); err == nil {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -66,6 +68,10 @@ type Client struct {
 	Progress         func(Progress) // called from one goroutine every ProgressInterval and at the end
 	ProgressInterval time.Duration
 	Logf             func(format string, args ...any) // retries and waits; nil: silent
+	// Retrying, when set, hears each retry before its wait, so a status can say the download
+	// is retrying, why, and when it tries next (Logf says the same in words). Streams retry on
+	// their own goroutines: it may be called concurrently.
+	Retrying func(Retry)
 
 	// Seams for tests.
 	sleep     func(ctx context.Context, d time.Duration) error
@@ -272,10 +278,46 @@ func (c *Client) retry(ctx context.Context, what string, op func() (progressed b
 		}
 		d := c.delay(fails, err)
 		c.logf("%s: %v; retry %d/%d in %s", what, err, fails, c.Attempts-1, d.Round(time.Millisecond))
+		if c.Retrying != nil {
+			c.Retrying(Retry{Reason: RetryReason(err), Err: err, Attempt: fails, Attempts: c.Attempts - 1, Wait: d})
+		}
 		if err := c.sleep(ctx, d); err != nil {
 			return err
 		}
 	}
+}
+
+// Retry is one retry the pull is about to wait for.
+type Retry struct {
+	Reason            string        // a few words: "HTTP 503", "no data", "connection dropped"
+	Err               error         // the failure in full
+	Attempt, Attempts int           // this is retry Attempt of at most Attempts in a row without progress
+	Wait              time.Duration // until the next attempt
+}
+
+// RetryReason names a retryable failure in a few words, for a status line.
+func RetryReason(err error) string {
+	var se *StatusError
+	var ne net.Error
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("HTTP %d", se.Code)
+	case errors.Is(err, errStalled):
+		return "no data"
+	case errors.Is(err, errShortBody):
+		return "connection dropped"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	}
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		return "bad answer from the server"
+	}
+	return "network error"
 }
 
 // delay is the wait before retry n: the server's Retry-After when it gave one, else exponential

@@ -773,3 +773,40 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryReasons: each kind of retryable failure gets the few words a status line shows, and
+// the retry loop reports every retry it waits for, with that reason and its wait.
+func TestRetryReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&StatusError{Code: http.StatusServiceUnavailable, URL: "u"}, "HTTP 503"},
+		{fmt.Errorf("GET u: no data for 1m: %w", errStalled), "no data"},
+		{fmt.Errorf("GET u: got 1 of 2 bytes: %w", errShortBody), "connection dropped"},
+		{newNetError(&os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}), "connection refused"},
+		{newNetError(&os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}), "connection reset"},
+		{&protocolError{"bad Content-Range"}, "bad answer from the server"},
+		{newNetError(errors.New("tls: handshake failure")), "network error"},
+	} {
+		if got := RetryReason(tc.err); got != tc.want {
+			t.Errorf("RetryReason(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+
+	c := New()
+	c.Attempts = 3
+	c.sleep = func(context.Context, time.Duration) error { return nil }
+	c.Backoff, c.MaxBackoff = time.Second, time.Second
+	var heard []Retry
+	c.Retrying = func(r Retry) { heard = append(heard, r) }
+	err := c.retry(context.Background(), "f", func() (bool, error) {
+		return false, &StatusError{Code: http.StatusBadGateway, URL: "u", RetryAfter: 7 * time.Second}
+	})
+	if err == nil || len(heard) != 2 {
+		t.Fatalf("err %v, heard %d retries; want an error after 2 retries", err, len(heard))
+	}
+	if r := heard[1]; r.Reason != "HTTP 502" || r.Attempt != 2 || r.Attempts != 2 || r.Wait != 7*time.Second || r.Err == nil {
+		t.Fatalf("second retry %+v", r)
+	}
+}
