@@ -128,7 +128,12 @@ func setup(env environment, platform menu.Platform, onChange func()) (*app, erro
 		Log:         a.log,
 		PIDFile:     a.paths.PIDFile,
 		StopTimeout: stopTimeout,
-		OnChange:    func(supervisor.Snapshot) { onChange() },
+		OnChange: func(s supervisor.Snapshot) {
+			if a.ctrl != nil { // set below, before the supervisor starts
+				a.ctrl.Observe(s)
+			}
+			onChange()
+		},
 	})
 	a.ctrl = menu.NewController(a.sup, platform, a.settings, a.paths.Settings, a.paths.Log)
 	a.ctrl.Logf = a.logf
@@ -329,4 +334,31 @@ func defaultEnvironment(goos string) environment {
 		}
 	}
 	return environment{Home: home, GOOS: goos, Exe: exe, Getenv: os.Getenv}
+}
+
+// notifyScript is the AppleScript that posts a notification (osascript -e; darwinkit v0.5.0 has
+// no UserNotifications binding). The texts become AppleScript string literals: a quote or
+// backslash in an engine's error must not end the literal early and run the rest as script.
+func notifyScript(title, body string) string {
+	return "display notification " + appleScriptString(body) + " with title " + appleScriptString(title)
+}
+
+// appleScriptString quotes s as an AppleScript string literal: backslashes and quotes escaped,
+// control characters (newlines from an error) turned to spaces, as a notification shows one line.
+func appleScriptString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '\\' || r == '"':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			b.WriteByte(' ')
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -48,6 +48,7 @@ func (nopPlatform) OpenLoginItemsSettings()                     {}
 func (nopPlatform) About()                                      {}
 func (nopPlatform) Terminate()                                  {}
 func (nopPlatform) Confirm(string, string, string, string) bool { return true }
+func (nopPlatform) Notify(string, string)                       {}
 
 // TestSetupInABundleLayout builds the Lily.app layout in a temporary directory: the engine path
 // and default settings come from the bundle, the user's settings override them, and a missing
@@ -397,5 +398,25 @@ func TestReopenAlert(t *testing.T) {
 	snap = supervisor.Snapshot{State: supervisor.Stopped, Options: snap.Options}
 	if _, text := reopenAlert(menu.Build(menu.Input{Snap: snap}), snap.BaseURL()); !strings.HasPrefix(text, "Base URL:") {
 		t.Fatalf("a hidden detail line was shown:\n%s", text)
+	}
+}
+
+// An engine's error may hold quotes, backslashes and newlines: each must stay inside the
+// AppleScript string literal, or osascript would fail (or run the rest as script).
+func TestNotifyScriptEscapes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Lily is ready", `"Lily is ready"`},
+		{`say "hi"`, `"say \"hi\""`},
+		{`C:\path\`, `"C:\\path\\"`},
+		{"line one\nline two\ttab", `"line one line two tab"`},
+		{`" & (do shell script "rm -rf ~") & "`, `"\" & (do shell script \"rm -rf ~\") & \""`},
+		{"Qwen3.6 · 121,088-token context — ✓", `"Qwen3.6 · 121,088-token context — ✓"`},
+	} {
+		if got := appleScriptString(tc.in); got != tc.want {
+			t.Errorf("appleScriptString(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	if got, want := notifyScript(`Startup "failed"`, "out of\nmemory"), `display notification "out of memory" with title "Startup \"failed\""`; got != want {
+		t.Errorf("notifyScript = %s, want %s", got, want)
 	}
 }

@@ -72,6 +72,9 @@ func (consolePlatform) SetLoginItem(bool) error    { return nil }
 func (consolePlatform) OpenLoginItemsSettings()    {}
 func (consolePlatform) About()                     {}
 func (consolePlatform) Terminate()                 {}
+func (consolePlatform) Notify(title, body string) {
+	fmt.Printf("notification: %s — %s\n", title, body)
+}
 
 // Confirm answers yes: console mode is for development, where the download is expected.
 func (consolePlatform) Confirm(title, text, ok, cancel string) bool {

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime/debug"
 	"strings"
@@ -81,6 +82,17 @@ func (p *macPlatform) Terminate() { p.app.Terminate(nil) }
 func (p *macPlatform) Confirm(title, text, ok, cancel string) bool {
 	p.app.ActivateIgnoringOtherApps(true)
 	return showAlert(title, text, ok, cancel) == appkit.AlertFirstButtonReturn
+}
+
+// Notify posts a notification through osascript (notifyScript: darwinkit v0.5.0 has no
+// UserNotifications binding); off the calling goroutine, as osascript takes a moment and Observe
+// runs on the supervisor's. A failure only loses the notification: the menu shows the same.
+func (p *macPlatform) Notify(title, body string) {
+	go func() {
+		if out, err := exec.Command("/usr/bin/osascript", "-e", notifyScript(title, body)).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "Lily: notification: %v: %s\n", err, strings.TrimSpace(string(out)))
+		}
+	}()
 }
 
 // Launch at login: SMAppService.mainAppService (macOS 13+; Lily needs 15), reached through the Objective-C

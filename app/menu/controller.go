@@ -1,6 +1,7 @@
 package menu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type Platform interface {
 	// Confirm asks a question in a modal alert and reports whether the first button (ok) was
 	// chosen; the download confirmation uses it.
 	Confirm(title, text, ok, cancel string) bool
+	// Notify posts a notification (Notification Center); Observe calls it from the supervisor's
+	// goroutine, so it must not need the main thread, nor block for long.
+	Notify(title, body string)
 }
 
 // Engine is the supervisor as the controller uses it.
@@ -78,10 +82,11 @@ type Controller struct {
 	notice    string
 	noticeAt  time.Time
 	quitting  bool
-	raising   bool // the raise's administrator prompt is open
-	stopping  bool // Other.Stop runs
-	served    int  // the context the engine last reported in this run of the app
-	predicted int  // Predict's answer
+	raising   bool             // the raise's administrator prompt is open
+	stopping  bool             // Other.Stop runs
+	served    int              // the context the engine last reported in this run of the app
+	predicted int              // Predict's answer
+	seen      supervisor.State // the state Observe saw last, to notify once per transition
 }
 
 // OtherEngine stops a Lily engine this app did not start.
@@ -310,6 +315,40 @@ func (c *Controller) Click(id ID) {
 		c.changed()
 		c.Platform.Terminate()
 	}
+}
+
+// Observe is given every snapshot the supervisor publishes; it posts a notification when the
+// engine becomes ready or its startup fails, once per transition: the user has likely left a
+// long download or load to run in the background, and the menu-bar icon alone is easy to miss.
+// A stop the user chose, and anything while quitting, notifies nothing: they know.
+func (c *Controller) Observe(s supervisor.Snapshot) {
+	c.mu.Lock()
+	prev, quitting := c.seen, c.quitting
+	c.seen = s.State
+	c.mu.Unlock()
+	title, body, ok := Notification(prev, s)
+	if ok && !quitting {
+		c.Platform.Notify(title, body)
+	}
+}
+
+// Notification is what to tell the user when the supervisor goes from prev to s's state (false:
+// nothing). Repeated snapshots of one state (every poll) tell nothing.
+func Notification(prev supervisor.State, s supervisor.Snapshot) (title, body string, ok bool) {
+	if s.State == prev {
+		return "", "", false
+	}
+	switch s.State {
+	case supervisor.Ready:
+		body = Served(s.Engine)
+		if body != "" {
+			body += " · "
+		}
+		return "Lily is ready", body + s.BaseURL(), true
+	case supervisor.EngineError, supervisor.Failed: // a Retry passes through Loading: a new failure tells again
+		return StatusLine(s), Truncate(cmp.Or(DetailLine(s), "Open the Lily menu for details."), 200), true
+	}
+	return "", "", false
 }
 
 // MenuOpen tells the engine's poller that the menu opened or closed.

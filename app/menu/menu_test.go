@@ -87,14 +87,17 @@ func TestStatusAndDetailLines(t *testing.T) {
 		{snap(supervisor.Loading, func(s *supervisor.Snapshot) { s.Engine = supervisor.EngineStatus{Phase: "warm"} }), "Warming up", "", IconWorking},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "ready", DecodeTokensPerS: 41.83, Model: "m"}
-		}), "Ready · 41.8 tok/s · http://127.0.0.1:8000/v1", "", IconReady},
+		}), "Ready · m · 41.8 tok/s", "http://127.0.0.1:8000/v1", IconReady},
+		{snap(supervisor.Ready, func(s *supervisor.Snapshot) {
+			s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}
+		}), "Ready · Qwen3.6-35B-A3B-4bit · 121,088-token context", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "ready", DecodeTokensPerS: 152.4, QueueDepth: 2}
-		}), "Ready · 152 tok/s · busy, 1 waiting · http://127.0.0.1:8000/v1", "", IconReady},
+		}), "Ready · 152 tok/s · busy, 1 waiting", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) { s.Engine = supervisor.EngineStatus{Phase: "ready"} }),
-			"Ready · http://127.0.0.1:8000/v1", "", IconReady},
+			"Ready", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) { s.Engine = supervisor.EngineStatus{Phase: "ready", QueueDepth: 1} }),
-			"Ready · busy · http://127.0.0.1:8000/v1", "", IconReady},
+			"Ready · busy", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.EngineError, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "error", FailedPhase: "checks", Error: "checks: 16 GB of memory; the model needs 21 GB"}
 			s.Message = s.Engine.Error
@@ -301,7 +304,10 @@ type fakePlatform struct {
 	terminated     int
 	asked          []string // Confirm's questions
 	confirm        bool     // Confirm's answer
+	notified       []string // Notify's title + "\n" + body
 }
+
+func (p *fakePlatform) Notify(title, body string) { p.notified = append(p.notified, title+"\n"+body) }
 
 func (p *fakePlatform) Copy(s string) { p.copied = s }
 func (p *fakePlatform) Open(path string) error {
@@ -405,7 +411,7 @@ func TestControllerCopiesAndNoticesExpire(t *testing.T) {
 	}
 	c.ClickSnippet(99) // out of range: ignored
 	*now = now.Add(NoticeFor + time.Second)
-	if d := item(c.Model(), Detail); !d.Hidden {
+	if d := item(c.Model(), Detail); d.Title != e.snap.BaseURL() { // a ready engine's Detail: its URL
 		t.Fatalf("notice did not expire: %+v", d)
 	}
 }
@@ -958,5 +964,89 @@ func TestDownloadPromptText(t *testing.T) {
 	}
 	if _, text := DownloadPrompt(lifecycle.Download{Dir: "/m", Left: lifecycle.ModelBytes, Free: -1}); strings.Contains(text, "free") {
 		t.Fatalf("an unknown free space is reported: %s", text)
+	}
+}
+
+func TestServedAndFormatCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 121088: "121,088", 1234567: "1,234,567", -4096: "-4,096"} {
+		if got := FormatCount(n); got != want {
+			t.Errorf("FormatCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		e    supervisor.EngineStatus
+		want string
+	}{
+		{supervisor.EngineStatus{Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}, "Qwen3.6-35B-A3B-4bit · 121,088-token context"},
+		{supervisor.EngineStatus{Model: "m"}, "m"},                            // context not reported yet
+		{supervisor.EngineStatus{ContextLength: 4096}, "4,096-token context"}, // no model id
+		{supervisor.EngineStatus{}, ""},
+	} {
+		if got := Served(tc.e); got != tc.want {
+			t.Errorf("Served(%+v) = %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	// With the default model and a decode rate, the menu's first line still fits untruncated
+	// (maxTitle): the URL went to the Detail line to make room.
+	s := snap(supervisor.Ready, func(s *supervisor.Snapshot) {
+		s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088, DecodeTokensPerS: 41.8}
+	})
+	m := Build(Input{Snap: s})
+	if got, want := item(m, Status).Title, "Ready · Qwen3.6-35B-A3B-4bit · 121,088-token context · 41.8 tok/s"; got != want {
+		t.Errorf("status title %q, want %q", got, want)
+	}
+	if d := item(m, Detail); d.Title != "http://127.0.0.1:8000/v1" || d.Hidden {
+		t.Errorf("detail %+v, want the base URL", d)
+	}
+}
+
+// TestObserveNotifies drives the controller through state sequences and checks the notifications
+// the platform was asked to post: one per transition into Ready or a failure, none for polls that
+// repeat a state, for a stop the user chose, or while quitting.
+func TestObserveNotifies(t *testing.T) {
+	ready := snap(supervisor.Ready, func(s *supervisor.Snapshot) {
+		s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}
+	})
+	failed := snap(supervisor.EngineError, func(s *supervisor.Snapshot) {
+		s.Engine = supervisor.EngineStatus{Phase: "error", FailedPhase: "load", Error: "load: out of memory"}
+		s.Message = "load: out of memory"
+	})
+	port := snap(supervisor.Failed, func(s *supervisor.Snapshot) {
+		s.Problem, s.Message = supervisor.PortInUse, "Port 8000 is in use by another program."
+	})
+	st := func(state supervisor.State) supervisor.Snapshot { return snap(state, nil) }
+	for _, tc := range []struct {
+		name  string
+		seq   []supervisor.Snapshot
+		quit  bool // the user chose Quit before the sequence
+		wants []string
+	}{
+		{"starting then ready", []supervisor.Snapshot{st(supervisor.Starting), st(supervisor.Loading), ready},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+		{"ready polled again", []supervisor.Snapshot{st(supervisor.Loading), ready, ready, ready},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+		{"startup fails", []supervisor.Snapshot{st(supervisor.Starting), st(supervisor.Loading), failed, failed},
+			false, []string{"Startup failed while loading the model\nload: out of memory"}},
+		{"retried and failed again", []supervisor.Snapshot{st(supervisor.Loading), failed, st(supervisor.Loading), failed},
+			false, []string{"Startup failed while loading the model\nload: out of memory", "Startup failed while loading the model\nload: out of memory"}},
+		{"port in use", []supervisor.Snapshot{st(supervisor.Starting), port, port},
+			false, []string{"Port 8000 is in use\nPort 8000 is in use by another program."}},
+		{"stopped by the user", []supervisor.Snapshot{st(supervisor.Loading), st(supervisor.Stopping), st(supervisor.Stopped)},
+			false, nil},
+		{"ready, stopped, ready again", []supervisor.Snapshot{st(supervisor.Loading), ready, st(supervisor.Stopping), st(supervisor.Stopped), st(supervisor.Starting), ready},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1", "Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+		{"fails while quitting", []supervisor.Snapshot{st(supervisor.Loading), failed}, true, nil},
+	} {
+		p := &fakePlatform{}
+		c := NewController(&fakeEngine{}, p, settings.Settings{}, "", "")
+		if tc.quit {
+			c.Shutdown(time.Second, func() {})
+		}
+		for _, s := range tc.seq {
+			c.Observe(s)
+		}
+		if !slices.Equal(p.notified, tc.wants) {
+			t.Errorf("%s: notified %q, want %q", tc.name, p.notified, tc.wants)
+		}
 	}
 }

@@ -1,12 +1,14 @@
 // Package menu is the menu-bar app's menu without AppKit: Build turns the supervisor's snapshot
 // into the status icon and the items' titles and states, and Controller carries out what a
-// click means. The darwin layer only mirrors a Model onto NSMenuItems and forwards clicks.
+// click means and decides when to notify (ready, startup failed). The darwin layer only mirrors
+// a Model onto NSMenuItems, forwards clicks and posts the notifications.
 package menu
 
 import (
 	"cmp"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -222,6 +224,9 @@ func StatusLine(s supervisor.Snapshot) string {
 		return loadingLine(s.Engine)
 	case supervisor.Ready:
 		parts := []string{"Ready"}
+		if served := Served(s.Engine); served != "" {
+			parts = append(parts, served)
+		}
 		if tps := s.Engine.DecodeTokensPerS; tps > 0 {
 			parts = append(parts, formatRate(tps))
 		}
@@ -231,7 +236,7 @@ func StatusLine(s supervisor.Snapshot) string {
 		case q > 1:
 			parts = append(parts, fmt.Sprintf("busy, %d waiting", q-1))
 		}
-		return strings.Join(append(parts, s.BaseURL()), " · ")
+		return strings.Join(parts, " · ") // the URL is on the Detail line: this one is long enough
 	case supervisor.EngineError:
 		if g, ok := phaseGerund[s.Engine.FailedPhase]; ok {
 			return "Startup failed while " + g
@@ -252,6 +257,38 @@ func StatusLine(s supervisor.Snapshot) string {
 		return "The engine cannot start"
 	}
 	return s.State.String()
+}
+
+// Served says what a ready engine serves, from its /status: the model and its context
+// ("Qwen3.6-35B-A3B-4bit · 121,088-token context"); either is left out while unknown. The memory
+// in use is not among them: /status does not report it.
+func Served(e supervisor.EngineStatus) string {
+	var parts []string
+	if e.Model != "" {
+		parts = append(parts, e.Model)
+	}
+	if e.ContextLength > 0 {
+		parts = append(parts, FormatCount(e.ContextLength)+"-token context")
+	}
+	return strings.Join(parts, " · ")
+}
+
+// FormatCount writes a count with thousands separators, as macOS does in English: "121,088".
+func FormatCount(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }
 
 func loadingLine(e supervisor.EngineStatus) string {
@@ -325,7 +362,8 @@ func FormatTimeLeft(d time.Duration) string {
 	return fmt.Sprintf("%d h %d min left", m/60, m%60)
 }
 
-// DetailLine is the second line: what the engine works on, or why it is not serving.
+// DetailLine is the second line: what the engine works on, where it serves, or why it is not
+// serving.
 func DetailLine(s supervisor.Snapshot) string {
 	if CleaningUp(s) {
 		return s.Message
@@ -341,6 +379,8 @@ func DetailLine(s supervisor.Snapshot) string {
 		return s.Engine.File
 	case supervisor.EngineError, supervisor.Restarting, supervisor.Failed, supervisor.Starting:
 		return s.Message
+	case supervisor.Ready: // where clients reach it (the status line says what it serves)
+		return s.BaseURL()
 	case supervisor.Stopped:
 		if s.Killed {
 			return "The engine did not stop in time and was killed."
