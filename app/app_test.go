@@ -117,16 +117,22 @@ func TestSetupInABundleLayout(t *testing.T) {
 	}
 }
 
-// TestFirstRunWritesSettings: without settings.json the defaults are written, for the user to edit.
-func TestFirstRunWritesSettings(t *testing.T) {
-	home := t.TempDir()
-	env := environment{Home: home, GOOS: "darwin", Exe: filepath.Join(home, "Lily.app", "Contents", "MacOS", "LilyApp"),
+// bundledEnv is a Mac home with Lily.app in it, the repository's resources standing in for the
+// bundle's.
+func bundledEnv(home string) environment {
+	return environment{Home: home, GOOS: "darwin", Exe: filepath.Join(home, "Lily.app", "Contents", "MacOS", "LilyApp"),
 		Getenv: func(k string) string {
 			if k == "LILY_RESOURCES" {
 				return filepath.Join("..", "resources")
 			}
 			return ""
 		}}
+}
+
+// TestFirstRunWritesSettings: without settings.json the defaults are written, for the user to edit.
+func TestFirstRunWritesSettings(t *testing.T) {
+	home := t.TempDir()
+	env := bundledEnv(home)
 	a, err := setup(env, nopPlatform{}, func() {})
 	if err != nil {
 		t.Fatal(err)
@@ -347,13 +353,7 @@ func TestSetupTranslocatedOffersTheMove(t *testing.T) {
 // log line); its alert says Lily is already running.
 func TestSecondCopyRefused(t *testing.T) {
 	home := t.TempDir()
-	env := environment{Home: home, GOOS: "darwin", Exe: filepath.Join(home, "Lily.app", "Contents", "MacOS", "LilyApp"),
-		Getenv: func(k string) string {
-			if k == "LILY_RESOURCES" {
-				return filepath.Join("..", "resources")
-			}
-			return ""
-		}}
+	env := bundledEnv(home)
 	a, err := setup(env, nopPlatform{}, func() {})
 	if err != nil {
 		t.Fatal(err)

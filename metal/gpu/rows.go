@@ -203,11 +203,7 @@ func (e *GPU) stepRows(rows []backend.Row, out []backend.RowResult) []int {
 	if len(ss) < 2 {
 		return nil
 	}
-	e.poolMu.Lock()
-	for i, s := range ss {
-		e.rows.move(s, i)
-	}
-	e.poolMu.Unlock()
+	e.arrange(ss)
 	R := len(ss)
 	st, x := e.rows.plans[R], e.rows.multi[R]
 	entries := make([]uint32, 0, 2*R)
@@ -253,6 +249,16 @@ func (e *GPU) batchable(r backend.Row) *Session {
 		return nil // Forward reports why
 	}
 	return s
+}
+
+// arrange moves ss into rows 0 … len(ss)−1, in order, for a multi-row step over them. The caller
+// holds the step lock.
+func (e *GPU) arrange(ss []*Session) {
+	e.poolMu.Lock()
+	defer e.poolMu.Unlock()
+	for i, s := range ss {
+		e.rows.move(s, i)
+	}
 }
 
 // move puts s into row r: the rows' state is swapped with r's session's, if any, which moves

@@ -36,7 +36,8 @@ func (e *GPU) newRowsLoop(st *decode.Step) (*rowsLoop, error) {
 			[]plan.Range{{Buffer: st.StepBuf, Offset: 8 * int64(r), Len: 8}}, []plan.Range{{Buffer: slots, Offset: 8 * int64(r), Len: 8}})
 		d.Buffers[0] = plan.Binding{Buffer: st.StepBuf, Offset: 8 * int64(r)}
 		d.Buffers[1] = plan.Binding{Buffer: slots, Offset: 8 * int64(r)} // slot's: rebound per step
-		d.Barrier = r == 0                                               // after the selection wrote the step entries
+		// The first copy waits for the selection to write the step entries.
+		d.Barrier = r == 0
 		q.Dispatches = append(q.Dispatches, d)
 	}
 	x, err := exec.New(rowDevice{e.dev, 0, R}, q)
@@ -76,11 +77,7 @@ func (e *GPU) ContinueRows(ctx context.Context, rows []backend.GenRow) ([][]floa
 		}
 	}
 	R := len(ss)
-	e.poolMu.Lock()
-	for i, s := range ss {
-		e.rows.move(s, i)
-	}
-	e.poolMu.Unlock()
+	e.arrange(ss)
 	mode, err := e.setRowSamplers(ss, rows)
 	if err != nil {
 		return nil, err
