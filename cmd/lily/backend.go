@@ -34,9 +34,10 @@ type backendOptions struct {
 	emuMemory    int64
 	kvBits       int
 	cacheBytes   int64
-	prefillChunk int  // prompt tokens per batched prefill step; -1: the backend's default
-	chunkLogits  bool // the batched prefill computes every row's logits too (prompt logits)
-	parallel     int  // sequences generating at once (0: by memory)
+	prefillChunk int    // prompt tokens per batched prefill step; -1: the backend's default
+	chunkLogits  bool   // the batched prefill computes every row's logits too (prompt logits)
+	parallel     int    // sequences generating at once (0: by memory)
+	prefillRoute string // --prefill-route: "tensor", "simdgroup" or "auto"/"" (by device)
 }
 
 // maxParallel is the most sequences the engine loop runs at once (the GPU's multi-row step is
@@ -66,6 +67,19 @@ func chunkOptions(backend string, n int) (chunks []int, auto bool) {
 		return nil, backend == "metal"
 	}
 	return gpu.Buckets(n), false
+}
+
+const prefillRouteHelp = "the route the GPU backends' batched prefill takes: tensor (Metal 4 tensor ops on M5's neural accelerators, activations rounded to bfloat), simdgroup (simdgroup matrices on the shader ALUs, every Mac), or auto: tensor on an M5 with macOS 26.2 or later, else simdgroup; emu runs either, simdgroup unless forced. `lily doctor` says which this Mac takes and why"
+
+// checkPrefillRoute reports a --prefill-route value that is not tensor, simdgroup or auto, or
+// one that forces a route on the cpu backend, which has none.
+func checkPrefillRoute(route, backend string) error {
+	if _, auto, err := gpu.ParsePrefillRoute(route); err != nil {
+		return err
+	} else if !auto && backend == "cpu" {
+		return fmt.Errorf("--prefill-route %s is for the GPU backends (metal, emu); the cpu reference has no prefill route", route)
+	}
+	return nil
 }
 
 // checkPrefillChunk reports a --prefill-chunk value that is not -1 (default) or >= 0.
@@ -120,10 +134,12 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
 		chunks, auto := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits, Parallel: o.parallel})
+		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits, Parallel: o.parallel,
+			PrefillRoute: o.prefillRoute})
 	case "emu": // the decode plan run on the emulator
 		chunks, _ := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel,
+			PrefillRoute: o.prefillRoute})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

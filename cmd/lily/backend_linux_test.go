@@ -75,6 +75,21 @@ func TestRunPromptLogitsOut(t *testing.T) {
 			t.Fatalf("%s: prompt logits differ from HF's by %.3g", backend, d)
 		}
 	}
+	// Forced onto the tensor route, the emulator's prompt logits move by bfloat16's rounding of
+	// the GEMMs' activations: away from the float route's, within 1.5× transformers' own
+	// bfloat16 error (metal/gpu's tensorFactor).
+	path := filepath.Join(t.TempDir(), "tensor.f32")
+	if out, err := execute(t, "run", "--backend", "emu", "--prefill-chunk", "32", "--prefill-route", "tensor", "--model", dir, "--prompt-ids", strings.Join(ids, ","),
+		"--max-tokens", "1", "--prompt-logits-out", path); err != nil {
+		t.Fatal(err, out)
+	}
+	rows := goldens.MustReadF32(t, path)
+	if d := goldens.MaxAbsDiff(rows, g.Prefill); len(rows) != len(g.Prefill) || !(d > 3e-2 && d < 1.5*g.BF16Deviation()) {
+		t.Fatalf("tensor route: %d floats, %.3g from HF's (transformers in bfloat16: %.3g)", len(rows), d, g.BF16Deviation())
+	}
+	if _, err := execute(t, "run", "--backend", "cpu", "--prefill-route", "tensor", "--model", dir, "--prompt-ids", "1"); err == nil || !strings.Contains(err.Error(), "GPU backends") {
+		t.Fatalf("--prefill-route tensor on cpu: %v", err)
+	}
 }
 
 // TestServedChunkedPrefill: an agent conversation served on the emulator with 32-token prefill

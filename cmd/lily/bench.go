@@ -24,6 +24,7 @@ type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
 	kvBits, prefillChunk          int
+	prefillRoute                  string
 	prefill, batch                int
 	cacheMB, concurrent, agents   int
 	warmup, plan, demo            bool
@@ -73,6 +74,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
+	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp+" (the --plan models report every chip's route)")
 	addProfileFlags(f, &o.profile)
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
@@ -115,6 +117,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if err := checkPrefillChunk(o.prefillChunk); err != nil {
 		return err
 	}
+	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
+		return err
+	}
 	if err := o.useDemo(); err != nil {
 		return err
 	}
@@ -124,7 +129,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, prefillRoute: o.prefillRoute})
 	if err != nil {
 		return err
 	}
@@ -304,19 +309,37 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	return err
 }
 
-// prefillChips are the chips the prefill model reports: the Max of each generation, from the one
-// chip table (plan.Chips, with its sources).
+// prefillChips are the chips the prefill and batch models report, from the one chip table
+// (plan.Chips, with its sources): the Max of each generation, and M5 Pro, the neural
+// accelerators' middle tier.
 var prefillChips = func() []plan.Chip {
 	var out []plan.Chip
 	for _, c := range plan.Chips {
-		if strings.HasSuffix(c.Name, " Max") {
+		if strings.HasSuffix(c.Name, " Max") || c.Name == "M5 Pro" {
 			out = append(out, c)
 		}
 	}
 	return out
 }()
 
-const prefillModelHelp = "modeled tok/s = chunk / max(bytes / bandwidth, FLOPs / peak simdgroup-matrix throughput) per chip, at 100% of each peak: M1 Max 400 GB/s 10.6 TFLOP/s, M2 Max 400 GB/s 13.6, M3 Max 400 GB/s 14.3, M4 Max 546 GB/s 17.2, M5 Max 614 GB/s 18 (its shader ALUs: the neural accelerators need Metal 4 tensor ops, which these kernels do not use); routing taken as uniform"
+// prefillModelHelp is --prefill's model, with prefillChips' figures and this build's tensor-op
+// kernels.
+var prefillModelHelp = func() string {
+	var chips []string
+	for _, c := range prefillChips {
+		tensor := ""
+		if c.HasTensorOps() {
+			tensor = fmt.Sprintf(" (tensor ops %.1f, an estimate)", c.TensorFLOPs/1e12)
+		}
+		chips = append(chips, fmt.Sprintf("%s %.0f GB/s %.3g TFLOP/s%s", c.Name, c.Bandwidth/1e9, c.FLOPs/1e12, tensor))
+	}
+	kernels := "none in this build yet"
+	if k := decode.TensorKernels(); len(k) > 0 {
+		kernels = strings.Join(k, ", ")
+	}
+	return "modeled tok/s = chunk / max(bytes / bandwidth, ALU FLOPs / ALU peak + tensor-op FLOPs / tensor-op peak) per chip, at 100% of each peak, on the chip's route: tensor where it has neural accelerators and the plan has tensor-op kernels (" +
+		kernels + "), else simdgroup: " + strings.Join(chips, ", ") + "; routing taken as uniform"
+}()
 
 // prefillPlanOutput is `lily bench --plan --prefill M --output json`.
 type prefillPlanOutput struct {
@@ -330,14 +353,24 @@ type prefillPlanOutput struct {
 		Bytes       int64              `json:"bytes"`
 		IdealBytes  int64              `json:"ideal_bytes"`
 		ModeledTokS map[string]float64 `json:"modeled_tok_s"`
-		BytesRatio  float64            `json:"bytes_ratio_to_ideal"`
-		FLOPsRatio  float64            `json:"flops_ratio_to_ideal"`
+		// Route is the route each chip's figure takes (prefillRoute) and PeakTFLOPs that route's
+		// peak matrix throughput there, in TFLOP/s.
+		Route      map[string]string  `json:"route"`
+		PeakTFLOPs map[string]float64 `json:"peak_tflops"`
+		BytesRatio float64            `json:"bytes_ratio_to_ideal"`
+		FLOPsRatio float64            `json:"flops_ratio_to_ideal"`
 	} `json:"prefill"`
 }
 
-// runBenchPrefillPlan prints decode.PrefillModel for a chunk of --prefill tokens after --ctx.
+// runBenchPrefillPlan prints decode.PrefillModel for a chunk of --prefill tokens after --ctx,
+// each chip's figure on its route. The other figures are the simdgroup route's.
 func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
-	p, err := decode.PrefillModel(config.Production(), o.prefill, o.ctx, o.kvBits)
+	c := config.Production()
+	p, err := decode.PrefillModel(c, o.prefill, o.ctx, o.kvBits)
+	if err != nil {
+		return err
+	}
+	t, err := decode.PrefillRouteModel(c, o.prefill, o.ctx, o.kvBits, plan.Tensor)
 	if err != nil {
 		return err
 	}
@@ -347,21 +380,38 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	q.FLOPs, q.IdealFLOPs, q.Bytes, q.IdealBytes = p.FLOPs, p.IdealFLOPs, p.Bytes, p.IdealBytes
 	q.BytesRatio = math.Round(float64(p.Bytes)/float64(p.IdealBytes)*1e4) / 1e4
 	q.FLOPsRatio = math.Round(p.FLOPs/p.IdealFLOPs*1e4) / 1e4
-	q.ModeledTokS = map[string]float64{}
-	for _, c := range prefillChips {
-		q.ModeledTokS[c.Name] = math.Round(float64(p.Chunk)/c.Seconds(p.Bytes, p.FLOPs)*10) / 10
+	q.ModeledTokS, q.Route, q.PeakTFLOPs = map[string]float64{}, map[string]string{}, map[string]float64{}
+	for _, chip := range prefillChips {
+		cost := prefillRoute(chip, p, t)
+		tps, err := cost.TokS(chip)
+		if err != nil {
+			return err
+		}
+		q.ModeledTokS[chip.Name] = math.Round(tps*10) / 10
+		q.Route[chip.Name] = cost.Route.String()
+		q.PeakTFLOPs[chip.Name] = math.Round(chip.Peak(cost.Route)/1e11) / 10
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "prefill chunk of %d tokens after %d cached (Qwen3.6-35B-A3B, %d-bit KV)\ndispatches %d  barriers %d\nFLOPs %.4g  ideal %.4g  ratio %.4f\nbytes %d  ideal %d  ratio %.4f\nmodeled tok/s:",
+	fmt.Fprintf(w, "prefill chunk of %d tokens after %d cached (Qwen3.6-35B-A3B, %d-bit KV)\ndispatches %d  barriers %d\nFLOPs %.4g  ideal %.4g  ratio %.4f\nbytes %d  ideal %d  ratio %.4f\nmodeled tok/s (route, peak TFLOP/s):",
 		q.Chunk, q.Context, o.kvBits, q.Dispatches, q.Barriers, q.FLOPs, q.IdealFLOPs, q.FLOPsRatio, q.Bytes, q.IdealBytes, q.BytesRatio)
-	for _, c := range prefillChips {
-		fmt.Fprintf(w, " %s %.0f", c.Name, q.ModeledTokS[c.Name])
+	for _, chip := range prefillChips {
+		fmt.Fprintf(w, " %s %.0f (%s, %.3g)", chip.Name, q.ModeledTokS[chip.Name], q.Route[chip.Name], q.PeakTFLOPs[chip.Name])
 	}
 	_, err = fmt.Fprintln(w)
 	return err
+}
+
+// prefillRoute is the chunk's cost on the route chip takes: the tensor route's (tensor) where the
+// chip has neural accelerators and that plan puts FLOPs on them, else the simdgroup route's
+// (simd), so no chip is said to take a route that would run no tensor op.
+func prefillRoute(chip plan.Chip, simd, tensor decode.PrefillCost) decode.PrefillCost {
+	if chip.HasTensorOps() && tensor.TensorFLOPs > 0 {
+		return tensor
+	}
+	return simd
 }
 
 // checkBatch rejects --batch (changed: given) without --plan, beside --prefill, or outside 1 to
@@ -380,7 +430,7 @@ func checkBatch(changed bool, o benchOptions) error {
 	return nil
 }
 
-const batchModelHelp = "the prefill model's time per chip, max(bytes / bandwidth, FLOPs / peak); weights read once per step, the routed experts of the rows' union under uniform routing, each sequence's KV, state and activations once per sequence"
+const batchModelHelp = "the prefill model's time per chip on the simdgroup route, max(bytes / bandwidth, FLOPs / peak simdgroup-matrix throughput); weights read once per step, the routed experts of the rows' union under uniform routing, each sequence's KV, state and activations once per sequence"
 
 // batchPlanOutput is `lily bench --plan --batch B --output json`.
 type batchPlanOutput struct {

@@ -51,7 +51,7 @@ func runBenchConcurrent(cmd *cobra.Command, o benchOptions) error {
 	if n < 1 || n > maxParallel {
 		return fmt.Errorf("--concurrent %d: expected 1 to %d requests", n, maxParallel)
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, parallel: n})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, parallel: n, prefillRoute: o.prefillRoute})
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,7 @@ func profileModel(ctx context.Context, o benchOptions, steps int, chip plan.Chip
 	if o.prefill > 0 {
 		chunk = o.prefill // the chunk mode profiled must be in the plan
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{ctx: o.ctx + max(o.prefill+1, warm+steps) + 1, kvBits: o.kvBits, prefillChunk: chunk})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{ctx: o.ctx + max(o.prefill+1, warm+steps) + 1, kvBits: o.kvBits, prefillChunk: chunk, prefillRoute: o.prefillRoute})
 	if err != nil {
 		return nil, err
 	}

@@ -180,16 +180,45 @@ func TestBenchPlanPrefill(t *testing.T) {
 			t.Fatalf("executed below ideal: %v", p)
 		}
 		tps := p["modeled_tok_s"].(map[string]any)
-		for _, chip := range []string{"M1 Max", "M4 Max", "M5 Max"} {
+		for _, chip := range []string{"M1 Max", "M4 Max", "M5 Pro", "M5 Max"} {
 			if v, ok := tps[chip].(float64); !ok || v <= 0 {
 				t.Fatalf("modeled tok/s %v: no %s", tps, chip)
 			}
 		}
+		checkPrefillRoutes(t, p)
+	}
+	if text, err := execute(t, "bench", "--plan", "--prefill", "512"); err != nil || !strings.Contains(text, "M5 Pro") || !strings.Contains(text, "(simdgroup, 18)") {
+		t.Fatalf("text output %q (%v)", text, err)
 	}
 	if r := b["ideal_flops"].(float64) / a["ideal_flops"].(float64); r < 8 || r > 9 {
 		t.Fatalf("ideal FLOPs 4096 vs 512 tokens: %.2f×, want a little over 8×", r)
 	}
 	if c["ideal_flops"].(float64) <= b["ideal_flops"].(float64) {
 		t.Fatalf("28k cached positions add no attention FLOPs: %v vs %v", c, b)
+	}
+}
+
+// checkPrefillRoutes: every chip of prefillChips has a route and that route's peak beside its
+// modeled tok/s: tensor only on a chip with neural accelerators where the build has tensor-op
+// kernels (none yet), its peak then the neural accelerators'; on the simdgroup route the
+// modeled rate is the chunk over max(bytes / bandwidth, FLOPs / that peak).
+func checkPrefillRoutes(t *testing.T, p map[string]any) {
+	t.Helper()
+	tps, routes, peaks := p["modeled_tok_s"].(map[string]any), p["route"].(map[string]any), p["peak_tflops"].(map[string]any)
+	if len(routes) != len(prefillChips) || len(peaks) != len(prefillChips) || len(tps) != len(prefillChips) {
+		t.Fatalf("%d chips: routes %v, peaks %v, tok/s %v", len(prefillChips), routes, peaks, tps)
+	}
+	chunk, bytes, flops := p["chunk"].(float64), p["bytes"].(float64), p["flops"].(float64)
+	for _, chip := range prefillChips {
+		route, peak, v := routes[chip.Name], peaks[chip.Name].(float64), tps[chip.Name].(float64)
+		tensor := chip.HasTensorOps() && len(decode.TensorKernels()) > 0
+		switch {
+		case tensor && (route != "tensor" || peak != math.Round(chip.TensorFLOPs/1e11)/10):
+			t.Errorf("%s: route %v at %g TFLOP/s, want tensor", chip.Name, route, peak)
+		case !tensor && (route != "simdgroup" || peak != math.Round(chip.FLOPs/1e11)/10):
+			t.Errorf("%s: route %v at %g TFLOP/s, want simdgroup at its ALUs' peak", chip.Name, route, peak)
+		case !tensor && math.Abs(v-chunk/max(bytes/chip.Bandwidth, flops/chip.FLOPs)) > 0.05:
+			t.Errorf("%s: %g tok/s on the simdgroup route at %g TFLOP/s", chip.Name, v, peak)
+		}
 	}
 }

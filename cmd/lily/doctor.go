@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/gpu"
+	"github.com/lilyformac/lily/metal/mtl"
 )
 
 // doctorOutput is the stable JSON contract of `lily doctor --output json`.
@@ -59,11 +61,15 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 	}
 	checks := syscheck.Run(cmd.Context(), cfg)
 	var g *syscheck.GPUInfo
-	if runtime.GOOS == "darwin" && syscheck.ProbeGPU != nil {
-		info := syscheck.ProbeGPU()
-		g = &info
+	var macOS string
+	if runtime.GOOS == "darwin" {
+		macOS = syscheck.Probe().OSVersion
+		if syscheck.ProbeGPU != nil {
+			info := syscheck.ProbeGPU()
+			g = &info
+		}
 	}
-	checks = append(checks, parallelCheck(runtime.GOOS, g, int64(wiredlimit.Memory())))
+	checks = append(checks, parallelCheck(runtime.GOOS, g, int64(wiredlimit.Memory())), routeCheck(runtime.GOOS, g, macOS))
 	failed := syscheck.Failed(checks)
 	out := cmd.OutOrStdout()
 	if output == "json" {
@@ -133,4 +139,34 @@ func parallelCheck(goos string, g *syscheck.GPUInfo, memory int64) syscheck.Chec
 		}
 	}
 	return c
+}
+
+// routeCheck is doctor's line on the route prefill chunks take on this Mac's GPU
+// (gpu.ChoosePrefillRoute, unforced) on macOS version macOS, and why; skipped off macOS, where
+// it names the emulator's, and without a GPU, where there is none to choose.
+func routeCheck(goos string, g *syscheck.GPUInfo, macOS string) syscheck.Check {
+	c := syscheck.Check{Name: "prefill", Status: syscheck.Skip}
+	device, family := "emu", mtl.Family(0)
+	switch {
+	case goos == "darwin" && (g == nil || !g.Available):
+		c.Detail = "prefill route: none (no Metal GPU)"
+		return c
+	case goos == "darwin":
+		c.Status, device, family = syscheck.Pass, g.Name, familyNamed(g.Family)
+	}
+	route, why, err := gpu.ChoosePrefillRoute(device, family, macOS, "")
+	if err != nil { // unforced, it cannot fail: say so rather than hide it
+		c.Status, why = syscheck.Warn, err.Error()
+	}
+	c.Detail = fmt.Sprintf("prefill route: %s (%s)", route, why)
+	return c
+}
+
+// familyNamed is the GPU family the Metal probe names ("Apple10"); 0 for anything else.
+func familyNamed(s string) mtl.Family {
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "Apple"))
+	if err != nil || !strings.HasPrefix(s, "Apple") || n < 1 {
+		return 0
+	}
+	return mtl.FamilyApple7 + mtl.Family(n-7)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/mtl"
 )
 
 func TestDoctorJSON(t *testing.T) {
@@ -25,11 +26,11 @@ func TestDoctorJSON(t *testing.T) {
 	var names []string
 	for _, c := range got.Checks {
 		names = append(names, c.Name)
-		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || c.Name == "context" || c.Name == "parallel" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
+		if runtime.GOOS != "darwin" && (c.Name == "macos" || c.Name == "chip" || c.Name == "context" || c.Name == "parallel" || c.Name == "prefill" || strings.HasPrefix(c.Name, "gpu")) && c.Status != syscheck.Skip {
 			t.Errorf("%s: %s on %s, want skip", c.Name, c.Status, runtime.GOOS)
 		}
 	}
-	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory,context,parallel" {
+	if strings.Join(names, ",") != "macos,memory,chip,disk,model,gpu,gpu-memory,context,parallel,prefill" {
 		t.Fatalf("checks %v", names)
 	}
 	if got.OK != (err == nil) || got.OK != (syscheck.Failed(got.Checks) == 0) {
@@ -46,7 +47,7 @@ func TestDoctorTextAndExitCode(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, hub.MarkerName), raw, 0o644)
 
 	out, err := execute(t, "doctor", "--model", dir)
-	if err == nil || !regexp.MustCompile(`^doctor: \d of 9 checks failed$`).MatchString(err.Error()) {
+	if err == nil || !regexp.MustCompile(`^doctor: \d of 10 checks failed$`).MatchString(err.Error()) {
 		t.Fatalf("err = %v", err)
 	}
 	if !strings.Contains(out, "fail  model       damaged") || !strings.Contains(out, "fix: run `lily pull`") {
@@ -88,6 +89,40 @@ func TestParallelCheck(t *testing.T) {
 	} {
 		if tc.c.Name != "parallel" || tc.c.Status != tc.status || !strings.HasPrefix(tc.c.Detail, tc.detail) || strings.Contains(tc.c.Detail, "\n") {
 			t.Errorf("%+v, want %s %q…", tc.c, tc.status, tc.detail)
+		}
+	}
+}
+
+// TestRouteCheck: doctor's line on the prefill route names the route and why, in one line: the
+// simdgroup route on every GPU while no kernel has a tensor-op form, and off macOS the
+// emulator's, which has no neural accelerators.
+func TestRouteCheck(t *testing.T) {
+	mac := func(name, family, macOS string) syscheck.Check {
+		return routeCheck("darwin", &syscheck.GPUInfo{Name: name, Family: family, Available: true}, macOS)
+	}
+	m5 := "prefill route: simdgroup (no tensor-op kernels in this build yet)"
+	if len(decode.TensorKernels()) > 0 {
+		m5 = "prefill route: tensor (M5 Max (Apple10) on macOS 26.2: the neural accelerators"
+	}
+	for _, tc := range []struct {
+		c      syscheck.Check
+		status syscheck.Status
+		detail string
+	}{
+		{mac("Apple M4 Max", "Apple9", "26.2"), syscheck.Pass, "prefill route: simdgroup (M4 Max (Apple9) has no neural accelerators)"},
+		{mac("Apple M5 Max", "Apple10", "26.1"), syscheck.Pass, "prefill route: simdgroup (macOS 26.1: tensor ops need 26.2)"},
+		{mac("Apple M5 Max", "Apple10", "26.2"), syscheck.Pass, m5},
+		{routeCheck("linux", nil, ""), syscheck.Skip, "prefill route: simdgroup (emu has no neural accelerators)"},
+		{routeCheck("darwin", &syscheck.GPUInfo{}, "15.5"), syscheck.Skip, "prefill route: none (no Metal GPU)"},
+		{routeCheck("darwin", nil, "15.5"), syscheck.Skip, "prefill route: none (no Metal GPU)"},
+	} {
+		if tc.c.Name != "prefill" || tc.c.Status != tc.status || !strings.HasPrefix(tc.c.Detail, tc.detail) || strings.Contains(tc.c.Detail, "\n") {
+			t.Errorf("%+v, want %s %q", tc.c, tc.status, tc.detail)
+		}
+	}
+	for s, want := range map[string]mtl.Family{"Apple10": mtl.FamilyApple10, "Apple7": mtl.FamilyApple7, "": 0, "Metal4": 0, "Apple": 0} {
+		if got := familyNamed(s); got != want {
+			t.Errorf("familyNamed(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

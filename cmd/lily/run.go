@@ -30,6 +30,7 @@ type runOptions struct {
 	temperature, topP, minP                              float32
 	seed                                                 int64
 	ignoreEOS                                            bool
+	prefillRoute                                         string
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -72,6 +73,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
+	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp)
 	return cmd
 }
 
@@ -96,6 +98,9 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 	if err := checkPrefillChunk(o.prefillChunk); err != nil {
 		return err
 	}
+	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
+		return err
+	}
 	if (o.prompt == "") == (o.promptIDs == "") {
 		return fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
 	}
@@ -110,7 +115,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 			return err
 		}
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, chunkLogits: o.promptLogitsOut != ""})
+	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, chunkLogits: o.promptLogitsOut != "", prefillRoute: o.prefillRoute})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ type selftestCheck struct {
 	Worst     string   `json:"worst,omitempty"` // the element of the worst error: "out[17] = 1.25, want 1.5"
 	Ms        float64  `json:"ms"`
 	Failure   string   `json:"failure,omitempty"` // why it failed beyond its error, or could not run
+	Skipped   string   `json:"skipped,omitempty"` // why it did not run: a tensor-op case where the device has none
 }
 
 // selftestChunk is the end-to-end check's largest prefill chunk: its 25-token batched prompt
@@ -120,6 +121,10 @@ func printSelftest(w io.Writer, r selftest.Result) {
 	if !r.Pass {
 		status = "FAIL"
 	}
+	if r.Skipped != "" {
+		fmt.Fprintf(w, "SKIP  %-18s %s (%s)\n", r.Case, r.Shape, r.Skipped)
+		return
+	}
 	fmt.Fprintf(w, "%s  %-18s worst=%-9.3g tol=%-7.3g %6d ms  %s\n", status, r.Case, r.WorstError, r.Tolerance, r.Duration.Milliseconds(), r.Shape)
 	if !r.Pass && r.Worst != "" {
 		fmt.Fprintf(w, "      %s (%s): worst at %s\n", r.Case, r.Kernel, r.Worst)
@@ -168,5 +173,6 @@ func selftestCheckOf(r selftest.Result) selftestCheck {
 	if r.Err != nil {
 		c.Failure = r.Err.Error()
 	}
+	c.Skipped = r.Skipped
 	return c
 }

@@ -20,7 +20,15 @@ type Golden struct {
 	DecodeSteps int       `json:"decode_steps"`
 	Prefill     []float32 `json:"-"` // logits at every prompt position, row-major [prompt][vocab]
 	Decode      []float32 `json:"-"` // logits of each cached decode step, [steps][vocab]
+	// PrefillBF16 is Prefill from the same model run by transformers in bfloat16 (weights and
+	// activations): how far bfloat16 alone moves the logits, the yardstick of routes that round
+	// activations to bfloat16.
+	PrefillBF16 []float32 `json:"-"`
 }
+
+// BF16Deviation is max |PrefillBF16 − Prefill| over every prompt position: transformers' own
+// bfloat16 error on this checkpoint.
+func (g *Golden) BF16Deviation() float64 { return MaxAbsDiff(g.PrefillBF16, g.Prefill) }
 
 // Load reads dir's golden.json and logits files.
 func Load(dir string) (*Golden, error) {
@@ -38,8 +46,11 @@ func Load(dir string) (*Golden, error) {
 	if g.Decode, err = ReadF32(filepath.Join(dir, "decode_logits.f32")); err != nil {
 		return nil, err
 	}
+	if g.PrefillBF16, err = ReadF32(filepath.Join(dir, "prefill_logits_bf16.f32")); err != nil {
+		return nil, err
+	}
 	V := g.VocabSize
-	if len(g.Prefill) != len(g.PromptIDs)*V || len(g.Decode) != g.DecodeSteps*V || len(g.GreedyIDs) != g.DecodeSteps+1 {
+	if len(g.Prefill) != len(g.PromptIDs)*V || len(g.PrefillBF16) != len(g.Prefill) || len(g.Decode) != g.DecodeSteps*V || len(g.GreedyIDs) != g.DecodeSteps+1 {
 		return nil, fmt.Errorf("%s: golden files disagree on sizes: prefill %d, decode %d, ids %d", dir, len(g.Prefill), len(g.Decode), len(g.GreedyIDs))
 	}
 	return &g, nil

@@ -63,6 +63,10 @@ type Case struct {
 	// thread order and not under ASan (as the kernel tests ran their production shapes); the
 	// selftest runs it like any other.
 	Heavy bool
+	// Tensor marks a case of a Metal 4 tensor-op kernel: the emulator runs it under several
+	// random cooperative-tensor layouts; a device without tensor ops cannot run it, and the
+	// selftest says so instead of failing it.
+	Tensor bool
 	// Run builds the case's plan through c, runs it and compares the outputs (c.Rel, c.Bits, …);
 	// it returns an error for a failure that no error measure describes.
 	Run func(c *Ctx) error
@@ -167,4 +171,4 @@ func All() []Case {
 }
 
 // families are the migrated kernel families' case lists, simplest first.
-var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, gdnCases, gdnConvCases, attnCases, ropeCases, logprobCases, sampleCases, moeCases}
+var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, qmmTensorCases, moeTensorCases, gdnCases, gdnConvCases, attnCases, ropeCases, logprobCases, sampleCases, moeCases}

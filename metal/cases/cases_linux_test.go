@@ -4,6 +4,7 @@ package cases
 
 import (
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -28,7 +29,9 @@ func library(t *testing.T, opts emu.Options) *emu.Library {
 
 // TestCases runs every case on the emulator in every thread order (a Heavy case in one, chosen
 // by its name) and under AddressSanitizer (Heavy cases excepted), against the emulator's
-// tolerance; each run must make the pipelines of exactly the case's declared instances.
+// tolerance; each run must make the pipelines of exactly the case's declared instances. A
+// tensor-op case draws a new cooperative-tensor layout for each run (EmuDevice's seed): four
+// orders and ASan are five layouts, and a Heavy one runs in three.
 func TestCases(t *testing.T) {
 	lib, asan := library(t, emu.Options{}), library(t, emu.Options{ASan: true})
 	for _, c := range All() {
@@ -50,6 +53,9 @@ func TestCases(t *testing.T) {
 			}
 			for i, o := range orders {
 				check(o.String(), Run(c, EmuDevice(lib, o, uint64(i+1)), Options{Kind: Emu}))
+			}
+			for seed := uint64(len(orders) + 1); c.Tensor && seed <= 3; seed++ {
+				check(fmt.Sprintf("%s, layout %d", orders[0], seed), Run(c, EmuDevice(lib, orders[0], seed), Options{Kind: Emu}))
 			}
 			if !c.Heavy {
 				check("ASan", Run(c, EmuDevice(asan, emu.Shuffle, 7), Options{Kind: Emu}))

@@ -37,7 +37,8 @@ func EmuLibrary(opts emu.Options) (*emu.Library, error) {
 }
 
 // EmuDevice is the emulator as an exec device: lib's kernels, the threads of each threadgroup —
-// and the dispatches between two barriers — in order (Shuffle seeded with seed).
+// and the dispatches between two barriers — in order (Shuffle seeded with seed), and the
+// cooperative tensors of tensor-op kernels in a layout drawn with seed too.
 func EmuDevice(lib *emu.Library, order emu.Order, seed uint64) *exec.EmuDevice {
-	return &exec.EmuDevice{Lib: lib, Threads: order, GroupOrder: order, Seed: seed}
+	return &exec.EmuDevice{Lib: lib, Threads: order, GroupOrder: order, Seed: seed, LayoutSeed: seed}
 }

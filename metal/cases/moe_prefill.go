@@ -50,7 +50,7 @@ func moePrefillCases() []Case {
 		{kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}, 40, true},
 	} {
 		for _, bm := range kernels.QMMTileHeights {
-			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, g.heavy))
+			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, g.heavy, false))
 		}
 	}
 	// The whole block, every tile height with moe_combine and moe_combine_norm.
@@ -136,32 +136,33 @@ func moeChunkRoutingCase(s kernels.MoEShape, n, bm int) Case {
 }
 
 // moeGateUpMMCase: moe_gate_up_mm (tiles of bm) over MoESort's blocks equals each pair's expert
-// gate/up product with SwiGLU (MoEGateUpSorted). Distinct experts per token; the last two
+// gate/up product with SwiGLU (MoEGateUpSorted); with tensor, its tensor-op form (Case.Tensor)
+// equals that on x rounded to bfloat. Distinct experts per token (moeRouting); the last two
 // experts get nobody.
-func moeGateUpMMCase(s kernels.MoEShape, n, bm int, heavy bool) Case {
-	k := mmKernel("moe_gate_up_mm", bm)
+func moeGateUpMMCase(s kernels.MoEShape, n, bm int, heavy, tensor bool) Case {
+	k, call, ops := mmKernel("moe_gate_up_mm", bm), kernels.MoEGateUpMMCall[int], ""
+	if tensor {
+		k, call, ops = k+"_tensor", kernels.MoEGateUpMMTensorCall[int], ", tensor ops"
+	}
 	tol := moeMMTol
 	if s.H >= 2048 {
 		tol = moeMMWideTol
 	}
 	return Case{
-		Name: fmt.Sprintf("%s/%s_t%d", k, moeTag(s), n), Kernels: []string{k}, Tol: tol, Heavy: heavy,
-		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, tiles of %d rows", n, s.E, s.K, s.I, s.H, bm),
+		Name: fmt.Sprintf("%s/%s_t%d", k, moeTag(s), n), Kernels: []string{k}, Tol: tol, Heavy: heavy, Tensor: tensor,
+		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, tiles of %d rows%s", n, s.E, s.K, s.I, s.H, bm, ops),
 		Run: func(c *Ctx) error {
-			ids := make([]uint32, n*s.K)
-			for t := range n {
-				for j, e := range c.R.Perm(s.E - 2)[:s.K] {
-					ids[t*s.K+j] = uint32(e)
-				}
-			}
-			sorted := kernels.MoESort(s, ids, make([]float32, n*(s.K+1)), n, bm)
+			sorted := moeRouting(c, s, n, bm)
 			gate, up := moeQ(c.R, s.E*s.I, s.H), moeQ(c.R, s.E*s.I, s.H)
 			x := RandFloats(c.R, n*s.H, 1)
 			bs := kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("gate", gate), Up: c.QM("up", up), X: c.In("x", x), Tok: c.In("tok", sorted.Tok),
 				Blocks: c.In("blocks", sorted.BlockWords()), Act: c.Out("act", 4*n*s.K*s.I)}
-			c.Add(kernels.MoEGateUpMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), false)
+			c.Add(call(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), false)
 			if err := c.Step(); err != nil {
 				return err
+			}
+			if tensor {
+				x = kernels.BF16Round(x)
 			}
 			c.Rel("act", c.F32(bs.Act), kernels.MoEGateUpSorted(gate, up, s.I, sorted, x))
 			return nil

@@ -65,6 +65,10 @@ type Options struct {
 	// r's block table at its own pages when the pool holds them (else rows share pages, and the
 	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
+	// PrefillRoute is how the chunk modes run their matrix work: plan.Simdgroup (the zero value)
+	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (tensorForms) runs
+	// that form instead. The decode step is the same on both.
+	PrefillRoute plan.Route
 }
 
 // MaxRows is the most sequences one multi-row step advances (the kernels' row limit).
@@ -158,6 +162,7 @@ type builder struct {
 	written map[int]bool // buffers written since the last barrier
 	modes   []string     // the Modes of dispatches added without their own
 	rows    int          // the decode step's rows (Options.Rows, at least 1)
+	route   plan.Route   // the chunk modes' route (Options.PrefillRoute)
 }
 
 // batch is the qmv variant's Batch for the decode step's rows: 0 (QMV_BATCH unset, the one-row
@@ -391,7 +396,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	}
 	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
 		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
-	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R}
+	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
 	as := s.Attn

@@ -117,7 +117,9 @@ func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []pl
 	for _, buf := range writes {
 		w = append(w, b.whole(buf))
 	}
+	k, tensor := b.form(k)
 	b.call(k, append(r, extraReads...), append(w, extraWrites...), c.modes...)
+	b.p.Dispatches[len(b.p.Dispatches)-1].Tensor = tensor
 }
 
 // lastRowLogits adds the +last mode's LM head: the final norm folded in, over the chunk's last row
@@ -155,7 +157,8 @@ func (c *chunkBufs) qmm(ms []qmat, x int, ys ...int) {
 	var executed, ideal float64
 	for _, m := range ms {
 		w, rows, reads = append(w, m.bufs()), append(rows, m.rows), append(reads, m.all()...)
-		e, i := gemmFLOPs(c.n, m.rows, m.cols)
+		tm, tn := c.b.gemmTiles(kernels.QMMTileRows(c.n), true)
+		e, i := gemmFLOPs(tm, tn, c.n, m.rows, m.cols)
 		executed, ideal = executed+e, ideal+i
 	}
 	c.call(kernels.QMMCall(ms[0].bits, c.n, ms[0].cols, rows, kernels.QMMBuffers[int]{W: w, Y: ys, X: x}), []int{x}, reads, ys...)
@@ -202,12 +205,13 @@ func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate
 	c.call(kernels.MoEGateUpMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEGateUpMMBuffers[int]{
 		Gate: shGate.bufs(), Up: shUp.bufs(), X: c.xn, Tok: c.idTok, Blocks: c.idBlocks, Act: c.shAct}),
 		[]int{c.xn, c.idTok, c.idBlocks}, append(shGate.all(), shUp.all()...), c.shAct)
-	e, i := gemmFLOPs(n, ms.SI, ms.H)
+	tm, tn := c.b.gemmTiles(c.idBM, false)
+	e, i := gemmFLOPs(tm, tn, n, ms.SI, ms.H)
 	c.b.flops(2*e, 2*i)
 	c.call(kernels.MoEDownMMCall(ms.H, ms.SI, n, c.idN, c.idBM, kernels.MoEDownMMBuffers[int]{
 		Down: shDown.bufs(), Act: c.shAct, W: c.ones, Blocks: c.idBlocks, Y: c.sh}),
 		[]int{c.shAct, c.ones, c.idBlocks}, shDown.all(), c.sh)
-	c.b.flops(gemmFLOPs(n, ms.H, ms.SI))
+	c.b.flops(gemmFLOPs(tm, tn, n, ms.H, ms.SI))
 	cb := kernels.MoECombineBuffers[int]{IDs: c.ids, Weights: c.weights, Pos: c.pos, Y: c.ey, Shared: c.sh, Res: c.res}
 	reads := []int{c.ids, c.weights, c.pos, c.ey, c.sh, c.res}
 	if next < 0 {

@@ -1,12 +1,36 @@
 package decode
 
-import "github.com/lilyformac/lily/metal/kernels"
+import (
+	"slices"
+	"strings"
+
+	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
+)
 
 // The compute model: each dispatch carries the multiply-adds (×2) it executes and the useful ones
 // (plan.Dispatch.FLOPs, IdealFLOPs), set where the builder adds it, so plan.Stats sums the same
 // per-dispatch figures that a per-kernel profile attributes. Only matrix and attention work counts
 // (GEMVs, GEMMs, QKᵀ and PV, the DeltaNet update, the conv taps); norms, activations, routing,
 // sampling and the weights' dequantisation are left out.
+
+// TensorKernels are the chunk kernels the tensor route (Options.PrefillRoute) runs in their
+// tensor-op form (kernels.TensorForm) instead; the forms' tiles are in gemmTiles. The 8-bit GEMM
+// keeps its float form: in this model it is only the router and the shared expert's gate, and
+// routing picks experts by comparing the router's logits — inputs rounded to bfloat would flip
+// near ties, after which everything downstream differs — for 1 % of a chunk's FLOPs.
+func TensorKernels() []string {
+	return slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
+}
+
+// form is the call a chunk mode runs for k on the builder's route, and whether its FLOPs run on
+// tensor ops (plan.Dispatch.Tensor).
+func (b *builder) form(k kernels.Call[int]) (kernels.Call[int], bool) {
+	if b.route != plan.Tensor || !slices.Contains(TensorKernels(), k.Kernel) {
+		return k, false
+	}
+	return kernels.TensorForm(k)
+}
 
 // flops sets the last added dispatch's executed and useful FLOPs.
 func (b *builder) flops(executed, ideal float64) {
@@ -20,11 +44,24 @@ func gemvFLOPs(rows, cols int) float64 { return 2 * float64(rows) * float64(cols
 // padTo is x rounded up to a multiple of to.
 func padTo(x, to int) float64 { return float64((x + to - 1) / to * to) }
 
-// gemmFLOPs is y[m][rows] = x[m][cols]·Wᵀ on the QMM kernels' tiles (QMMTileRows(m) ×
-// QMMTileCols of that): executed, edge tiles included, and useful.
-func gemmFLOPs(m, rows, cols int) (executed, ideal float64) {
-	tm := kernels.QMMTileRows(m)
-	return 2 * padTo(m, tm) * padTo(rows, kernels.QMMTileCols(tm)) * float64(cols), 2 * float64(m) * float64(rows) * float64(cols)
+// gemmFLOPs is y[m][rows] = x[m][cols]·Wᵀ on tiles of tm × tn (gemmTiles): executed, edge tiles
+// included, and useful.
+func gemmFLOPs(tm, tn, m, rows, cols int) (executed, ideal float64) {
+	return 2 * padTo(m, tm) * padTo(rows, tn) * float64(cols), 2 * float64(m) * float64(rows) * float64(cols)
+}
+
+// gemmTiles are the tiles a GEMM over tm-row tiles runs in on the builder's route: qmm's
+// (QMMTileRows(m) × QMMTileCols) or a grouped GEMM's (its map's rows) on the simdgroup route; on
+// the tensor route the tensor forms' columns, and rows of QMMTensorTile for qmm (dense) or of
+// the map for a grouped GEMM.
+func (b *builder) gemmTiles(tm int, dense bool) (int, int) {
+	if b.route != plan.Tensor {
+		return tm, kernels.QMMTileCols(tm)
+	}
+	if dense {
+		tm = kernels.QMMTensorTile
+	}
+	return tm, kernels.QMMTensorTile
 }
 
 // gdnFLOPs is the DeltaNet update of tokens tokens: decay, read, delta, write and output over

@@ -5,16 +5,20 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// PrefillCost is a chunk of m prompt tokens after n cached positions through the chunk mode,
-// modelled from the plan and the kernels' shapes.
+// PrefillCost is a chunk of m prompt tokens after n cached positions through the chunk mode on a
+// route, modelled from the plan and the kernels' shapes.
 type PrefillCost struct {
 	Chunk, Context       int
+	Route                plan.Route
 	Dispatches, Barriers int
 	// FLOPs are the multiply-adds (×2) the kernels execute, padding included (edge tiles of the
 	// GEMM tiles, the 8×8 tiles of causal attention, the grouped GEMMs' blocks under uniform
 	// routing, each expert's pairs a binomial count); IdealFLOPs count only the useful ones. The
 	// weights' dequantisation is ALU work outside both.
 	FLOPs, IdealFLOPs float64
+	// TensorFLOPs are the part of FLOPs the route runs on tensor ops (plan.Dispatch.Tensor): none
+	// on the simdgroup route, and none on the tensor route until kernels have tensor-op forms.
+	TensorFLOPs float64
 	// Bytes is the DRAM traffic as the decode model counts it (distinct ranges per dispatch);
 	// IdealBytes each weight the chunk uses read once, the KV cache read once and the chunk's
 	// rows written, the recurrent state read and written once.
@@ -22,21 +26,41 @@ type PrefillCost struct {
 }
 
 // PrefillModel models a chunk of m tokens after n cached positions for configuration c with a
-// kvBits KV cache.
+// kvBits KV cache, on the simdgroup route (every chip's).
 func PrefillModel(c *config.Config, m, n, kvBits int) (PrefillCost, error) {
+	return PrefillRouteModel(c, m, n, kvBits, plan.Simdgroup)
+}
+
+// PrefillRouteModel is PrefillModel on route: the plan built with Options.PrefillRoute.
+func PrefillRouteModel(c *config.Config, m, n, kvBits int, route plan.Route) (PrefillCost, error) {
 	tctx := n
 	if n == 0 {
 		tctx = -1 // none cached (Options.TrafficCtx)
 	}
-	s, err := Build(c, Options{MaxCtx: n + m + 1, TrafficCtx: tctx, Chunks: []int{m}, KVBits: kvBits})
+	s, err := Build(c, Options{MaxCtx: n + m + 1, TrafficCtx: tctx, Chunks: []int{m}, KVBits: kvBits, PrefillRoute: route})
 	if err != nil {
 		return PrefillCost{}, err
 	}
 	st := s.Plan.Stats(ChunkModes(m).Run)
-	out := PrefillCost{Chunk: m, Context: n, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes,
-		FLOPs: st.FLOPs, IdealFLOPs: st.IdealFLOPs} // the dispatches' own FLOPs (flops.go), summed
+	out := PrefillCost{Chunk: m, Context: n, Route: route, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes,
+		FLOPs: st.FLOPs, IdealFLOPs: st.IdealFLOPs, TensorFLOPs: st.TensorFLOPs} // the dispatches' own FLOPs (flops.go), summed
 	out.IdealBytes = s.idealChunkBytes(ChunkModes(m).Run)
 	return out, nil
+}
+
+// Work is the chunk's traffic and FLOPs, for plan.Chip.Time.
+func (p PrefillCost) Work() plan.Work {
+	return plan.Work{Bytes: p.Bytes, FLOPs: p.FLOPs, TensorFLOPs: p.TensorFLOPs}
+}
+
+// TokS is the chunk's modelled tokens per second on chip (plan.Chip.Time): an error where the
+// route put FLOPs on tensor ops the chip does not have.
+func (p PrefillCost) TokS(chip plan.Chip) (float64, error) {
+	t, err := chip.Time(p.Work())
+	if err != nil {
+		return 0, err
+	}
+	return float64(p.Chunk) / t, nil
 }
 
 // idealChunkBytes is the chunk mode's weights read once (the union of the weight ranges its

@@ -1,10 +1,13 @@
 package decode
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/kernels"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 // TestExpectedExperts: one token touches its K experts, a long chunk all E, and the count grows
@@ -50,4 +53,47 @@ func TestPrefillModelSmallChunks(t *testing.T) {
 	if small.Bytes < small.IdealBytes || big.Bytes < big.IdealBytes {
 		t.Errorf("bytes below ideal: %d < %d or %d < %d", small.Bytes, small.IdealBytes, big.Bytes, big.IdealBytes)
 	}
+}
+
+// TestPrefillRouteForms: on the tensor route every chunk dispatch of a kernel with a tensor-op
+// form (TensorKernels) runs that form and declares its FLOPs tensor FLOPs, and nothing else
+// changes: the decode step's kernels, the dispatch count, the bytes; the executed FLOPs differ
+// only by the forms' tiles, and stay within the bound at 4,096 tokens. Only a chip with
+// neural accelerators can time the chunk, and an M5 Max times it faster than the simdgroup route.
+func TestPrefillRouteForms(t *testing.T) {
+	c := config.Production()
+	s, err := Build(c, Options{MaxCtx: 4096 + 129, Chunks: []int{4096}, PrefillRoute: plan.Tensor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forms := TensorKernels()
+	for _, d := range s.Plan.Dispatches {
+		chunk := d.RunsIn(ChunkModes(4096).Run) && len(d.Modes) > 0
+		tensor := strings.HasSuffix(d.Kernel, "_tensor")
+		if d.Tensor != tensor || tensor && !chunk || chunk && slices.Contains(forms, d.Kernel) {
+			t.Fatalf("%s in %v: tensor %v", d.Kernel, d.Modes, d.Tensor)
+		}
+	}
+	simd, err := PrefillModel(c, 4096, 128, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor, err := PrefillRouteModel(c, 4096, 128, 16, plan.Tensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if simd.TensorFLOPs != 0 || !(tensor.TensorFLOPs > 0.9*tensor.FLOPs && tensor.TensorFLOPs < tensor.FLOPs) || tensor.Bytes != simd.Bytes ||
+		tensor.Dispatches != simd.Dispatches || tensor.IdealFLOPs != simd.IdealFLOPs || tensor.FLOPs/tensor.IdealFLOPs > 1.10 {
+		t.Fatalf("simdgroup %+v, tensor %+v", simd, tensor)
+	}
+	m4, _ := plan.ChipNamed("M4 Max")
+	m5, _ := plan.ChipNamed("M5 Max")
+	if _, err := tensor.TokS(m4); err == nil {
+		t.Error("M4 Max timed tensor-op FLOPs")
+	}
+	fast, err := tensor.TokS(m5)
+	if slow, _ := simd.TokS(m5); err != nil || fast <= slow {
+		t.Errorf("M5 Max: tensor route %g tok/s (%v), simdgroup %g", fast, err, slow)
+	}
+	t.Logf("4,096 after 128 on M5 Max: tensor route %.0f tok/s (%.3g of %.3g FLOPs on tensor ops, %.4f× ideal), simdgroup %.0f", fast, tensor.TensorFLOPs, tensor.FLOPs, tensor.FLOPs/tensor.IdealFLOPs, func() float64 { v, _ := simd.TokS(m5); return v }())
 }

@@ -24,7 +24,7 @@ import (
 
 // genVersion changes whenever the generator's output or the build recipe changes in a way the
 // hashed inputs would not show.
-const genVersion = "emu-1"
+const genVersion = "emu-2"
 
 // minClang is the oldest clang with _Float16 and __bf16 arithmetic on x86-64.
 const minClang = 17
@@ -196,7 +196,9 @@ func build(srcs []Source, opts Options) (string, *buildPlan, error) {
 	}
 	// -fdebug-compilation-dir keeps reports naming files as the sources were named (the #line
 	// names), whichever directory compiled the cached object.
-	p.cflags = []string{"-std=c++17", "-fexcess-precision=16", "-fno-exceptions", "-fvisibility=hidden", "-fdebug-compilation-dir=."}
+	// C++23 (c++2b, which clang 17 knows) for tensor ops: a descriptor struct as a template
+	// argument (C++20) and multidimensional subscripts t[x, y] (C++23).
+	p.cflags = []string{"-std=c++2b", "-fexcess-precision=16", "-fno-exceptions", "-fvisibility=hidden", "-fdebug-compilation-dir=."}
 	switch {
 	case opts.ASan:
 		p.cflags = append(p.cflags, "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address", "-DMSL_EMU_FLAT_ADDRESS_SPACES")

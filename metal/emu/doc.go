@@ -7,7 +7,9 @@
 // SIMD-group functions (32-lane simdgroups) are scheduling points, threadgroup memory is
 // poisoned (0xFF) for every group, and the order threads run in between scheduling points is
 // forward, reverse or shuffled, chosen per dispatch. An AddressSanitizer build runs dispatches
-// in a helper process and reports memory errors as Go errors.
+// in a helper process and reports memory errors as Go errors. Metal 4 tensor ops (matmul2d on
+// cooperative tensors) run too, each dispatch drawing the cooperative tensors' element-to-thread
+// layout from Dispatch.LayoutSeed, so kernels that assume a layout fail.
 //
 // The implementation is Linux-only; on other systems the package holds only this comment and
 // the portable types. See metal/README.md for the source conventions and the limits.

@@ -325,6 +325,10 @@ type Dispatch struct {
 	// Order is the thread order within threadgroups; Seed seeds Shuffle and Ahead.
 	Order Order
 	Seed  uint64
+	// LayoutSeed draws the element-to-thread layout of cooperative tensors (Metal 4 tensor ops):
+	// a seeded permutation per op shape and scope, with slots that hold no element. The same seed
+	// gives the same layout; run a tensor-op kernel under several to show a layout assumption.
+	LayoutSeed uint64
 }
 
 // launch mirrors msl_emu_rt::Launch (runtime.cc).
@@ -335,6 +339,7 @@ type launch struct {
 	fcValues   unsafe.Pointer
 	fcDefined  unsafe.Pointer
 	seed       uint64
+	layoutSeed uint64
 	tgLen      [31]uint32
 	groups     [3]uint32
 	tg         [3]uint32
@@ -347,13 +352,13 @@ type launch struct {
 	flags      uint32
 }
 
-const launchSize = 712
+const launchSize = 720
 
 // deviceMaxThreads is the threadgroup limit of every Apple GPU Lily supports.
 const deviceMaxThreads = 1024
 
 func init() {
-	if unsafe.Sizeof(launch{}) != launchSize || unsafe.Offsetof(launch{}.tgLen) != 528 || unsafe.Offsetof(launch{}.groups) != 652 {
+	if unsafe.Sizeof(launch{}) != launchSize || unsafe.Offsetof(launch{}.tgLen) != 536 || unsafe.Offsetof(launch{}.groups) != 660 {
 		panic("emu: launch layout does not match runtime.cc")
 	}
 }
@@ -428,7 +433,7 @@ func (p *Pipeline) Dispatch(d Dispatch) error {
 		return fmt.Errorf("emu: %s: too many threadgroups", k.name)
 	}
 
-	l := &launch{kernel: uint64(k.index), seed: d.Seed, order: uint32(d.Order), stackKiB: uint32(p.lib.opts.StackKiB)}
+	l := &launch{kernel: uint64(k.index), seed: d.Seed, layoutSeed: d.LayoutSeed, order: uint32(d.Order), stackKiB: uint32(p.lib.opts.StackKiB)}
 	l.fcValues = unsafe.Pointer(&p.fcValues[0])
 	l.fcDefined = unsafe.Pointer(&p.fcDefined[0])
 	l.fcCount = uint32(len(p.fcValues))

@@ -190,6 +190,7 @@ func (h *helper) run(j *job) error {
 	}
 	h.w32(l.order)
 	h.w64(l.seed)
+	h.w64(l.layoutSeed)
 	h.w32(l.stackKiB)
 	h.w32(uint32(len(j.fcv)))
 	binary.Write(h.in, binary.LittleEndian, j.fcv)

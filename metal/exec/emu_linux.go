@@ -18,11 +18,19 @@ type EmuDevice struct {
 	Threads    emu.Order // thread order inside threadgroups
 	GroupOrder emu.Order // order of the dispatches between barriers
 	Seed       uint64
+	// LayoutSeed draws the cooperative-tensor layouts of tensor-op kernels (emu.Dispatch).
+	LayoutSeed uint64
 }
 
 type emuMemory struct{ b *emu.Buffer }
 
 func (m emuMemory) Bytes() []byte { return m.b.Bytes() }
+
+// TensorOps: the emulator runs tensor-op kernels, with cooperative-tensor layouts it draws at
+// random (metal/emu).
+func (d *EmuDevice) TensorOps() (bool, string) {
+	return true, "the MSL emulator's tensor ops, on layouts it draws at random"
+}
 
 // Alloc makes a zeroed emulator buffer.
 func (d *EmuDevice) Alloc(b plan.Buffer) (Memory, error) {
@@ -81,7 +89,7 @@ func (e *emuEncoder) Dispatch(threadgroups, group [3]int) {
 	for k, v := range e.tgMem {
 		tg[k] = v
 	}
-	e.group = append(e.group, pending{e.pipe, emu.Dispatch{Threadgroups: threadgroups, Group: group, Buffers: bufs, ThreadgroupMem: tg, Order: e.dev.Threads, Seed: e.dev.Seed}})
+	e.group = append(e.group, pending{e.pipe, emu.Dispatch{Threadgroups: threadgroups, Group: group, Buffers: bufs, ThreadgroupMem: tg, Order: e.dev.Threads, Seed: e.dev.Seed, LayoutSeed: e.dev.LayoutSeed}})
 }
 
 // Barrier runs the queued group.

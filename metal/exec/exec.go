@@ -42,6 +42,20 @@ type Wrapper interface {
 	Wrap(data []byte) (m Memory, offset int64, err error)
 }
 
+// TensorDevice is a Device that says whether it runs Metal 4 tensor-op kernels
+// (kernels.TensorFile), and why or why not.
+type TensorDevice interface {
+	TensorOps() (bool, string)
+}
+
+// TensorOps asks dev whether it runs tensor-op kernels: a Device that does not say runs none.
+func TensorOps(dev Device) (bool, string) {
+	if t, ok := dev.(TensorDevice); ok {
+		return t.TensorOps()
+	}
+	return false, "the device does not run tensor-op kernels"
+}
+
 // View is a Memory that begins offset bytes into another device buffer, as Wrapper returns them;
 // the executor binds the underlying buffer at offset + the binding's own offset.
 type View struct {

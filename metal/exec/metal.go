@@ -28,11 +28,14 @@ type MetalDevice struct {
 	// NotResident says why wrapped weights are not kept resident (no MTLResidencySet before
 	// macOS 15); nil when they are. Worth a log line, never fatal.
 	NotResident error
+	// tensor: the device runs tensor-op kernels (mtl.TensorOps), tensorWhy says why or why not.
+	tensor    bool
+	tensorWhy string
 }
 
 // NewMetalDevice compiles each source on the default device, with the kernel file's compile
-// options (kernels.CompileOptions: the pinned MSL version and its math mode). sources maps kernel
-// file names to text.
+// options (kernels.CompileOptions: the pinned MSL version and its math mode); a file of tensor-op
+// kernels only where the device runs them (TensorOps). sources maps kernel file names to text.
 func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
 	opts := map[string]mtl.CompileOptions{}
 	for name := range sources {
@@ -52,7 +55,11 @@ func NewMetalDevice(sources map[string]string) (*MetalDevice, error) {
 		return nil, err
 	}
 	m := &MetalDevice{dev: dev, queue: q, libs: map[string]*mtl.Library{}}
+	m.tensor, m.tensorWhy = mtl.TensorOps(dev.Info().Family, dev.OSVersion())
 	for name, src := range sources {
+		if kernels.TensorFile(name) && !m.tensor {
+			continue // MSL 4.0's tensor headers may not even exist here; TensorOps says why
+		}
 		lib, err := dev.NewLibrary(src, opts[name])
 		if err != nil {
 			m.Close()
@@ -111,6 +118,10 @@ func (m *MetalDevice) Close() {
 // resident without slowing down, the budget weights, KV caches and scratch must fit in.
 // Name is the GPU's name ("Apple M4 Max"), which plan.ChipNamed reads.
 func (m *MetalDevice) Name() string { return m.dev.Info().Name }
+
+// TensorOps says whether the device runs the tensor-op kernels (kernels.TensorFile), and why
+// or why not (mtl.TensorOps).
+func (m *MetalDevice) TensorOps() (bool, string) { return m.tensor, m.tensorWhy }
 
 func (m *MetalDevice) WorkingSet() int64 { return int64(m.dev.Info().RecommendedMaxWorkingSetSize) }
 

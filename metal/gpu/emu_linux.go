@@ -25,6 +25,8 @@ type EmuOptions struct {
 	Seed        uint64
 	Emu         emu.Options
 	Budget      exec.Budget // GPUOptions.Budget
+	// PrefillRoute is GPUOptions.PrefillRoute: the emulator runs either route.
+	PrefillRoute string
 }
 
 // Emu is the GPU backend on the MSL emulator; EmuSession its session.
@@ -39,7 +41,7 @@ func NewEmu(w *model.Weights, o EmuOptions) (*Emu, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Parallel: o.Parallel, Budget: o.Budget})
+	return NewGPU("emu", w, &exec.EmuDevice{Lib: lib, Threads: o.Threads, GroupOrder: o.GroupOrder, Seed: o.Seed}, GPUOptions{MaxCtx: o.MaxCtx, WorkingSet: o.WorkingSet, KVBits: o.KVBits, PageSize: o.PageSize, Pages: o.Pages, CacheBytes: o.CacheBytes, Chunks: o.Chunks, ChunkLogits: o.ChunkLogits, Parallel: o.Parallel, Budget: o.Budget, PrefillRoute: o.PrefillRoute})
 }
 
 // emuSources are the decode step's kernel sources as the emulator compiles them.

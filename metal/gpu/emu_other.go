@@ -20,6 +20,8 @@ type EmuOptions struct {
 	Chunks      []int
 	ChunkLogits bool
 	Parallel    int
+	// PrefillRoute is GPUOptions.PrefillRoute.
+	PrefillRoute string
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

@@ -23,8 +23,9 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// KernelFiles are the kernel sources the decode step uses.
-var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "rmsnorm.metal", "attn_prefill.metal", "conv.metal", "gdn.metal",
+// KernelFiles are the kernel sources the decode step uses; qmm_tensor.metal's kernels only on the
+// tensor prefill route (a Metal device compiles it only where it runs them).
+var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.metal", "rmsnorm.metal", "attn_prefill.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
@@ -55,6 +56,8 @@ type GPU struct {
 	pages   *pagePool
 	kv      map[int][]byte // host views of the K and V pools, by plan buffer
 
+	route    plan.Route // the prefill chunks' route (deviceRoute), and why it was taken
+	routeWhy string
 	slice    int         // prompt tokens per engine-loop step on this chip (SliceFor); 0: not chosen
 	parallel int         // sequences the KV pool holds at once (GPUOptions.Parallel)
 	closeDev func()      // releases the device, when the backend made it (NewMetal); nil otherwise
@@ -94,6 +97,9 @@ type GPUOptions struct {
 	// Budget bounds the modeled work of one command buffer (exec.Executor.Budget; zero fields:
 	// exec.DefaultBudget's): a long prefill chunk is committed as several command buffers.
 	Budget exec.Budget
+	// PrefillRoute is --prefill-route: "tensor" or "simdgroup" force the prefill chunks' route,
+	// "" or "auto" leave it to the device (deviceRoute).
+	PrefillRoute string
 }
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
@@ -111,7 +117,12 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err := checkParallel(mem, maxCtx, o); err != nil {
 		return nil, err
 	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunks: o.Chunks, ChunkLogits: o.ChunkLogits})
+	route, routeWhy, err := deviceRoute(name, dev, o.PrefillRoute)
+	if err != nil {
+		return nil, err
+	}
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunks: o.Chunks, ChunkLogits: o.ChunkLogits,
+		PrefillRoute: route})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +138,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, parallel: o.Parallel, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
+	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, route: route, routeWhy: routeWhy, parallel: o.Parallel, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
 	if len(multi) > 0 {
 		if e.rows, err = e.newRowSet(multi); err != nil {
 			shared.freeWeights()
@@ -241,6 +252,9 @@ func (e *GPU) Config() *config.Config { return e.w.Config }
 
 // Context is the positions a session holds, and why it is less than the model's (or "").
 func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
+
+// PrefillRoute is the route the prefill chunks take (decode.Options.PrefillRoute) and why.
+func (e *GPU) PrefillRoute() (plan.Route, string) { return e.route, e.routeWhy }
 
 // PrefillChunk is the prompt tokens a batched prefill step takes (0: none); the runner feeds
 // prompts in multiples of it.

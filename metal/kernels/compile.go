@@ -36,6 +36,7 @@ var mathModes = map[string]mtl.MathMode{
 	// price of Relaxed is that their results are not bit-identical to the emulator's.
 	"qmv.metal":          mtl.MathRelaxed,
 	"qmm.metal":          mtl.MathRelaxed,
+	"qmm_tensor.metal":   mtl.MathRelaxed,
 	"rmsnorm.metal":      mtl.MathRelaxed,
 	"embed.metal":        mtl.MathRelaxed,
 	"conv.metal":         mtl.MathRelaxed,
@@ -46,12 +47,25 @@ var mathModes = map[string]mtl.MathMode{
 	"attn_prefill.metal": mtl.MathRelaxed,
 }
 
-// CompileOptions is how Metal compiles the kernel file name: MSLVersion and the file's math mode.
-// A file without a chosen math mode is an error, so a new kernel file gets one on purpose.
+// tensorFiles are the kernel files of Metal 4 tensor ops (`mpp::tensor_ops`): compiled at MSL
+// 4.0, and only on a device and OS that run them (mtl.TensorOps); their instances exist nowhere
+// else.
+var tensorFiles = map[string]bool{"qmm_tensor.metal": true}
+
+// TensorFile reports whether name is a file of tensor-op kernels.
+func TensorFile(name string) bool { return tensorFiles[name] }
+
+// CompileOptions is how Metal compiles the kernel file name: MSLVersion (MSL 4.0 for a
+// TensorFile) and the file's math mode. A file without a chosen math mode is an error, so a new
+// kernel file gets one on purpose.
 func CompileOptions(name string) (mtl.CompileOptions, error) {
 	m, ok := mathModes[name]
 	if !ok {
 		return mtl.CompileOptions{}, fmt.Errorf("kernels: %s has no math mode (choose one in metal/kernels/compile.go)", name)
 	}
-	return mtl.CompileOptions{LanguageVersion: MSLVersion, Math: m}, nil
+	v := MSLVersion
+	if TensorFile(name) {
+		v = mtl.LanguageVersion4_0
+	}
+	return mtl.CompileOptions{LanguageVersion: v, Math: m}, nil
 }

@@ -20,8 +20,13 @@ func TestCompileOptions(t *testing.T) {
 			t.Error(err)
 			continue
 		}
-		if o.LanguageVersion != MSLVersion {
-			t.Errorf("%s: language version %#x, want %#x", name, o.LanguageVersion, MSLVersion)
+		// A file of tensor ops is MSL 4.0, and only such a file: it must say so in its source.
+		want, tensor := MSLVersion, strings.Contains(Source(name), "<metal_tensor>")
+		if tensor {
+			want = mtl.LanguageVersion4_0
+		}
+		if o.LanguageVersion != want || TensorFile(name) != tensor {
+			t.Errorf("%s: language version %#x, tensor file %v; want %#x (the source includes <metal_tensor>: %v)", name, o.LanguageVersion, TensorFile(name), want, tensor)
 		}
 		if strings.Contains(Source(name), "bfloat") && o.LanguageVersion < mtl.LanguageVersion3_1 {
 			t.Errorf("%s uses bfloat, which needs MSL 3.1", name)

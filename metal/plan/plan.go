@@ -52,6 +52,10 @@ type Dispatch struct {
 	// FLOPs are the multiply-adds (×2) the dispatch executes, padding included, and IdealFLOPs the
 	// useful ones, for the compute model; elementwise work, norms and dequantisation count none.
 	FLOPs, IdealFLOPs float64
+	// Tensor says the dispatch's FLOPs run on Metal 4 tensor ops (the neural accelerators,
+	// Chip.TensorFLOPs) rather than on the shader ALUs: the kernel is a tensor-op form, which only
+	// a chip with neural accelerators runs.
+	Tensor bool
 	// Modes, when set, make the dispatch run only in those modes of the step (exec.Executor's
 	// Mode): one plan holds alternative tails, e.g. greedy selection, sampling, or none for a
 	// prefill token whose logits nobody reads. Barriers are derived as if every dispatch ran; a
@@ -70,9 +74,13 @@ type Stats struct {
 	Dispatches int
 	Barriers   int
 	Bytes      int64 // modelled DRAM traffic: distinct bytes read plus distinct bytes written, per dispatch
-	// FLOPs and IdealFLOPs are the dispatches' Dispatch.FLOPs and Dispatch.IdealFLOPs summed.
-	FLOPs, IdealFLOPs float64
+	// FLOPs and IdealFLOPs are the dispatches' Dispatch.FLOPs and Dispatch.IdealFLOPs summed;
+	// TensorFLOPs the part of FLOPs that tensor-op dispatches (Dispatch.Tensor) execute.
+	FLOPs, IdealFLOPs, TensorFLOPs float64
 }
+
+// Work is what the step costs, for Chip.Time.
+func (s Stats) Work() Work { return Work{Bytes: s.Bytes, FLOPs: s.FLOPs, TensorFLOPs: s.TensorFLOPs} }
 
 // Stats computes dispatch, barrier and traffic counts of the step in mode (see Dispatch.Modes).
 func (p *Plan) Stats(mode string) Stats {
@@ -91,6 +99,9 @@ func (p *Plan) Stats(mode string) Stats {
 		s.Bytes += d.Bytes()
 		s.FLOPs += d.FLOPs
 		s.IdealFLOPs += d.IdealFLOPs
+		if d.Tensor {
+			s.TensorFLOPs += d.FLOPs
+		}
 	}
 	return s
 }

@@ -46,3 +46,13 @@ func TestModes(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsTensorFLOPs: a tensor-op dispatch's FLOPs count among the plan's FLOPs and apart as
+// its tensor FLOPs, which Work carries to the time model.
+func TestStatsTensorFLOPs(t *testing.T) {
+	p := &Plan{Dispatches: []Dispatch{{Kernel: "gemm", FLOPs: 10, IdealFLOPs: 8}, {Kernel: "gemm_tensor", FLOPs: 30, IdealFLOPs: 24, Tensor: true}}}
+	s := p.Stats("")
+	if s.FLOPs != 40 || s.IdealFLOPs != 32 || s.TensorFLOPs != 30 || s.Work() != (Work{FLOPs: 40, TensorFLOPs: 30}) {
+		t.Fatalf("stats %+v, work %+v", s, s.Work())
+	}
+}

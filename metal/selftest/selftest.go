@@ -20,6 +20,7 @@ package selftest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -47,10 +48,13 @@ func Sources() map[string]string {
 
 // Result is the outcome of one kernel case, of the coverage check or of the end-to-end check.
 type Result struct {
-	Case       string        // the case's name, "coverage" or "e2e" (Options.Only selects by it)
-	Kernel     string        // the kernel instances a case runs; "coverage" or "e2e"
-	Shape      string        // what it ran on
-	Pass       bool          // ran without error and WorstError <= Tolerance
+	Case   string // the case's name, "coverage" or "e2e" (Options.Only selects by it)
+	Kernel string // the kernel instances a case runs; "coverage" or "e2e"
+	Shape  string // what it ran on
+	Pass   bool   // ran without error and WorstError <= Tolerance, or was skipped
+	// Skipped says why a case did not run: a tensor-op case on a device without tensor ops
+	// (exec.TensorOps). It passes, and its kernels are not asked of the coverage check.
+	Skipped    string
 	WorstError float64       // the case's error measure (each case defines it)
 	Tolerance  float64       // the largest WorstError that passes
 	Worst      string        // where a case measured WorstError: the output element, its value and the reference's
@@ -109,7 +113,8 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 			opts.Progress(r)
 		}
 	}
-	ran := map[string]bool{}
+	ran, exempt := map[string]bool{}, maps.Clone(notCovered)
+	tensor, noTensor := exec.TensorOps(dev)
 	var corrupt func(cases.Case, string, []byte)
 	if opts.corrupt != nil {
 		corrupt = func(c cases.Case, _ string, out []byte) { opts.corrupt(c.Name, out) }
@@ -122,6 +127,13 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 			emit(Result{Case: c.Name, Kernel: strings.Join(c.Kernels, " "), Shape: c.Shape, Tolerance: c.Tol.For(kind), WorstError: math.NaN(), Err: err})
 			continue
 		}
+		if c.Tensor && !tensor {
+			emit(Result{Case: c.Name, Kernel: strings.Join(c.Kernels, " "), Shape: c.Shape, Tolerance: c.Tol.For(kind), WorstError: math.NaN(), Pass: true, Skipped: noTensor})
+			for _, k := range c.Instances() {
+				exempt[k] = "skipped: " + noTensor
+			}
+			continue
+		}
 		r := cases.Run(c, dev, cases.Options{Kind: kind, Seed: seed, Corrupt: corrupt})
 		for _, k := range r.Ran {
 			ran[k] = true
@@ -129,7 +141,7 @@ func Run(ctx context.Context, dev exec.Device, opts Options) []Result {
 		emit(caseResult(r))
 	}
 	if len(opts.Only) == 0 && ctx.Err() == nil {
-		err := cases.Coverage(Sources(), ran, notCovered)
+		err := cases.Coverage(Sources(), ran, exempt)
 		emit(Result{Case: "coverage", Kernel: "coverage", Shape: fmt.Sprintf("every kernel instance of %d kernel files", len(KernelFiles)), Pass: err == nil, Err: err})
 	}
 	if opts.Weights != nil && opts.GPU != nil && want("e2e") {

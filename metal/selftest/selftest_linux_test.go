@@ -181,3 +181,30 @@ func TestDefaultDeviceCompilesEveryShippedFile(t *testing.T) {
 		}
 	}
 }
+
+// noTensor is a device without tensor ops: the emulator with exec.TensorDevice hidden.
+type noTensor struct{ exec.Device }
+
+// TestSelftestSkipsTensorCases: on a device without tensor ops each tensor-op case is skipped,
+// saying why, and passes; on the emulator the same cases run.
+func TestSelftestSkipsTensorCases(t *testing.T) {
+	var only []string
+	for _, c := range cases.All() {
+		if c.Tensor && !c.Heavy {
+			only = append(only, c.Name)
+		}
+	}
+	if len(only) == 0 {
+		t.Fatal("no tensor-op cases")
+	}
+	for _, r := range Run(context.Background(), noTensor{device(t)}, Options{Only: only}) {
+		if !r.Pass || !strings.Contains(r.Skipped, "does not run tensor-op kernels") || r.Duration != 0 {
+			t.Errorf("%s on a device without tensor ops: pass %v, skipped %q", r.Case, r.Pass, r.Skipped)
+		}
+	}
+	for _, r := range Run(context.Background(), device(t), Options{Only: only[:1]}) {
+		if !r.Pass || r.Skipped != "" || r.Duration == 0 {
+			t.Errorf("%s on the emulator: pass %v, skipped %q, err %v", r.Case, r.Pass, r.Skipped, r.Err)
+		}
+	}
+}

@@ -6,10 +6,12 @@ For each shape: random weights -> MLX tensors (4-bit affine, group 64; 8-bit rou
 gate; norms stored as 1+w; conv1d as [C,K,1]) -> the dequantized values are loaded back into
 transformers' Qwen3_5MoeForCausalLM (float32, eager attention, eager experts, pure-torch gated delta
 rule) -> prefill logits at every position, then greedy decode through HF's cached path, recording the
-logits each token was chosen from.
+logits each token was chosen from; and the prefill logits of the same model run in bfloat16 (the
+yardstick for routes that round activations to bfloat16).
 
 Usage: python3 gen.py OUTDIR   (needs torch, safetensors, transformers >= 5.2; runs on CPU)
 """
+import copy
 import json
 import os
 import sys
@@ -290,10 +292,20 @@ def build_seed(name, spec, outdir, seed):
         s = np.sort(rows, axis=-1)
         return float((s[:, -1] - s[:, -2]).min())
 
+    # ---- HF's own bfloat16 inference of the same model and prompt (weights and activations in
+    # bfloat16): how far bfloat16 moves the logits from the float32 reference, the yardstick for
+    # Lily's routes that round activations to bfloat16 (the tensor-op prefill).
+    router_gap = min(router_gaps)  # the float32 run's: the copy below carries the router hooks too
+    model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    with torch.no_grad():
+        prefill_bf16 = model_bf16(input_ids=torch.tensor([prompt])).logits[0].float().numpy()
+    del model_bf16
+
     greedy_rows = np.concatenate([prefill_logits[-1:], decode_logits])
     stats = dict(
-        min_router_topk_gap=min(router_gaps), min_greedy_top2_gap=top2_gap(greedy_rows),
+        min_router_topk_gap=router_gap, min_greedy_top2_gap=top2_gap(greedy_rows),
         logit_std=float(prefill_logits.std()), distinct_greedy_ids=len(set(ids)),
+        bf16_prefill_max_abs_diff=float(np.abs(prefill_bf16 - prefill_logits).max()),
     )
     print(name, "seed", seed, json.dumps(stats), flush=True)
     if stats["min_router_topk_gap"] < MIN_ROUTER_GAP or stats["min_greedy_top2_gap"] < MIN_GREEDY_GAP:
@@ -331,6 +343,7 @@ def build_seed(name, spec, outdir, seed):
             json.dump({"metadata": {"format": "mlx"}, "weight_map": weight_map}, f, indent=2)
 
     prefill_logits.astype("<f4").tofile(os.path.join(d, "prefill_logits.f32"))
+    prefill_bf16.astype("<f4").tofile(os.path.join(d, "prefill_logits_bf16.f32"))
     decode_logits.astype("<f4").tofile(os.path.join(d, "decode_logits.f32"))
     hidden.astype("<f4").tofile(os.path.join(d, "prefill_hidden.f32"))
     golden = dict(

@@ -144,3 +144,30 @@ func TestMask(t *testing.T) {
 		t.Errorf("mask(%q) = %q", src, got)
 	}
 }
+
+// TestMetal4Includes: a file that includes <metal_tensor> or Metal Performance Primitives asks
+// for the MSL 4.0 surface before its namespace opens; others do not, and Lint accepts both.
+func TestMetal4Includes(t *testing.T) {
+	for _, c := range []struct {
+		inc  string
+		want bool
+	}{
+		{"#include <metal_tensor>", true},
+		{"  # include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>", true},
+		{"// #include <metal_tensor>", false},
+		{"", false},
+	} {
+		src := "#include <metal_stdlib>\n" + c.inc + "\nkernel void k(device float* x [[buffer(0)]]) { x[0] = 1.0f; }\n"
+		u, err := Translate("t.metal", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		define := strings.Contains(u.CPP, "#define MSL_EMU_METAL4 1\n#include \"msl_emu.h\"")
+		if u.Metal4 != c.want || define != c.want {
+			t.Errorf("%q: Metal4 %v, define %v; want %v", c.inc, u.Metal4, define, c.want)
+		}
+		if f := Lint(src); len(f) != 0 {
+			t.Errorf("%q: lint: %v", c.inc, f)
+		}
+	}
+}

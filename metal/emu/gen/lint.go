@@ -25,7 +25,8 @@ func (f Finding) String() string { return fmt.Sprintf("line %d: %s", f.Line, f.M
 //     declaration may shadow; Metal's is a keyword;
 //   - C++ that MSL lacks: double, exceptions (try, catch, throw), new and delete, virtual,
 //     dynamic_cast and typeid, goto, register and thread_local;
-//   - the C++ standard library: std:: and #include of anything but <metal_stdlib>;
+//   - the C++ standard library: std:: and #include of anything but <metal_stdlib> (and, for
+//     tensor ops, <metal_tensor> and Metal Performance Primitives);
 //   - function pointers and references: (*f)(, (&f)(, (*)(;
 //   - direct recursion: a call f( inside the body of a function named f (overloads included;
 //     recursion through other functions is not followed).
@@ -144,12 +145,14 @@ var libraryNames = func() map[string]bool {
 }()
 
 // notTypeLike are identifiers that, before a reserved name, do not make it a declaration:
-// expression keywords (return half(x)), conversion operators and the qualifiers of an unnamed
-// parameter (f(const uint)).
+// expression keywords (return half(x)), conversion operators, the qualifiers of an unnamed
+// parameter (f(const uint)) and address spaces, which qualify a type in a template argument
+// (tensor<threadgroup bfloat, dextents<int32_t, 2>>).
 var notTypeLike = map[string]bool{
 	"return": true, "case": true, "else": true, "do": true, "sizeof": true, "alignof": true, "alignas": true,
 	"decltype": true, "throw": true, "new": true, "delete": true, "goto": true, "operator": true,
 	"const": true, "volatile": true, "constexpr": true, "static": true, "inline": true, "unsigned": true, "signed": true,
+	"device": true, "threadgroup": true, "constant": true, "thread": true, "threadgroup_imageblock": true,
 }
 
 // declEnd are the tokens that may follow a declared name.
@@ -205,6 +208,14 @@ func (l *linter) constructs() {
 	}
 }
 
+// systemHeaders are the includes a file compiled from a string can use: Metal's own and, for
+// tensor ops (MSL 4.0), Metal Performance Primitives.
+var systemHeaders = map[string]bool{
+	"<metal_stdlib>": true,
+	"<metal_tensor>": true,
+	"<MetalPerformancePrimitives/MetalPerformancePrimitives.h>": true,
+}
+
 // includes checks the #include lines of the unmasked source (mask blanks "quoted" names).
 func (l *linter) includes(src string) {
 	for n, line := range strings.Split(src, "\n") {
@@ -213,8 +224,8 @@ func (l *linter) includes(src string) {
 			continue
 		}
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(t[1:]), "include"); ok {
-			if target := strings.TrimSpace(strings.SplitN(rest, "//", 2)[0]); target != "<metal_stdlib>" {
-				l.out = append(l.out, Finding{Line: n + 1, Msg: fmt.Sprintf("#include %s: only <metal_stdlib> (the Metal executor compiles each file alone, from a string)", target)})
+			if target := strings.TrimSpace(strings.SplitN(rest, "//", 2)[0]); !systemHeaders[target] {
+				l.out = append(l.out, Finding{Line: n + 1, Msg: fmt.Sprintf("#include %s: only <metal_stdlib>, <metal_tensor> and <MetalPerformancePrimitives/MetalPerformancePrimitives.h> (the Metal executor compiles each file alone, from a string)", target)})
 			}
 		}
 	}

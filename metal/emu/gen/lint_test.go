@@ -18,6 +18,8 @@ static constant float TABLE[2] = {0.5f, 1.0f};
 #define HALF_N (N / 2)
 
 struct Pair { half lo; float4 hi; };
+typedef tensor<threadgroup bfloat, dextents<int32_t, 2>, tensor_inline> tile_t;
+using view_t = tensor<device half, dextents<int32_t, 2>>;
 
 inline half to_half(const float halfway) { return half(halfway); }
 inline float twice(float x) { return 2.0f * x; }

@@ -1,6 +1,9 @@
-// msl_emu.h: the Metal Shading Language surface our kernels use, mapped onto clang C++17
-// (clang >= 17 for _Float16/__bf16 arithmetic on x86-64). The generator includes it before a
-// translated .metal file; the include/metal_* shims make `#include <metal_stdlib>` a no-op.
+// msl_emu.h: the Metal Shading Language surface our kernels use, mapped onto clang C++
+// (-std=c++2b: descriptors as template arguments and t[x, y] for tensor ops; clang >= 17 for
+// _Float16/__bf16 arithmetic on x86-64). The generator includes it before a translated .metal
+// file; the include/metal_* shims make `#include <metal_stdlib>` a no-op. A file that includes
+// <metal_tensor> or Metal Performance Primitives gets MSL_EMU_METAL4 defined by the generator:
+// it then sees __METAL_VERSION__ 400 and __HAVE_TENSOR__, and msl_emu_tensor.h (tensor ops).
 //
 // Address spaces are real clang address spaces (device 1, constant 2, threadgroup 3), so mixing
 // them is a compile error as in Metal. Sanitizer builds define MSL_EMU_FLAT_ADDRESS_SPACES,
@@ -26,7 +29,12 @@
 #pragma clang diagnostic ignored "-Wunused-parameter"
 #pragma clang diagnostic ignored "-Wunused-but-set-variable"
 
+#ifdef MSL_EMU_METAL4
+#define __METAL_VERSION__ 400
+#define __HAVE_TENSOR__ 1
+#else
 #define __METAL_VERSION__ 310
+#endif
 #define MSL_EMU 1
 
 // ---- keywords -------------------------------------------------------------------------------
@@ -945,6 +953,10 @@ inline void simdgroup_multiply(thread simdgroup_matrix<TD, C, R>& d, const threa
 #undef MSL_EMU_SITE
 
 }  // namespace metal
+
+#ifdef MSL_EMU_METAL4
+#include "msl_emu_tensor.h"
+#endif
 
 // ---- binding (used by generated wrappers) ---------------------------------------------------
 namespace msl_emu {

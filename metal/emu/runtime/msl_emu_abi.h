@@ -84,6 +84,18 @@ MSL_EMU_HIDDEN uint32_t simd_share(const void* val, uint32_t size, const unsigne
                                    unsigned char** memo, bool** memo_set, const char* file,
                                    int line, const char* what);
 MSL_EMU_HIDDEN void threadgroup_barrier(const char* file, int line);
+// group_exchange is a threadgroup barrier (reported as what, at file:line) that also publishes
+// size (<= kMaxSimdValue) bytes from val: once every thread of the group has arrived, *all
+// points at their values, thread i's at i times the returned stride, valid until this thread's
+// next group_exchange.
+MSL_EMU_HIDDEN uint32_t group_exchange(const void* val, uint32_t size, const unsigned char** all,
+                                       const char* file, int line, const char* what);
+// coop_layout returns the running dispatch's cooperative-tensor layout for an op identified by
+// key whose destination has `elements` elements spread over `threads` threads: slot i of thread
+// t holds element table[t * *cap + i] (row-major) or -1 (no element). It depends only on the
+// dispatch's layout seed and the arguments.
+MSL_EMU_HIDDEN const int32_t* coop_layout(uint64_t key, uint32_t elements, uint32_t threads,
+                                          uint32_t* cap);
 // tg_alloc returns the threadgroup variable identified by key for the current threadgroup,
 // allocating it (filled with 0xFF) the first time a thread of the group asks.
 MSL_EMU_HIDDEN void* tg_alloc(const void* key, uint32_t size, uint32_t align, const char* file,

@@ -6,7 +6,7 @@
 //
 // Protocol (little-endian): request u32 op (1 describe, 2 run, 3 quit).
 //   describe -> u32 count, per kernel {u32 len, name, u32 max_threads, u32 nparams, ParamDesc[]}
-//   run: u32 kernel, u32 groups[3], tg[3], grid[3], order, u64 seed, u32 stack_kib,
+//   run: u32 kernel, u32 groups[3], tg[3], grid[3], order, u64 seed, u64 layout_seed, u32 stack_kib,
 //        u32 fc_count, u64 values[fc_count], u8 defined[fc_count], u32 tg_len[31],
 //        u32 nbuf, {u64 len, bytes}[nbuf], {i32 buf, u64 offset}[31]
 //     -> u32 status, u32 errlen, err, then every buffer's bytes.
@@ -50,6 +50,7 @@ struct Launch {
   const uint64_t* fc_values;
   const uint8_t* fc_defined;
   uint64_t seed;
+  uint64_t layout_seed;
   uint32_t tg_len[31];
   uint32_t groups[3], tg[3], grid[3];
   uint32_t group_begin, group_end, order, fc_count, stack_kib, flags;
@@ -81,6 +82,7 @@ void run() {
   for (auto& v : L.grid) v = rd<uint32_t>();
   L.order = rd<uint32_t>();
   L.seed = rd<uint64_t>();
+  L.layout_seed = rd<uint64_t>();
   L.stack_kib = rd<uint32_t>();
   L.fc_count = rd<uint32_t>();
   std::vector<uint64_t> fcv(L.fc_count + 1);

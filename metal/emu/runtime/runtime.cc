@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "msl_emu_abi.h"
@@ -64,6 +65,7 @@ struct Launch {
   const uint64_t* fc_values;           // function constants by index
   const uint8_t* fc_defined;
   uint64_t seed;                       // for kShuffle
+  uint64_t layout_seed;                // cooperative tensor layouts (coop_layout)
   uint32_t tg_len[kMaxThreadgroupParams];  // [[threadgroup(i)]] lengths in bytes
   uint32_t groups[3];                  // threadgroups per grid
   uint32_t tg[3];                      // threads per threadgroup (as dispatched)
@@ -74,9 +76,9 @@ struct Launch {
   uint32_t stack_kib;                  // fiber stack size; 0 = default
   uint32_t flags;                      // reserved
 };
-static_assert(sizeof(Launch) == 712, "Launch layout changed: update dispatch.go");
-static_assert(offsetof(Launch, tg_len) == 528, "Launch layout changed: update dispatch.go");
-static_assert(offsetof(Launch, groups) == 652, "Launch layout changed: update dispatch.go");
+static_assert(sizeof(Launch) == 720, "Launch layout changed: update emu.go");
+static_assert(offsetof(Launch, tg_len) == 536, "Launch layout changed: update emu.go");
+static_assert(offsetof(Launch, groups) == 660, "Launch layout changed: update emu.go");
 
 constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
 constexpr uint32_t kMaxThreadsPerGroup = 1024;
@@ -136,6 +138,7 @@ struct Fiber {
   const char* what = nullptr;  // which SIMD-group function
   uint32_t xsize = 0;          // bytes it exchanges
   uint32_t simd_seq = 0;       // SIMD-group functions entered so far
+  uint32_t group_seq = 0;      // group_exchange calls entered so far
   ThreadInfo ti;
   void* asan_fake = nullptr;
 };
@@ -206,6 +209,11 @@ struct Worker {
   std::vector<SimdSlots> sgs;
   std::vector<Block> blocks;
   uint32_t tg_bytes = 0;
+  // group_exchange values, kMaxSimdValue bytes per thread, by call parity: a thread can be one
+  // call ahead of another (reading the last call's values) but never two.
+  std::vector<unsigned char> group_vals[2];
+  // coop_layout tables of the running dispatch, by shape key.
+  std::unordered_map<uint64_t, std::vector<int32_t>> layouts;
 
   bool failed = false;
   std::string err;
@@ -409,6 +417,23 @@ uint32_t simd_share(const void* val, uint32_t size, const unsigned char** data, 
   return s.mask[par];
 }
 
+uint32_t group_exchange(const void* val, uint32_t size, const unsigned char** all, const char* file,
+                        int line, const char* what) {
+  Worker* w = tw;
+  Fiber* f = w->cur;
+  if (size > (uint32_t)kMaxSimdValue) fail(file, line, "group exchange of a value larger than 64 bytes");
+  std::vector<unsigned char>& vals = w->group_vals[f->group_seq & 1];
+  memcpy(vals.data() + size_t(f->ti.tiitg) * kMaxSimdValue, val, size);
+  f->state = kAtBarrier;
+  f->file = file;
+  f->line = line;
+  f->what = what;
+  yield(w, f);
+  f->group_seq++;
+  *all = vals.data();
+  return kMaxSimdValue;
+}
+
 void threadgroup_barrier(const char* file, int line) {
   Worker* w = tw;
   Fiber* f = w->cur;
@@ -440,8 +465,27 @@ static uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+// coop_layout draws the layout for key: capacity base+1 or base+2 slots per thread, and the
+// elements spread over a seeded permutation of all threads' slots, so slots at random places
+// hold no element.
+const int32_t* coop_layout(uint64_t key, uint32_t elements, uint32_t threads, uint32_t* cap) {
+  Worker* w = tw;
+  uint64_t s = w->L->layout_seed * 0x9E3779B97F4A7C15ull ^ key;
+  std::vector<int32_t>& t = w->layouts[key];
+  uint32_t c = (elements + threads - 1) / threads + 1 + uint32_t(splitmix(s) & 1);
+  *cap = c;
+  if (!t.empty()) return t.data();
+  std::vector<uint32_t> slots(size_t(c) * threads);
+  for (uint32_t i = 0; i < slots.size(); i++) slots[i] = i;
+  for (uint32_t i = (uint32_t)slots.size(); i > 1; i--) std::swap(slots[i - 1], slots[splitmix(s) % i]);
+  t.assign(slots.size(), -1);
+  for (uint32_t e = 0; e < elements; e++) t[slots[e]] = int32_t(e);
+  return t.data();
+}
+
 static bool same_site(const Fiber& a, const Fiber& b) {
-  return a.line == b.line && a.what == b.what && (a.file == b.file || strcmp(a.file, b.file) == 0);
+  return a.line == b.line && (a.what == b.what || strcmp(a.what, b.what) == 0) &&
+         (a.file == b.file || strcmp(a.file, b.file) == 0);
 }
 
 static std::string site(const Fiber& f) { return strf("%s at %s:%d", f.what, f.file, f.line); }
@@ -618,6 +662,8 @@ static bool run_group(Worker* w, uint32_t linear) {
   w->n = n;
   w->nsg = (n + kSimdWidth - 1) / kSimdWidth;
   if (w->sgs.size() < w->nsg) w->sgs.resize(w->nsg);
+  for (auto& v : w->group_vals)
+    if (v.size() < size_t(n) * kMaxSimdValue) v.resize(size_t(n) * kMaxSimdValue);
 
   Dim3 tpg = L->grid[0] ? Dim3{L->grid[0], L->grid[1], L->grid[2]}
                         : Dim3{L->groups[0] * L->tg[0], L->groups[1] * L->tg[1], L->groups[2] * L->tg[2]};
@@ -642,6 +688,7 @@ static bool run_group(Worker* w, uint32_t linear) {
     t.qgptg = (n + 3) / 4;
     f.state = kRunnable;
     f.simd_seq = 0;
+    f.group_seq = 0;
     f.file = nullptr;
     f.what = nullptr;
     f.line = 0;
@@ -747,6 +794,7 @@ EXPORT int msl_emu_run(const Launch* L, char* err, int errcap) {
   w->args.fc_defined = L->fc_defined;
   w->args.fc_count = L->fc_count;
   w->k->prepare(w->args);
+  w->layouts.clear();  // tables belong to one dispatch (its layout seed)
   for (uint32_t g = L->group_begin; g < L->group_end; g++) {
     if (!run_group(w, g)) return out(w->err);
   }

@@ -1,0 +1,89 @@
+package kernels
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/lilyformac/lily/engine/quant"
+)
+
+// QMMTensorTile is qmm_tensor.metal's tile width (QT_BN) and qmm_q4/q8_tensor's tile height
+// (QT_BM): a threadgroup of QMMThreads computes that many columns of Y on Metal 4 tensor ops.
+const QMMTensorTile = 64
+
+// tensorForms maps each kernel instance that has a Metal 4 tensor-op form (qmm_tensor.metal) to
+// it: the dense GEMMs at every tile height to qmm_q<bits>_tensor, the grouped GEMMs to the same
+// name with _tensor. Prefill attention has none yet.
+var tensorForms = func() map[string]string {
+	m := map[string]string{}
+	for _, bm := range QMMTileHeights {
+		for _, bits := range []int{4, 8} {
+			m[QMMKernel(bits, bm)] = QMMTensorKernel(bits)
+		}
+		for _, name := range []string{"moe_gate_up_mm", "moe_down_mm"} {
+			m[tileKernel(name, bm)] = tileKernel(name, bm) + "_tensor"
+		}
+	}
+	return m
+}()
+
+// TensorFormKernels are the kernel instances that have a tensor-op form, sorted.
+func TensorFormKernels() []string { return slices.Sorted(maps.Keys(tensorForms)) }
+
+// QMMTensorKernel names qmm_tensor's instance for a bit width.
+func QMMTensorKernel(bits int) string { return fmt.Sprintf("qmm_q%d_tensor", bits) }
+
+// TensorForm is the call of k's tensor-op form: the same constants and buffers, the tensor
+// kernel and its grid — for qmm, tiles of QMMTensorTile × QMMTensorTile over the same matrices
+// in the same order; for a grouped GEMM, the same block map in columns of QMMTensorTile. ok is
+// false when k's kernel has no tensor form.
+func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
+	name, ok := tensorForms[k.Kernel]
+	if !ok {
+		return k, false
+	}
+	out = k
+	out.Kernel = name
+	if strings.HasPrefix(k.Kernel, "qmm_") {
+		tiles := 0
+		for _, c := range []int{QMMRows, QMMRows1, QMMRows2, QMMRows3} {
+			n, _ := k.Constants[c].(int)
+			tiles += groupsFor(n, QMMTensorTile)
+		}
+		out.Threadgroups = [3]int{tiles, groupsFor(k.Constants[QMMTokens].(int), QMMTensorTile), 1}
+	} else {
+		out.Threadgroups[0] = groupsFor(k.Constants[QMMRows].(int), QMMTensorTile)
+	}
+	return out, true
+}
+
+// QMMTensorCall is qmm_q<bits>_tensor: QMMCall's product on tensor ops (TensorForm).
+func QMMTensorCall[B any](bits, tokens, cols int, rows []int, b QMMBuffers[B]) Call[B] {
+	c, _ := TensorForm(QMMCall(bits, tokens, cols, rows, b))
+	return c
+}
+
+// MoEGateUpMMTensorCall is moe_gate_up_mm's tensor form (TensorForm of MoEGateUpMMCall).
+func MoEGateUpMMTensorCall[B any](hidden, inter, pairs, blocks, bm int, b MoEGateUpMMBuffers[B]) Call[B] {
+	c, _ := TensorForm(MoEGateUpMMCall(hidden, inter, pairs, blocks, bm, b))
+	return c
+}
+
+// MoEDownMMTensorCall is moe_down_mm's tensor form (TensorForm of MoEDownMMCall).
+func MoEDownMMTensorCall[B any](hidden, inter, pairs, blocks, bm int, b MoEDownMMBuffers[B]) Call[B] {
+	c, _ := TensorForm(MoEDownMMCall(hidden, inter, pairs, blocks, bm, b))
+	return c
+}
+
+// BF16Round is x with each element rounded to bfloat (to nearest even), as the tensor-op
+// kernels stage their activations: the tensor forms' Go references are their simdgroup forms'
+// on BF16Round of the activations.
+func BF16Round(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = quant.BF16ToF32(quant.F32ToBF16(v))
+	}
+	return out
+}
