@@ -22,6 +22,8 @@ type statusUI struct {
 	items    []*appkit.MenuItem // parallel to Model.Items
 	sub      *appkit.Menu
 	subItems []*appkit.MenuItem // parallel to Model.Snippets
+	idle     *appkit.Menu
+	idleIts  []*appkit.MenuItem // parallel to Model.IdleChoices
 	delegate *appkit.MenuDelegate
 	icons    map[menu.Icon]*appkit.Image
 	shown    menu.Icon
@@ -65,15 +67,11 @@ func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
 		}
 		u.menu.AddItem(*mi) // values, not pointers: darwinkit would send a *T as a raw Go pointer
 		u.items = append(u.items, mi)
-		if it.ID == menu.UseWith {
-			u.sub = retained(appkit.NewMenuWithTitle(it.Title))
-			u.sub.SetAutoenablesItems(false)
-			for i, sn := range m.Snippets {
-				smi := retained(appkit.NewMenuItemWithAction(sn.Title, "", func(objc.Object) { ctrl.ClickSnippet(i) }))
-				u.sub.AddItem(*smi)
-				u.subItems = append(u.subItems, smi)
-			}
-			mi.SetSubmenu(*u.sub)
+		switch it.ID {
+		case menu.UseWith:
+			u.sub, u.subItems = submenu(mi, it.Title, m.Snippets, ctrl.ClickSnippet)
+		case menu.UnloadWhenIdle:
+			u.idle, u.idleIts = submenu(mi, it.Title, m.IdleChoices, ctrl.ClickIdle)
 		}
 	}
 	// Redraw as the menu opens, so expired notices and the latest numbers show; while it is open
@@ -88,6 +86,20 @@ func newStatusUI(ctrl *menu.Controller, resources string) *statusUI {
 	u.item.SetMenu(*u.menu)
 	u.render()
 	return u
+}
+
+// submenu hangs a menu of items under mi; a click on the i-th calls click(i).
+func submenu(mi *appkit.MenuItem, title string, items []menu.Item, click func(int)) (*appkit.Menu, []*appkit.MenuItem) {
+	sub := retained(appkit.NewMenuWithTitle(title))
+	sub.SetAutoenablesItems(false)
+	var mis []*appkit.MenuItem
+	for i, it := range items {
+		smi := retained(appkit.NewMenuItemWithAction(it.Title, "", func(objc.Object) { click(i) }))
+		sub.AddItem(*smi)
+		mis = append(mis, smi)
+	}
+	mi.SetSubmenu(*sub)
+	return sub, mis
 }
 
 // loadTemplate builds an 18×18 pt template image from name.png and name@2x.png; description is
@@ -136,9 +148,15 @@ func (u *statusUI) render() {
 		}
 		applyItem(u.items[i], it)
 	}
-	for i, it := range m.Snippets {
-		if i < len(u.subItems) {
-			applyItem(u.subItems[i], it)
+	applyItems(u.subItems, m.Snippets)
+	applyItems(u.idleIts, m.IdleChoices)
+}
+
+// applyItems applies a submenu's items (parallel to mis).
+func applyItems(mis []*appkit.MenuItem, items []menu.Item) {
+	for i, it := range items {
+		if i < len(mis) {
+			applyItem(mis[i], it)
 		}
 	}
 }

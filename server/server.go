@@ -73,6 +73,11 @@ type Model struct {
 	// Vocab is the vocabulary grammars mask (constrained decoding), built on first use; nil:
 	// constrained output is refused.
 	Vocab func() (*grammar.Vocab, error)
+	// Memory is the bytes the engine holds for this model, as /status reports it (nil: unknown).
+	Memory func() int64
+	// Prefill is the route the backend's batched prefill takes and why ("tensor: …", as
+	// /status's prefill_route reports it); "" where there is none (the cpu backend).
+	Prefill string
 }
 
 // Config holds the server's limits and security settings. Zero values take the defaults New
@@ -92,6 +97,11 @@ type Config struct {
 	KeepAlive       time.Duration // SSE comment interval while a request waits for its first token
 	Status          func() any    // the lifecycle status (phase, progress, error); nil: derived from the model
 	Retry           func() error  // restarts a failed startup (POST /status/retry); nil: not offered
+	// IdleUnload releases the model after this long with no API request in flight (0: never);
+	// it needs Load and Unload. The next request that needs the model waits for Load.
+	IdleUnload time.Duration
+	Unload     func()                          // frees the model (backend, disk tier) once the server has let it go and cleared its prefix cache
+	Load       func(ctx context.Context) error // loads the model again and SetModels it
 }
 
 // Server serves one model.
@@ -110,6 +120,7 @@ type Server struct {
 	signer   thinkingSigner   // signs the thinking of Anthropic and Responses answers
 	stored   *responseStore   // stored Responses answers
 	grammars *grammar.Cache   // compiled response formats and tool grammars
+	res      resident         // the model's residency: idle unloading and loading again
 }
 
 // New builds a server; SetModel makes it ready.
@@ -143,9 +154,10 @@ func New(cfg Config) *Server {
 	r.GET("/health", s.health)
 	r.GET("/", ollamaRoot) // Ollama's liveness probe: no key, like /health
 	r.HEAD("/", ollamaRoot)
-	api := r.Group("/", s.auth, s.limitBody)
+	api := r.Group("/", s.auth, s.limitBody, s.inFlight)
 	api.GET("/status", s.status)
 	api.POST("/status/retry", s.retry)
+	api.POST("/status/load", s.loadModel)
 	api.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
 	api.GET("/v1/models", s.listModels)
 	api.GET("/v1/models/*id", s.getModel)
@@ -170,6 +182,7 @@ func (s *Server) SetModel(m *Model) {
 	if m != nil && m.Runner != nil {
 		s.sched.setSlots(m.Runner.Parallel())
 	}
+	s.published(m != nil)
 }
 
 // ServeHTTP implements http.Handler, with deadlines on the connection (see conn.go).
@@ -213,13 +226,18 @@ func (s *Server) diskStats() runner.DiskStats {
 	return runner.DiskStats{}
 }
 
-// ready returns the served model, or answers 503 (with Retry-After) while there is none.
+// ready returns the served model, held until the request ends (loaded again first if it was
+// unloaded for being idle), or answers 503 (with Retry-After) while there is none.
 func (s *Server) ready(c *gin.Context) *Model {
 	if s.life.Err() != nil {
 		abortWith(c, errShuttingDown)
 		return nil
 	}
-	m := s.model.Load()
+	m, err := s.hold(c)
+	if err != nil {
+		abortWith(c, err)
+		return nil
+	}
 	if m == nil {
 		e, _ := s.notReady()
 		abortWith(c, e)
@@ -296,7 +314,7 @@ func (s *Server) health(c *gin.Context) {
 	switch {
 	case s.life.Err() != nil:
 		status, e = "shutting_down", errShuttingDown
-	case s.model.Load() != nil:
+	case s.model.Load() != nil || s.residencyOf() != resStartup: // an unloaded model loads on the next request
 		reply(c, http.StatusOK, gin.H{"status": "ok"})
 		return
 	default:
@@ -311,7 +329,8 @@ func (s *Server) health(c *gin.Context) {
 }
 
 // status is what the menu-bar app reads: the startup phase (from Config.Status) plus the served
-// model, the last decode speed and the queue depth.
+// model, the memory it holds, the last decode speed and the queue depth; while the model is
+// unloaded for being idle, phase unloaded (residencyStatus).
 func (s *Server) status(c *gin.Context) {
 	out := gin.H{}
 	if s.cfg.Status != nil {
@@ -324,21 +343,33 @@ func (s *Server) status(c *gin.Context) {
 	} else {
 		out["phase"] = "ready"
 	}
-	out["model"], out["context_length"] = nil, 0
+	out["model"], out["context_length"], out["memory_bytes"] = nil, 0, int64(0)
 	if m := s.model.Load(); m != nil {
 		out["model"], out["context_length"] = m.ID, m.Context
 		if m.ContextWhy != "" {
 			out["context_note"] = m.ContextWhy
 		}
+		if m.Memory != nil {
+			out["memory_bytes"] = m.Memory()
+		}
+		if m.Prefill != "" {
+			out["prefill_route"] = m.Prefill
+		}
 	}
+	s.residencyStatus(out)
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
 	out["queue_depth"] = s.sched.depth()
 	out["running"], out["parallel"] = s.sched.running(), s.parallel()
 	reply(c, http.StatusOK, out)
 }
 
-// retry restarts a failed startup; the client follows progress on /status.
+// retry restarts a failed startup, or a failed load after an idle unload; the client follows
+// progress on /status.
 func (s *Server) retry(c *gin.Context) {
+	if s.loadFailure() != "" {
+		s.loadModel(c)
+		return
+	}
 	if s.cfg.Retry == nil {
 		abortWith(c, badRequest("this server has no startup to retry", ""))
 		return

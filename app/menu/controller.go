@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type Engine interface {
 	Stop()
 	Retry()
 	Restart()
+	LoadModel() // loads the model the engine unloaded for being idle
 	SetOptions(supervisor.Options)
 	SetMenuOpen(open bool) // the menu shows live numbers: poll fast while it is open
 	Snapshot() supervisor.Snapshot
@@ -87,6 +89,7 @@ type Controller struct {
 	served    int              // the context the engine last reported in this run of the app
 	predicted int              // Predict's answer
 	seen      supervisor.State // the state Observe saw last, to notify once per transition
+	reloading bool             // the engine unloaded its idle model and has not served it again yet
 }
 
 // OtherEngine stops a Lily engine this app did not start.
@@ -111,7 +114,8 @@ func NewController(e Engine, p Platform, s settings.Settings, settingsPath, logP
 
 // Options are the supervisor options the settings describe.
 func Options(s settings.Settings) supervisor.Options {
-	return supervisor.Options{Host: s.Host, Port: s.Port, ModelDir: s.ModelDir, APIKey: s.APIKey}
+	return supervisor.Options{Host: s.Host, Port: s.Port, ModelDir: s.ModelDir, APIKey: s.APIKey,
+		IdleUnload: time.Duration(s.IdleUnloadMinutes) * time.Minute}
 }
 
 // Settings returns the current settings.
@@ -154,11 +158,11 @@ func (c *Controller) Model() Model {
 	if c.now().Sub(c.noticeAt) > NoticeFor {
 		notice = ""
 	}
-	quitting, raising, stopping := c.quitting, c.raising, c.stopping
+	quitting, raising, stopping, idle := c.quitting, c.raising, c.stopping, c.settings.IdleUnloadMinutes
 	c.mu.Unlock()
 	s := c.Engine.Snapshot()
 	in := Input{Snap: s, Login: c.Platform.LoginItem(), Notice: notice, Lily: c.Lily, Quitting: quitting, Raising: raising,
-		Context: c.context(s), Settings: c.SettingsPath, StoppingOther: stopping, Translocated: c.Translocated}
+		Context: c.context(s), Settings: c.SettingsPath, StoppingOther: stopping, Translocated: c.Translocated, IdleUnload: idle}
 	if o, ok := c.raiseOffer(s); ok {
 		in.Raise = &o
 	}
@@ -273,6 +277,10 @@ func (c *Controller) Click(id ID) {
 		case s.State == supervisor.Failed || s.State == supervisor.Restarting:
 			c.Engine.Start()
 		}
+	case LoadModel:
+		if s.State == supervisor.Ready && s.Engine.Unloaded() {
+			c.Engine.LoadModel()
+		}
 	case StopOther:
 		if OtherLily(s) {
 			c.stopOther(s.Options)
@@ -320,14 +328,16 @@ func (c *Controller) Click(id ID) {
 // Observe is given every snapshot the supervisor publishes; it posts a notification when the
 // engine becomes ready or its startup fails, once per transition: the user has likely left a
 // long download or load to run in the background, and the menu-bar icon alone is easy to miss.
-// A stop the user chose, and anything while quitting, notifies nothing: they know.
+// A stop the user chose, and anything while quitting, notifies nothing: they know. Nor does the
+// model becoming ready again after an idle unload: a request or Load Model asked for it.
 func (c *Controller) Observe(s supervisor.Snapshot) {
 	c.mu.Lock()
-	prev, quitting := c.seen, c.quitting
+	prev, quitting, reloaded := c.seen, c.quitting, c.reloading && s.State == supervisor.Ready
 	c.seen = s.State
+	c.reloading = s.State == supervisor.Ready && s.Engine.Unloaded() || s.State == supervisor.Loading && c.reloading
 	c.mu.Unlock()
 	title, body, ok := Notification(prev, s)
-	if ok && !quitting {
+	if ok && !quitting && !reloaded {
 		c.Platform.Notify(title, body)
 	}
 }
@@ -392,13 +402,41 @@ func (c *Controller) ClickSnippet(i int) {
 	c.note("Copied the %s setup", all[i].Title)
 }
 
+// ClickIdle sets Unload When Idle to IdleChoices[i] and remembers it. The engine takes it as a
+// flag, so a running engine restarts to apply it, unless requests are running: then it applies
+// at the next start.
+func (c *Controller) ClickIdle(i int) {
+	if i < 0 || i >= len(IdleChoices) {
+		return
+	}
+	c.mu.Lock()
+	c.settings.IdleUnloadMinutes = IdleChoices[i]
+	st := c.settings
+	c.mu.Unlock()
+	if err := c.save(st); err != nil {
+		c.note("Unload When Idle could not be saved: %v", err)
+	}
+	c.Engine.SetOptions(Options(st))
+	s := c.Engine.Snapshot()
+	what := "Unload When Idle: " + strings.ToLower(IdleTitle(IdleChoices[i]))
+	switch {
+	case !s.State.Running() || s.State == supervisor.Stopping:
+		c.note("%s", what)
+	case s.Engine.QueueDepth > 0:
+		c.note("%s, from the next start (requests are running)", what)
+	default:
+		c.Engine.Restart()
+		c.note("%s; restarting the engine to apply it", what)
+	}
+}
+
 // stopOther stops the other Lily off the main thread, then starts this app's engine.
 func (c *Controller) stopOther(o supervisor.Options) {
 	c.mu.Lock()
 	if c.stopping || c.Other == nil {
 		c.mu.Unlock()
 		if c.Other == nil {
-			c.note("Quit the other Lily (Ctrl-C in its Terminal), then choose Start Lily")
+			c.note("Quit the other Lily (Ctrl-C in its Terminal), then choose Start Server")
 		}
 		return
 	}

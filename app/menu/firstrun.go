@@ -33,7 +33,7 @@ func DownloadPrompt(d lifecycle.Download) (title, text string) {
 	default:
 		text += fmt.Sprintf(" %s is free on that disk.", FormatBytes(d.Free))
 	}
-	text += " If the download is interrupted (Stop Lily, sleep, a lost connection), it resumes where it stopped." +
+	text += " If the download is interrupted (Stop Server, sleep, a lost connection), it resumes where it stopped." +
 		" The Mac stays awake while it downloads; the menu shows its progress."
 	return title, text
 }
@@ -61,7 +61,7 @@ func (c *Controller) confirmDownload() bool {
 	title, text := DownloadPrompt(d)
 	if !c.Platform.Confirm(title, text, DownloadOK, DownloadCancel) {
 		c.logf("the model download (%s into %s) was not confirmed; Lily stays off", FormatBytes(d.Left), d.Dir)
-		c.note("Lily is off: Start Lily offers the %s download again", FormatBytes(d.Left))
+		c.note("Lily is off: Start Server offers the %s download again", FormatBytes(d.Left))
 		return false
 	}
 	c.logf("the model download (%s into %s) was confirmed", FormatBytes(d.Left), d.Dir)

@@ -90,7 +90,7 @@ func TestStatusAndDetailLines(t *testing.T) {
 		}), "Ready · m · 41.8 tok/s", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}
-		}), "Ready · Qwen3.6-35B-A3B-4bit · 121,088-token context", "http://127.0.0.1:8000/v1", IconReady},
+		}), "Ready · Qwen3.6-35B-A3B-4bit · 121K context", "http://127.0.0.1:8000/v1", IconReady},
 		{snap(supervisor.Ready, func(s *supervisor.Snapshot) {
 			s.Engine = supervisor.EngineStatus{Phase: "ready", DecodeTokensPerS: 152.4, QueueDepth: 2}
 		}), "Ready · 152 tok/s · busy, 1 waiting", "http://127.0.0.1:8000/v1", IconReady},
@@ -169,15 +169,15 @@ func TestToggleAndFix(t *testing.T) {
 		toggle, fix    string
 		toggleDisabled bool
 	}{
-		{snap(supervisor.Stopped, nil), "Start Lily", "", false},
-		{snap(supervisor.Loading, nil), "Stop Lily", "", false},
-		{snap(supervisor.Ready, nil), "Stop Lily", "", false},
-		{snap(supervisor.Stopping, nil), "Stop Lily", "", true},
-		{snap(supervisor.EngineError, nil), "Stop Lily", "Retry", false},
-		{snap(supervisor.Restarting, nil), "Stop Lily", "Restart Now", false},
-		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem, s.SuggestedPort = supervisor.PortInUse, 8003 }), "Start Lily", "Use Port 8003", false},
-		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem = supervisor.PortInUse }), "Start Lily", "Try Again", false},
-		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem = supervisor.CrashLoop }), "Start Lily", "Try Again", false},
+		{snap(supervisor.Stopped, nil), "Start Server", "", false},
+		{snap(supervisor.Loading, nil), "Stop Server", "", false},
+		{snap(supervisor.Ready, nil), "Stop Server", "", false},
+		{snap(supervisor.Stopping, nil), "Stop Server", "", true},
+		{snap(supervisor.EngineError, nil), "Stop Server", "Retry", false},
+		{snap(supervisor.Restarting, nil), "Stop Server", "Restart Now", false},
+		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem, s.SuggestedPort = supervisor.PortInUse, 8003 }), "Start Server", "Use Port 8003", false},
+		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem = supervisor.PortInUse }), "Start Server", "Try Again", false},
+		{snap(supervisor.Failed, func(s *supervisor.Snapshot) { s.Problem = supervisor.CrashLoop }), "Start Server", "Try Again", false},
 	} {
 		m := Build(Input{Snap: tc.s})
 		tg, fx := item(m, Toggle), item(m, Fix)
@@ -270,10 +270,11 @@ type fakeEngine struct {
 	opts  supervisor.Options
 }
 
-func (f *fakeEngine) Start()   { f.calls = append(f.calls, "start") }
-func (f *fakeEngine) Stop()    { f.calls = append(f.calls, "stop") }
-func (f *fakeEngine) Retry()   { f.calls = append(f.calls, "retry") }
-func (f *fakeEngine) Restart() { f.calls = append(f.calls, "restart") }
+func (f *fakeEngine) Start()     { f.calls = append(f.calls, "start") }
+func (f *fakeEngine) Stop()      { f.calls = append(f.calls, "stop") }
+func (f *fakeEngine) Retry()     { f.calls = append(f.calls, "retry") }
+func (f *fakeEngine) Restart()   { f.calls = append(f.calls, "restart") }
+func (f *fakeEngine) LoadModel() { f.calls = append(f.calls, "load") }
 func (f *fakeEngine) SetOptions(o supervisor.Options) {
 	f.opts = o
 	f.calls = append(f.calls, "options")
@@ -911,7 +912,7 @@ func TestDownloadConfirmation(t *testing.T) {
 			t.Errorf("the question lacks %q:\n%s", want, p.asked[0])
 		}
 	}
-	if m := c.Model(); m.Items[1].Title != "Lily is off: Start Lily offers the 19.4 GB download again" {
+	if m := c.Model(); m.Items[1].Title != "Lily is off: Start Server offers the 19.4 GB download again" {
 		t.Errorf("after Not Now the menu says %q", m.Items[1].Title)
 	}
 	if _, err := os.Stat(c.SettingsPath); err == nil || c.Settings().DownloadAccepted {
@@ -977,22 +978,24 @@ func TestServedAndFormatCount(t *testing.T) {
 		e    supervisor.EngineStatus
 		want string
 	}{
-		{supervisor.EngineStatus{Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}, "Qwen3.6-35B-A3B-4bit · 121,088-token context"},
-		{supervisor.EngineStatus{Model: "m"}, "m"},                            // context not reported yet
-		{supervisor.EngineStatus{ContextLength: 4096}, "4,096-token context"}, // no model id
+		{supervisor.EngineStatus{Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088}, "Qwen3.6-35B-A3B-4bit · 121K context"},
+		{supervisor.EngineStatus{Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088, MemoryBytes: 21_300_000_000}, "Qwen3.6-35B-A3B-4bit · 121K context · 21.3 GB"},
+		{supervisor.EngineStatus{Model: "m", ContextLength: 512, MemoryBytes: 80_000_000}, "m · 512 context · 80 MB"},
+		{supervisor.EngineStatus{Model: "m"}, "m"},                   // context not reported yet
+		{supervisor.EngineStatus{ContextLength: 4096}, "4K context"}, // no model id
 		{supervisor.EngineStatus{}, ""},
 	} {
 		if got := Served(tc.e); got != tc.want {
 			t.Errorf("Served(%+v) = %q, want %q", tc.e, got, tc.want)
 		}
 	}
-	// With the default model and a decode rate, the menu's first line still fits untruncated
-	// (maxTitle): the URL went to the Detail line to make room.
+	// With the default model, its memory and a decode rate, the menu's first line still fits
+	// untruncated (maxTitle): the URL went to the Detail line to make room.
 	s := snap(supervisor.Ready, func(s *supervisor.Snapshot) {
-		s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088, DecodeTokensPerS: 41.8}
+		s.Engine = supervisor.EngineStatus{Phase: "ready", Model: "Qwen3.6-35B-A3B-4bit", ContextLength: 121088, MemoryBytes: 21_300_000_000, DecodeTokensPerS: 41.8}
 	})
 	m := Build(Input{Snap: s})
-	if got, want := item(m, Status).Title, "Ready · Qwen3.6-35B-A3B-4bit · 121,088-token context · 41.8 tok/s"; got != want {
+	if got, want := item(m, Status).Title, "Ready · Qwen3.6-35B-A3B-4bit · 121K context · 21.3 GB · 41.8 tok/s"; got != want {
 		t.Errorf("status title %q, want %q", got, want)
 	}
 	if d := item(m, Detail); d.Title != "http://127.0.0.1:8000/v1" || d.Hidden {
@@ -1022,9 +1025,9 @@ func TestObserveNotifies(t *testing.T) {
 		wants []string
 	}{
 		{"starting then ready", []supervisor.Snapshot{st(supervisor.Starting), st(supervisor.Loading), ready},
-			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121K context · http://127.0.0.1:8000/v1"}},
 		{"ready polled again", []supervisor.Snapshot{st(supervisor.Loading), ready, ready, ready},
-			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121K context · http://127.0.0.1:8000/v1"}},
 		{"startup fails", []supervisor.Snapshot{st(supervisor.Starting), st(supervisor.Loading), failed, failed},
 			false, []string{"Startup failed while loading the model\nload: out of memory"}},
 		{"retried and failed again", []supervisor.Snapshot{st(supervisor.Loading), failed, st(supervisor.Loading), failed},
@@ -1034,7 +1037,7 @@ func TestObserveNotifies(t *testing.T) {
 		{"stopped by the user", []supervisor.Snapshot{st(supervisor.Loading), st(supervisor.Stopping), st(supervisor.Stopped)},
 			false, nil},
 		{"ready, stopped, ready again", []supervisor.Snapshot{st(supervisor.Loading), ready, st(supervisor.Stopping), st(supervisor.Stopped), st(supervisor.Starting), ready},
-			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1", "Lily is ready\nQwen3.6-35B-A3B-4bit · 121,088-token context · http://127.0.0.1:8000/v1"}},
+			false, []string{"Lily is ready\nQwen3.6-35B-A3B-4bit · 121K context · http://127.0.0.1:8000/v1", "Lily is ready\nQwen3.6-35B-A3B-4bit · 121K context · http://127.0.0.1:8000/v1"}},
 		{"fails while quitting", []supervisor.Snapshot{st(supervisor.Loading), failed}, true, nil},
 	} {
 		p := &fakePlatform{}

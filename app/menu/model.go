@@ -43,7 +43,7 @@ type ID int
 const (
 	Status             ID = iota // the state in words (disabled)
 	Detail                       // a second line: file, error, notice (disabled, hidden when empty)
-	Toggle                       // Start Lily / Stop Lily
+	Toggle                       // Start Server / Stop Server: the engine only; Lily stays in the menu bar
 	Fix                          // what resolves the current problem: Retry, Use Port N, Use the Running Lily, Try Again, Restart Now
 	StopOther                    // another Lily serves the port: stop it and start this one
 	CopyError                    // copies the whole error (Detail shows only its start)
@@ -54,8 +54,10 @@ const (
 	ShowSettings                 // reveals settings.json in Finder
 	LaunchAtLogin                // checkmark; SMAppService
 	About                        // the standard About panel
-	Quit                         // stops the engine, then quits
+	Quit                         // stops the engine, then quits the app
 	Separator                    // a separator line (no action)
+	LoadModel                    // loads the model the engine unloaded for being idle
+	UnloadWhenIdle               // the "Unload When Idle" submenu (Model.IdleChoices)
 )
 
 // LoginState is the login item's state as SMAppService reports it.
@@ -87,7 +89,27 @@ type Model struct {
 	Tooltip     string // the status item's
 	Items       []Item
 	Snippets    []Item // the Use with… submenu, in snippets.All order
+	IdleChoices []Item // the Unload When Idle submenu, in IdleChoices order
 }
+
+// IdleChoices are the Unload When Idle submenu's choices, in minutes (0: never).
+var IdleChoices = []int{0, 15, 60}
+
+// IdleTitle names an idle choice: "Never", "After 15 Minutes", "After 1 Hour".
+func IdleTitle(minutes int) string {
+	switch {
+	case minutes <= 0:
+		return "Never"
+	case minutes == 60:
+		return "After 1 Hour"
+	case minutes%60 == 0:
+		return fmt.Sprintf("After %d Hours", minutes/60)
+	}
+	return fmt.Sprintf("After %d Minutes", minutes)
+}
+
+// UnloadedLine is the status line while the engine has unloaded its idle model.
+const UnloadedLine = "Model unloaded to free memory — loads on the next request"
 
 // Input is what Build reads.
 type Input struct {
@@ -111,6 +133,8 @@ type Input struct {
 	// opened from Downloads without being moved), whose path the setups' `lily launch` lines
 	// would name and which disappears when Lily quits.
 	Translocated bool
+	// IdleUnload is the Unload When Idle setting in minutes (0: never).
+	IdleUnload int
 }
 
 // DefaultModelID is the id `lily serve` reports for its default checkpoint
@@ -223,6 +247,9 @@ func StatusLine(s supervisor.Snapshot) string {
 	case supervisor.Loading:
 		return loadingLine(s.Engine)
 	case supervisor.Ready:
+		if s.Engine.Unloaded() {
+			return UnloadedLine
+		}
 		parts := []string{"Ready"}
 		if served := Served(s.Engine); served != "" {
 			parts = append(parts, served)
@@ -259,18 +286,31 @@ func StatusLine(s supervisor.Snapshot) string {
 	return s.State.String()
 }
 
-// Served says what a ready engine serves, from its /status: the model and its context
-// ("Qwen3.6-35B-A3B-4bit · 121,088-token context"); either is left out while unknown. The memory
-// in use is not among them: /status does not report it.
+// Served says what a ready engine serves, from its /status: the model, its context and the
+// memory the engine holds for it ("Qwen3.6-35B-A3B-4bit · 121K context · 21.3 GB"); each is
+// left out while unknown. The context is short (FormatContext) so that the Ready line, with a
+// decode rate, still fits the menu; the setups carry the exact count.
 func Served(e supervisor.EngineStatus) string {
 	var parts []string
 	if e.Model != "" {
 		parts = append(parts, e.Model)
 	}
 	if e.ContextLength > 0 {
-		parts = append(parts, FormatCount(e.ContextLength)+"-token context")
+		parts = append(parts, FormatContext(e.ContextLength)+" context")
+	}
+	if e.MemoryBytes > 0 {
+		parts = append(parts, FormatBytes(e.MemoryBytes))
 	}
 	return strings.Join(parts, " · ")
+}
+
+// FormatContext writes a context length in thousands, rounded down so it never claims more than
+// is served: 121,088 → "121K"; below a thousand the count itself.
+func FormatContext(n int) string {
+	if n < 1000 {
+		return strconv.Itoa(n)
+	}
+	return strconv.Itoa(n/1000) + "K"
 }
 
 // FormatCount writes a count with thousands separators, as macOS does in English: "121,088".
@@ -451,19 +491,9 @@ func Build(in Input) Model {
 	}
 	m := Model{Icon: icon, Description: "Lily: " + status, Tooltip: "Lily: " + status}
 
-	toggle := Item{ID: Toggle, Enabled: !in.Quitting}
-	switch {
-	case in.Quitting:
-		toggle.Title = "Quitting…"
-	case cleaning: // the supervisor starts the engine once the leftover one is gone
-		toggle.Title, toggle.Enabled = "Start Lily", false
-	case s.State == supervisor.Stopped || s.State == supervisor.Failed:
-		toggle.Title = "Start Lily"
-	case s.State == supervisor.Stopping:
-		toggle.Title, toggle.Enabled = "Stop Lily", false
-	default:
-		toggle.Title = "Stop Lily"
-	}
+	toggle := toggleItem(s, in.Quitting, cleaning)
+	load := Item{ID: LoadModel, Title: "Load Model", Tooltip: LoadNote, Enabled: !in.Quitting,
+		Hidden: s.State != supervisor.Ready || !s.Engine.Unloaded()}
 
 	fix := Item{ID: Fix, Hidden: true, Enabled: !in.Quitting}
 	stopOther := Item{ID: StopOther, Hidden: true, Enabled: !in.Quitting && !in.StoppingOther}
@@ -512,6 +542,7 @@ func Build(in Input) Model {
 		{ID: Detail, Title: Truncate(detail, maxTitle), Tooltip: cmp.Or(detailTip, detail), Hidden: detail == ""},
 		{ID: Separator},
 		toggle,
+		load,
 		fix,
 		stopOther,
 		copyErr,
@@ -522,16 +553,46 @@ func Build(in Input) Model {
 		{ID: Separator},
 		{ID: OpenLogs, Title: "Open Logs", Enabled: true},
 		showSettings,
+		{ID: UnloadWhenIdle, Title: "Unload When Idle", Tooltip: IdleNote, Enabled: !in.Quitting},
 		login,
 		{ID: Separator},
 		{ID: About, Title: "About Lily", Enabled: true},
-		{ID: Quit, Title: "Quit Lily", Key: "q", Enabled: !in.Quitting},
+		{ID: Quit, Title: "Quit Lily", Tooltip: QuitNote, Key: "q", Enabled: !in.Quitting},
 	}
 	for _, sn := range snippets.All(SnippetParams(s, in.Lily, in.Context)) {
 		m.Snippets = append(m.Snippets, Item{Title: sn.Title, Enabled: true, Tooltip: sn.Note})
 	}
+	for _, min := range IdleChoices {
+		m.IdleChoices = append(m.IdleChoices, Item{Title: IdleTitle(min), Enabled: !in.Quitting, Checked: min == in.IdleUnload})
+	}
 	return m
 }
+
+// toggleItem starts or stops the engine alone: unlike Quit, Lily stays in the menu bar.
+func toggleItem(s supervisor.Snapshot, quitting, cleaning bool) Item {
+	t := Item{ID: Toggle, Enabled: !quitting, Title: "Stop Server", Tooltip: StopNote}
+	switch {
+	case quitting:
+		t.Title, t.Tooltip = "Quitting…", ""
+	case cleaning: // the supervisor starts the engine once the leftover one is gone
+		t.Title, t.Tooltip, t.Enabled = "Start Server", StartNote, false
+	case s.State == supervisor.Stopped || s.State == supervisor.Failed:
+		t.Title, t.Tooltip = "Start Server", StartNote
+	case s.State == supervisor.Stopping:
+		t.Enabled = false
+	}
+	return t
+}
+
+// What Stop Server, Start Server and Quit Lily do, as their tooltips say: stopping the server
+// keeps the app, quitting ends both.
+const (
+	StopNote  = "Stops the engine and frees the model's memory; Lily stays in the menu bar, where Start Server serves it again."
+	StartNote = "Starts the engine: it loads the model and serves it on this Mac."
+	QuitNote  = "Stops the engine and quits Lily: the menu-bar icon goes away until you open Lily again."
+	LoadNote  = "Loads the model now (about 20 GB of memory), so the next request does not wait for it."
+	IdleNote  = "Unloads the model when no request has come for a while, freeing its memory; the next request loads it again. A change restarts an idle engine."
+)
 
 // MoveNote says why Lily asks to be moved, and how.
 const MoveNote = "macOS runs Lily from a temporary read-only copy because it was opened where it was downloaded; " +

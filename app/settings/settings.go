@@ -24,6 +24,9 @@ type Settings struct {
 	// DownloadAccepted: the user agreed to download the model (menu.DownloadPrompt), so starting
 	// the engine asks no more.
 	DownloadAccepted bool `json:"download_accepted"`
+	// IdleUnloadMinutes unloads the model after this many minutes without requests, freeing its
+	// memory until the next request (lily serve --idle-unload); 0 = never.
+	IdleUnloadMinutes int `json:"idle_unload_minutes"`
 }
 
 // Defaults are the built-in settings; resources/default-settings.json holds the same values and a
@@ -46,6 +49,9 @@ func (s Settings) Validate() error {
 	}
 	if !IsLoopback(s.Host) && s.APIKey == "" {
 		return fmt.Errorf("host %s exposes Lily beyond this Mac: set api_key too", s.Host)
+	}
+	if s.IdleUnloadMinutes < 0 {
+		return fmt.Errorf("idle_unload_minutes %d: expected 0 (never) or more", s.IdleUnloadMinutes)
 	}
 	return nil
 }

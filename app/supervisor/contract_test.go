@@ -67,3 +67,40 @@ func TestEngineStatusContract(t *testing.T) {
 		t.Fatal("/health not recognised")
 	}
 }
+
+// TestIdleUnloadContract runs the real server with a 100 ms --idle-unload: /status's
+// memory_bytes reaches EngineStatus, the unloaded phase reads as Unloaded, and postLoad is
+// answered (POST /status/load) and loads the model again.
+func TestIdleUnloadContract(t *testing.T) {
+	var srv *server.Server
+	model := &server.Model{ID: "m", Context: 4096, Memory: func() int64 { return 21_300_000_000 }}
+	srv = server.New(server.Config{IdleUnload: 100 * time.Millisecond,
+		Load: func(context.Context) error { srv.SetModel(model); return nil }, Unload: func() {}})
+	srv.SetModel(model)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	u, _ := url.Parse(ts.URL)
+	host, port, _ := net.SplitHostPort(u.Host)
+	p, _ := strconv.Atoi(port)
+	o := Options{Host: host, Port: p}
+	wait := func(what string, ok func(EngineStatus) bool) EngineStatus {
+		for i := 0; i < 200; i++ { // 200 × 10 ms
+			if st, err := fetchStatus(context.Background(), http.DefaultClient, o); err == nil && ok(st) {
+				return st
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("/status never showed %s", what)
+		return EngineStatus{}
+	}
+	if st := wait("the model", func(st EngineStatus) bool { return st.Phase == "ready" }); st.MemoryBytes != 21_300_000_000 {
+		t.Fatalf("ready: %+v", st)
+	}
+	if st := wait("the unload", EngineStatus.Unloaded); st.MemoryBytes != 0 || st.Detail == "" {
+		t.Fatalf("unloaded: %+v", st)
+	}
+	if err := postLoad(o, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wait("the model again", func(st EngineStatus) bool { return st.Phase == "ready" && st.MemoryBytes > 0 })
+}

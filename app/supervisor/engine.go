@@ -16,7 +16,7 @@ import (
 
 // EngineStatus is the engine's GET /status answer.
 type EngineStatus struct {
-	Phase            string  `json:"phase"` // checks, pull, verify, checks again, load, warm, then ready or error
+	Phase            string  `json:"phase"` // checks, pull, verify, checks again, load, warm, then ready or error; unloaded when idle
 	Progress         float64 `json:"progress"`
 	Detail           string  `json:"detail"`
 	Error            string  `json:"error"`
@@ -31,7 +31,12 @@ type EngineStatus struct {
 	ContextLength    int     `json:"context_length"`
 	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
 	QueueDepth       int     `json:"queue_depth"`
+	MemoryBytes      int64   `json:"memory_bytes"` // what the engine holds for the model (0: unloaded, or unknown)
 }
+
+// Unloaded reports an engine that released its model for being idle (serve --idle-unload): it
+// serves, and the next request loads the model again.
+func (e EngineStatus) Unloaded() bool { return e.Phase == "unloaded" }
 
 // Retry is a download retry the engine waits for while no byte arrives (/status "retry"; null
 // leaves it zero).
@@ -73,7 +78,15 @@ func fetchStatus(ctx context.Context, client *http.Client, o Options) (EngineSta
 
 // postRetry asks the engine to re-run its failed startup (POST /status/retry).
 func postRetry(o Options, timeout time.Duration) error {
-	req, err := http.NewRequest(http.MethodPost, o.RootURL()+"/status/retry", nil)
+	return postStatus(o, "/status/retry", timeout)
+}
+
+// postLoad asks the engine to load its model, unloaded for being idle (POST /status/load).
+func postLoad(o Options, timeout time.Duration) error { return postStatus(o, "/status/load", timeout) }
+
+// postStatus POSTs to one of the engine's /status actions; an error answer is its message.
+func postStatus(o Options, path string, timeout time.Duration) error {
+	req, err := http.NewRequest(http.MethodPost, o.RootURL()+path, nil)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ import (
 //	FAKE_REFUSE_RETRY=1    answer POST /status/retry with 409 and an error message
 //	FAKE_BAD_OPTIONS=msg   exit 1 at once with "lily: msg", as lily serve does for bad flags
 //
+// With --idle-unload D it reports phase unloaded D after it is ready, and POST /status/load
+// makes it ready again (memory_bytes: 21.3 GB while ready, 0 while unloaded).
+//
 // With --exit-with-parent it behaves as lily serve: it refuses a stdin that is not a pipe and shuts
 // down when stdin reaches end of file. POST /fake/crash makes it exit at once (status 3); GET
 // /fake/polls counts the /status requests so far; LILY_API_KEY guards /status as in lily.
@@ -44,6 +47,7 @@ func fakeEngineMain() {
 	port := fs.Int("port", 8000, "")
 	model := fs.String("model", "", "")
 	exitWithParent := fs.Bool("exit-with-parent", false, "")
+	idleUnload := fs.Duration("idle-unload", 0, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -78,7 +82,7 @@ func fakeEngineMain() {
 	}
 	fmt.Fprintf(os.Stderr, "lily: listening at http://%s/v1 (status at /status)\n", ln.Addr())
 
-	e := &fakeEngine{key: os.Getenv("LILY_API_KEY"), step: step, fail: os.Getenv("FAKE_FAIL"), model: "fake-qwen"}
+	e := &fakeEngine{key: os.Getenv("LILY_API_KEY"), step: step, fail: os.Getenv("FAKE_FAIL"), model: "fake-qwen", idle: *idleUnload}
 	if *model != "" {
 		e.model = *model
 	}
@@ -121,6 +125,12 @@ func fakeEngineMain() {
 		}
 		go e.walk()
 		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("POST /status/load", func(w http.ResponseWriter, r *http.Request) {
+		if e.authorized(w, r) {
+			e.ready()
+			w.WriteHeader(http.StatusAccepted)
+		}
 	})
 	mux.HandleFunc("POST /fake/crash", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(os.Stderr, "panic: fake crash on request")
@@ -165,6 +175,7 @@ type fakeEngine struct {
 	key, fail, model string
 	step             time.Duration
 	failTimes        int
+	idle             time.Duration // --idle-unload
 
 	mu       sync.Mutex
 	st       EngineStatus
@@ -215,5 +226,13 @@ func (e *fakeEngine) walk() {
 			return
 		}
 	}
-	e.set(EngineStatus{Phase: "ready", Progress: 1, Model: e.model, ContextLength: 4096, DecodeTokensPerS: 42.5})
+	e.ready()
+}
+
+// ready serves the model, and with --idle-unload releases it after that long.
+func (e *fakeEngine) ready() {
+	e.set(EngineStatus{Phase: "ready", Progress: 1, Model: e.model, ContextLength: 4096, DecodeTokensPerS: 42.5, MemoryBytes: 21_300_000_000})
+	if e.idle > 0 {
+		time.AfterFunc(e.idle, func() { e.set(EngineStatus{Phase: "unloaded", Model: e.model, ContextLength: 4096}) })
+	}
 }

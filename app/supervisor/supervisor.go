@@ -17,6 +17,9 @@
 //	   any running state ──Stop──▶ Stopping ──exit──▶ Stopped                  │
 //	   unexpected exit ──▶ Restarting ──backoff──▶ Starting (or Failed after MaxRestarts)
 //	   port taken (probe or engine's "already in use") ──▶ Failed{PortInUse, SuggestedPort}
+//
+// Ready covers an engine whose model is unloaded for being idle (Options.IdleUnload; /status
+// phase unloaded): it serves, and the next request, or LoadModel, loads the model again.
 package supervisor
 
 import (
@@ -75,13 +78,14 @@ const (
 )
 
 // Options say what to run: `lily serve --host Host --port Port [--model ModelDir]
-// --exit-with-parent`, with the API key passed in the environment ($LILY_API_KEY), never on the
-// command line.
+// [--idle-unload IdleUnload] --exit-with-parent`, with the API key passed in the environment
+// ($LILY_API_KEY), never on the command line.
 type Options struct {
-	Host     string
-	Port     int
-	ModelDir string
-	APIKey   string
+	Host       string
+	Port       int
+	ModelDir   string
+	APIKey     string
+	IdleUnload time.Duration // unload the model after this long without requests (0: never)
 }
 
 // Args is the engine's command line after the binary.
@@ -89,6 +93,9 @@ func (o Options) Args() []string {
 	args := []string{"serve", "--host", o.Host, "--port", strconv.Itoa(o.Port)}
 	if o.ModelDir != "" {
 		args = append(args, "--model", o.ModelDir)
+	}
+	if o.IdleUnload > 0 {
+		args = append(args, "--idle-unload", o.IdleUnload.String())
 	}
 	return append(args, "--exit-with-parent") // the stdin pipe launch gives it
 }
@@ -327,6 +334,23 @@ func (s *Supervisor) Retry() {
 		case Failed, Restarting, Stopped:
 			s.start()
 		}
+	})
+}
+
+// LoadModel asks a Ready engine whose model is unloaded for being idle to load it now; /status
+// then shows the load, as at startup.
+func (s *Supervisor) LoadModel() {
+	s.post(func() {
+		if s.st.State != Ready || !s.st.Engine.Unloaded() {
+			return
+		}
+		o := s.st.Options
+		go func() {
+			if err := postLoad(o, s.pollTimeout()); err != nil {
+				s.logf("asking the engine to load the model: %v", err) // a failed load itself shows in /status
+			}
+			s.wakePoll() // the load's phases show at once
+		}()
 	})
 }
 
@@ -638,10 +662,15 @@ func (s *Supervisor) SetMenuOpen(open bool) {
 	s.menuOpen = open
 	s.mu.Unlock()
 	if open {
-		select {
-		case s.wake <- struct{}{}:
-		default: // a wake-up is pending already
-		}
+		s.wakePoll()
+	}
+}
+
+// wakePoll has the poller read /status now.
+func (s *Supervisor) wakePoll() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending already
 	}
 }
 
@@ -705,7 +734,7 @@ func (s *Supervisor) onStatus(p *process, st EngineStatus, err error) {
 	p.answered, p.lastAnswer = true, now
 	s.st.Engine = st
 	switch st.Phase {
-	case "ready":
+	case "ready", "unloaded": // unloaded still serves: the next request loads the model
 		s.st.State, s.st.Message = Ready, ""
 	case "error":
 		if s.st.State != EngineError || s.st.Message != Retrying {

@@ -373,6 +373,23 @@ func TestEngineFailsInAPhaseThenRetry(t *testing.T) {
 	}
 }
 
+// TestIdleUnloadedEngineStaysReady: an engine started with --idle-unload that released its model
+// is still Ready (it serves; the next request loads the model), with its memory gone; LoadModel
+// asks it to load the model again.
+func TestIdleUnloadedEngineStaysReady(t *testing.T) {
+	h := newHarness(t, []string{"FAKE_STEP=4ms"}, func(c *Config) { c.Options.IdleUnload = 200 * time.Millisecond })
+	h.sup.Start()
+	if s := h.waitState(Ready); s.Engine.MemoryBytes != 21_300_000_000 {
+		t.Fatalf("ready: %+v", s.Engine)
+	}
+	s := h.waitFor("the unload", func(s Snapshot) bool { return s.Engine.Unloaded() })
+	if s.State != Ready || s.Engine.MemoryBytes != 0 {
+		t.Fatalf("unloaded: %+v", s)
+	}
+	h.sup.LoadModel()
+	h.waitFor("the load", func(s Snapshot) bool { return s.State == Ready && !s.Engine.Unloaded() })
+}
+
 func TestRetryRefusedByEngineIsShown(t *testing.T) {
 	h := newHarness(t, []string{"FAKE_FAIL=verify", "FAKE_STEP=4ms", "FAKE_REFUSE_RETRY=1"}, nil)
 	h.sup.Start()
@@ -523,6 +540,7 @@ func TestOptionsURLsAndArgs(t *testing.T) {
 		{Options{Host: "127.0.0.1", Port: 8000}, "http://127.0.0.1:8000/v1", "serve --host 127.0.0.1 --port 8000 --exit-with-parent"},
 		{Options{Host: "0.0.0.0", Port: 9000, ModelDir: "/m"}, "http://127.0.0.1:9000/v1", "serve --host 0.0.0.0 --port 9000 --model /m --exit-with-parent"},
 		{Options{Host: "::1", Port: 8000}, "http://[::1]:8000/v1", "serve --host ::1 --port 8000 --exit-with-parent"},
+		{Options{Host: "127.0.0.1", Port: 8000, IdleUnload: time.Hour}, "http://127.0.0.1:8000/v1", "serve --host 127.0.0.1 --port 8000 --idle-unload 1h0m0s --exit-with-parent"},
 		{Options{Host: "localhost", Port: 1234, APIKey: "secret"}, "http://localhost:1234/v1", "serve --host localhost --port 1234 --exit-with-parent"},
 	} {
 		if got := tc.o.BaseURL(); got != tc.base {

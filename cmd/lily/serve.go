@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,18 +36,22 @@ import (
 	"github.com/lilyformac/lily/engine/tokenizer"
 	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/mtl"
+	"github.com/lilyformac/lily/metal/plan"
 	"github.com/lilyformac/lily/resources"
 	"github.com/lilyformac/lily/server"
 )
 
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
+	prefillRoute                                              string
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
 	maxOutput, prefillChunk, ollamaPort, parallel             int
 	diskCacheGB                                               float64
 	demo, insecure, exitWithParent                            bool
-	timeout, stallTimeout                                     time.Duration
+	timeout, stallTimeout, idleUnload                         time.Duration
 }
+
+const idleUnloadHelp = "release the model and its caches after this long without requests, freeing their memory (about 20 GB); the next request that needs the model, or POST /status/load, loads it again and waits for it (0: never)"
 
 // shutdownGrace is how long a SIGTERM waits for open requests: they are ended at once (streams
 // with an error event and [DONE]), so this is only the time to say so; it stays below the
@@ -78,6 +84,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; on metal the default is 8 on Macs under 32 GB, where context comes first")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp+"; on Macs under 32 GB the default is 512")
+	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp)
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.maxOutput, "max-output-tokens", 0, "the most tokens one answer generates, whatever the request asks (0: what the context leaves); for clients that send no limit or a large one (Codex sends none, Claude Code 32,000)")
@@ -90,6 +97,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.emuMemoryMB, "emu-gpu-memory-mb", 0, "with --backend emu: the GPU working set to size the KV cache in, as Metal's recommendedMaxWorkingSetSize (0: no limit)")
 	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, exitWithParentHelp)
 	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
+	f.DurationVar(&o.idleUnload, "idle-unload", 0, idleUnloadHelp)
 	return cmd
 }
 
@@ -135,8 +143,13 @@ func (o serveOptions) check() error {
 		return fmt.Errorf("--request-timeout %v: expected a positive duration", o.timeout)
 	case o.stallTimeout <= 0:
 		return fmt.Errorf("--stall-timeout %v: expected a positive duration", o.stallTimeout)
+	case o.idleUnload < 0:
+		return fmt.Errorf("--idle-unload %v: expected a duration such as 15m, or 0: never", o.idleUnload)
 	}
 	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+		return err
+	}
+	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
 		return err
 	}
 	return checkPrefillChunk(o.prefillChunk)
@@ -168,7 +181,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		}
 		ctx = withParent(ctx, os.Stdin, stderr)
 	}
-	srv := server.New(server.Config{
+	held := &heldModel{}
+	defer held.release()
+	var publish func(*server.Model, func()) // set once srv exists; the server calls Load only after startup
+	cfg := server.Config{
 		APIKey: o.apiKey, CORSOrigins: splitList(o.cors), AllowedHosts: splitList(o.allowedHosts), BindHost: o.host,
 		MaxBodyBytes: int64(o.maxBodyMB) << 20, QueueLimit: o.queue, MaxOutputTokens: o.maxOutput, RequestTimeout: o.timeout, StallTimeout: o.stallTimeout,
 		Status: func() any { return state.Status() },
@@ -179,21 +195,17 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			go startup.Retry(ctx)
 			return nil
 		},
-	})
-	var closeModel func()
-	defer func() {
-		if closeModel != nil {
-			closeModel()
-		}
-	}()
+	}
+	if o.idleUnload > 0 {
+		cfg.IdleUnload = o.idleUnload
+		cfg.Load, cfg.Unload = reloading(state, o, func(m *server.Model, closeFn func()) { publish(m, closeFn) }, held)
+	}
+	srv := server.New(cfg)
 	// publish serves m; a new closeFn means freshly loaded weights replace (and free) older ones.
-	publish := func(m *server.Model, closeFn func()) {
+	publish = func(m *server.Model, closeFn func()) {
 		srv.SetModel(m)
 		if closeFn != nil {
-			if closeModel != nil {
-				closeModel()
-			}
-			closeModel = closeFn
+			held.replace(closeFn)
 		}
 	}
 	startup.Steps = startupSteps(o, publish)
@@ -222,6 +234,43 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		stop() // a second signal ends the process at once
 		return shutdown(stderr, srv, hs)
 	}
+}
+
+// heldModel is how to free the loaded model: its disk tier (queued snapshot writes finish first,
+// as at shutdown, so conversations survive an unload as they survive a restart), then its backend.
+type heldModel struct {
+	mu    sync.Mutex
+	close func()
+}
+
+// replace frees the model held before and holds the one closeFn frees.
+func (h *heldModel) replace(closeFn func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.close != nil {
+		h.close()
+	}
+	h.close = closeFn
+}
+
+func (h *heldModel) release() { h.replace(nil) }
+
+// reloading is how serve --idle-unload releases the idle model (phase unloaded) and loads it
+// again: through the load and warm phases, which /status shows as it does at startup.
+func reloading(state *lifecycle.State, o serveOptions, publish func(*server.Model, func()), held *heldModel) (load func(context.Context) error, unload func()) {
+	dir := o.model
+	if dir == "" && !o.demo {
+		dir = lifecycle.ModelDir(lifecycle.DefaultRepo)
+	}
+	load = func(ctx context.Context) error {
+		return (&lifecycle.Runner{State: state, Steps: loadSteps(o, dir, publish)}).Run(ctx)
+	}
+	unload = func() {
+		state.Enter(lifecycle.PhaseUnloaded, fmt.Sprintf("idle for %v: the model's memory is free; the next request loads it again", o.idleUnload))
+		held.release()
+		debug.FreeOSMemory() // the Go heap's share (the cpu backend's caches) goes back to the OS now, not minutes later
+	}
+	return load, unload
 }
 
 // listen binds the port, and the Ollama port if one is asked for (loopback only: it is there for
@@ -288,9 +337,15 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 	default:
 		steps = append(steps, lifecycle.VerifyStep(dir, hub.VerifyFast), checksStep(dir))
 	}
+	return append(steps, loadSteps(o, dir, publish)...)
+}
+
+// loadSteps are the load and warm phases of the checkpoint in dir: startup's last two, and all of
+// a load after an idle unload.
+func loadSteps(o serveOptions, dir string, publish func(*server.Model, func())) []lifecycle.Step {
 	var loaded *server.Model
-	steps = append(steps,
-		lifecycle.Step{Phase: lifecycle.PhaseLoad, Run: func(ctx context.Context, s *lifecycle.State) error {
+	return []lifecycle.Step{
+		{Phase: lifecycle.PhaseLoad, Run: func(ctx context.Context, s *lifecycle.State) error {
 			opts := o
 			opts.model = dir
 			m, closeFn, err := loadServedModel(opts)
@@ -306,7 +361,7 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 			s.SetProgress(1, detail)
 			return nil
 		}},
-		lifecycle.Step{Phase: lifecycle.PhaseWarm, Run: func(ctx context.Context, s *lifecycle.State) error {
+		{Phase: lifecycle.PhaseWarm, Run: func(ctx context.Context, s *lifecycle.State) error {
 			// One short generation outside the prefix cache pays the first-use costs.
 			_, err := loaded.Runner.Generate(ctx, runner.Request{Prompt: []int{0}, MaxTokens: 1, NoCache: true},
 				func(runner.Token) (bool, error) { return true, nil })
@@ -315,8 +370,8 @@ func startupSteps(o serveOptions, publish func(*server.Model, func())) []lifecyc
 			}
 			publish(loaded, nil)
 			return nil
-		}})
-	return steps
+		}},
+	}
 }
 
 // pullHold keeps the Mac from idle-sleeping through the download (a process activity, as the
@@ -359,7 +414,8 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 	default:
 		id = filepath.Base(filepath.Clean(dir))
 	}
-	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk, parallel: o.parallel})
+	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk, parallel: o.parallel,
+		prefillRoute: o.prefillRoute})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -399,14 +455,57 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		StopIDs:    stops,
 		Context:    ctxLen,
 		ContextWhy: why,
+		Prefill:    prefillRouteOf(b),
 		Vocab:      sync.OnceValues(func() (*grammar.Vocab, error) { return grammar.VocabFromTokenizer(tok, cfg.VocabSize, stops) }),
 	}
+	m.Memory = modelMemory(o.backend, m.Size, m.Runner)
 	return m, func() {
 		if disk != nil {
 			disk.Close() // queued snapshot writes finish first
 		}
 		closeBackend()
 	}, nil
+}
+
+// modelMemory is the bytes the engine holds for the model, as /status reports it. On metal the
+// model lives in Metal's allocations, so it is what the device has allocated for this process
+// (currentAllocatedSize: weights, KV pool, activations). The cpu and emu backends keep it all in
+// process memory (mapped weights, caches on the Go heap), so there it is the process's resident
+// set where the OS gives it cheaply (Linux's /proc), else the weights plus the prefix cache and
+// the Go heap: what the engine allocated, if not what the OS has paged in.
+func modelMemory(backend string, weights int64, r *runner.Runner) func() int64 {
+	if backend == "metal" {
+		return func() int64 {
+			dev, err := mtl.DefaultDevice() // the process's one device, the backend's too
+			if err != nil {
+				return 0
+			}
+			defer dev.Release()
+			return int64(dev.CurrentAllocatedSize())
+		}
+	}
+	return func() int64 {
+		if n, ok := residentSet(); ok {
+			return n
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return weights + r.Cache().Stats().Bytes + int64(ms.HeapInuse)
+	}
+}
+
+// residentSet is the process's resident memory from /proc/self/statm (Linux).
+func residentSet() (int64, bool) {
+	raw, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize()), err == nil
 }
 
 // weightBytes is the size of the checkpoint's weights on disk, as model listings show it.
@@ -477,4 +576,15 @@ func demoDir() (string, error) {
 	return demo.Ensure(filepath.Join(cache, "lily"), demo.Files{
 		TokenizerJSON: raw, ChatTemplate: []byte(chat.BuiltinSource()), VocabSize: tok.VocabSize(), EOSTokenIDs: eos,
 	})
+}
+
+// prefillRouteOf says which route b's batched prefill takes and why ("tensor: …"), for /status;
+// "" for a backend without one (cpu).
+func prefillRouteOf(b backend.Backend) string {
+	g, ok := b.(interface{ PrefillRoute() (plan.Route, string) })
+	if !ok {
+		return ""
+	}
+	r, why := g.PrefillRoute()
+	return r.String() + ": " + why
 }

@@ -86,18 +86,21 @@ func TestServeOptionsChecked(t *testing.T) {
 		t.Fatalf("--queue 0: %v", err)
 	}
 	for flag, mutate := range map[string]func(*serveOptions){
-		"--queue -1":         func(o *serveOptions) { o.queue = -1 },
-		"--max-body-mb 0":    func(o *serveOptions) { o.maxBodyMB = 0 },
-		"--cache-mb -1":      func(o *serveOptions) { o.cacheMB = -1 },
-		"--ctx -5":           func(o *serveOptions) { o.ctx = -5 },
-		"--request-timeout":  func(o *serveOptions) { o.timeout = 0 },
-		"--stall-timeout -1": func(o *serveOptions) { o.stallTimeout = -time.Second },
-		"--port 70000":       func(o *serveOptions) { o.port = 70000 },
-		"--ollama-port -1":   func(o *serveOptions) { o.ollamaPort = -1 },
-		"--ollama-port 8000": func(o *serveOptions) { o.ollamaPort = 8000 }, // --port's
-		"--kv-bits 4":        func(o *serveOptions) { o.kvBits = 4 },
-		"--kv-bits 8 (cpu)":  func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
-		"--prefill-chunk -2": func(o *serveOptions) { o.prefillChunk = -2 },
+		"--queue -1":                   func(o *serveOptions) { o.queue = -1 },
+		"--max-body-mb 0":              func(o *serveOptions) { o.maxBodyMB = 0 },
+		"--cache-mb -1":                func(o *serveOptions) { o.cacheMB = -1 },
+		"--ctx -5":                     func(o *serveOptions) { o.ctx = -5 },
+		"--request-timeout":            func(o *serveOptions) { o.timeout = 0 },
+		"--stall-timeout -1":           func(o *serveOptions) { o.stallTimeout = -time.Second },
+		"--port 70000":                 func(o *serveOptions) { o.port = 70000 },
+		"--ollama-port -1":             func(o *serveOptions) { o.ollamaPort = -1 },
+		"--ollama-port 8000":           func(o *serveOptions) { o.ollamaPort = 8000 }, // --port's
+		"--kv-bits 4":                  func(o *serveOptions) { o.kvBits = 4 },
+		"--kv-bits 8 (cpu)":            func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
+		"--prefill-chunk -2":           func(o *serveOptions) { o.prefillChunk = -2 },
+		"--idle-unload -1s":            func(o *serveOptions) { o.idleUnload = -time.Second },
+		"--prefill-route ane":          func(o *serveOptions) { o.prefillRoute = "ane" },
+		"--prefill-route tensor (cpu)": func(o *serveOptions) { o.prefillRoute, o.backend = "tensor", "cpu" },
 	} {
 		o := ok
 		mutate(&o)
@@ -275,9 +278,11 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	var status struct {
 		ContextLength int    `json:"context_length"`
 		ContextNote   string `json:"context_note"`
+		PrefillRoute  string `json:"prefill_route"`
 	}
 	getJSON(t, ts.URL+"/status", &status)
-	if m.Context != want || len(models.Data) != 1 || models.Data[0].ContextLength != want || status.ContextLength != want || !strings.Contains(status.ContextNote, "working set") {
+	if m.Context != want || len(models.Data) != 1 || models.Data[0].ContextLength != want || status.ContextLength != want || !strings.Contains(status.ContextNote, "working set") ||
+		status.PrefillRoute != "simdgroup: the emulator runs either route: simdgroup unless --prefill-route tensor" {
 		t.Fatalf("served context %d (want %d): /v1/models %+v, /status %+v", m.Context, want, models, status)
 	}
 }

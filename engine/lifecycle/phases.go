@@ -29,6 +29,9 @@ const (
 	PhaseWarm   Phase = "warm"   // a first forward pass, so the first request is not slow
 	PhaseReady  Phase = "ready"
 	PhaseError  Phase = "error" // see Status.FailedPhase and Status.Error; Runner.Retry starts over
+	// PhaseUnloaded follows ready when serve --idle-unload released the idle model: the next
+	// request loads it again (load, warm, ready).
+	PhaseUnloaded Phase = "unloaded"
 )
 
 // Status is the JSON the menu-bar app reads. Every key is always present; error and
