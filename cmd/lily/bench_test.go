@@ -187,7 +187,7 @@ func TestBenchPlanPrefill(t *testing.T) {
 		}
 		checkPrefillRoutes(t, p)
 	}
-	if text, err := execute(t, "bench", "--plan", "--prefill", "512"); err != nil || !strings.Contains(text, "M5 Pro") || !strings.Contains(text, "(simdgroup, 18)") {
+	if text, err := execute(t, "bench", "--plan", "--prefill", "512"); err != nil || !strings.Contains(text, "M5 Pro") || !strings.Contains(text, "(simdgroup, 17.2)") || !strings.Contains(text, "(tensor, 71.7)") {
 		t.Fatalf("text output %q (%v)", text, err)
 	}
 	if r := b["ideal_flops"].(float64) / a["ideal_flops"].(float64); r < 8 || r > 9 {

@@ -100,10 +100,7 @@ func TestRouteCheck(t *testing.T) {
 	mac := func(name, family, macOS string) syscheck.Check {
 		return routeCheck("darwin", &syscheck.GPUInfo{Name: name, Family: family, Available: true}, macOS)
 	}
-	m5 := "prefill route: simdgroup (no tensor-op kernels in this build yet)"
-	if len(decode.TensorKernels()) > 0 {
-		m5 = "prefill route: tensor (M5 Max (Apple10) on macOS 26.2: the neural accelerators"
-	}
+	m5 := "prefill route: tensor (M5 Max (Apple10) on macOS 26.2: the neural accelerators"
 	for _, tc := range []struct {
 		c      syscheck.Check
 		status syscheck.Status
@@ -112,7 +109,7 @@ func TestRouteCheck(t *testing.T) {
 		{mac("Apple M4 Max", "Apple9", "26.2"), syscheck.Pass, "prefill route: simdgroup (M4 Max (Apple9) has no neural accelerators)"},
 		{mac("Apple M5 Max", "Apple10", "26.1"), syscheck.Pass, "prefill route: simdgroup (macOS 26.1: tensor ops need 26.2)"},
 		{mac("Apple M5 Max", "Apple10", "26.2"), syscheck.Pass, m5},
-		{routeCheck("linux", nil, ""), syscheck.Skip, "prefill route: simdgroup (emu has no neural accelerators)"},
+		{routeCheck("linux", nil, ""), syscheck.Skip, "prefill route: simdgroup (the emulator runs either route: simdgroup unless --prefill-route tensor)"},
 		{routeCheck("darwin", &syscheck.GPUInfo{}, "15.5"), syscheck.Skip, "prefill route: none (no Metal GPU)"},
 		{routeCheck("darwin", nil, "15.5"), syscheck.Skip, "prefill route: none (no Metal GPU)"},
 	} {

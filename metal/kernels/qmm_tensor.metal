@@ -49,9 +49,18 @@ template <uint BM>
 using qt_op = matmul2d<matmul2d_descriptor(BM, QT_BN, QT_BK, false, true, false, matmul2d_descriptor::mode::multiply),
                        execution_simdgroups<4>>;
 
-// qt_acc<BM> is a float cooperative tensor of qt_op<BM>'s destination layout.
+// qt_acc<BM> is a float cooperative tensor of qt_op<BM>'s destination layout. Only its type is
+// named here: every one is made by qt_op<BM>::get_destination_cooperative_tensor (qt_dest), as
+// Apple's header makes them (it does not say a default-constructed one is usable).
 template <uint BM>
 using qt_acc = typename qt_op<BM>::template cooperative_tensor_destination_t<qt_tile, qt_tile, float, int>;
+
+// qt_dest is a new accumulator of qt_op<BM>'s destination layout.
+template <uint BM>
+inline qt_acc<BM> qt_dest() {
+  qt_op<BM> op;
+  return op.template get_destination_cooperative_tensor<qt_tile, qt_tile, float>();
+}
 
 // qt_mem is a threadgroup's staging memory for a tile height BM: the X tile (BM × QT_BK bfloat),
 // the W tile's codes (QT_BN × QT_BK bfloat), X̃'s row sums and the tile rows' scales and biases.
@@ -123,7 +132,7 @@ inline void qt_gemm(thread qt_acc<BM>& acc, device const float* x, device const 
   qt_tile tx(t.xs, dextents<int32_t, 2>(QT_BK, BM));
   qt_tile tw(t.ws, dextents<int32_t, 2>(QT_BK, QT_BN));
   qt_op<BM> op;
-  auto part = op.template get_destination_cooperative_tensor<qt_tile, qt_tile, float>();
+  auto part = qt_dest<BM>();
   for (uint16_t i = 0; i < acc.get_capacity(); i++) {
     if (acc.is_valid_element(i)) {
       acc[i] = 0.0f;
@@ -189,7 +198,7 @@ template <uint BITS>
     w = w3, sc = s3, bi = b3, y = y3, n = QMM_N3, first = t2;
   }
   const uint m0 = tg.y * QT_BM, n0 = (tg.x - first) * QT_BN, m = min(uint(QT_BM), QMM_M - m0);
-  qt_acc<QT_BM> acc;
+  auto acc = qt_dest<QT_BM>();
   qt_gemm<BITS, false, QT_BM>(acc, x, nullptr, m0, m, w, sc, bi, 0, n0, n, QMM_K, tid, t);
   for (uint16_t i = 0; i < acc.get_capacity(); i++) {
     if (acc.is_valid_element(i)) {
@@ -224,7 +233,7 @@ template <uint BM>
   }
   const ulong w0 = ulong(blk.x) * QMM_N;
   const uint n0 = tg.x * QT_BN;
-  qt_acc<BM> g, u;
+  auto g = qt_dest<BM>(), u = qt_dest<BM>();
   qt_gemm<4, true, BM>(g, x, tok, blk.y, blk.z, gate_w, gate_s, gate_b, w0, n0, QMM_N, QMM_K, tid, t);
   qt_gemm<4, true, BM>(u, x, tok, blk.y, blk.z, up_w, up_s, up_b, w0, n0, QMM_N, QMM_K, tid, t);
   for (uint16_t i = 0; i < g.get_capacity(); i++) {
@@ -256,7 +265,7 @@ template <uint BM>
     return;
   }
   const uint n0 = tg.x * QT_BN;
-  qt_acc<BM> acc;
+  auto acc = qt_dest<BM>();
   qt_gemm<4, false, BM>(acc, act, nullptr, blk.y, blk.z, down_w, down_s, down_b, ulong(blk.x) * QMM_N, n0, QMM_N,
                         QMM_K, tid, t);
   for (uint16_t i = 0; i < acc.get_capacity(); i++) {
