@@ -95,12 +95,12 @@ func MemoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
 const SliceTarget = 250 * time.Millisecond
 
 // SliceFor is the prompt tokens the engine loop runs per step (runner.Options.PrefillSlice): the
-// largest of chunks whose modelled time on chip (plan.Chip.Seconds, bench --plan --prefill's
-// model at 100 % of the chip's peaks, so a real slice takes longer) is within SliceTarget, else
-// the smallest. With no chip known (the emulator) it is
+// largest of chunks whose modelled time on chip along route (plan.Chip.Time, bench --plan
+// --prefill's model at 100 % of the chip's peaks, so a real slice takes longer) is within
+// SliceTarget, else the smallest. With no chip known (the emulator) it is
 // ChunkMedium where the plan has it. A request's slices do not depend on what else runs, so
 // this is also what a prompt prefilling alone runs.
-func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip) int {
+func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip, route plan.Route) int {
 	if len(chunks) == 0 {
 		return 0
 	}
@@ -113,11 +113,11 @@ func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip) int {
 	}
 	best := sorted[0]
 	for _, m := range sorted {
-		p, err := decode.PrefillModel(c, m, 0, kvBits)
+		p, err := decode.PrefillRouteModel(c, m, 0, kvBits, route)
 		if err != nil {
 			break
 		}
-		if time.Duration(chip.Seconds(p.Bytes, p.FLOPs)*float64(time.Second)) > SliceTarget {
+		if t, err := chip.Time(p.Work()); err != nil || time.Duration(t*float64(time.Second)) > SliceTarget {
 			break
 		}
 		best = m
@@ -130,5 +130,5 @@ func (e *GPU) PrefillSlice() int {
 	if e.slice > 0 {
 		return e.slice
 	}
-	return SliceFor(e.w.Config, e.step.Chunks, 0, nil)
+	return SliceFor(e.w.Config, e.step.Chunks, 0, nil, e.route)
 }

@@ -50,17 +50,19 @@ func TestDefaultChunks(t *testing.T) {
 	}
 }
 
-// TestSliceFor: the slice is the largest chunk the model puts within SliceTarget on a chip —
-// 512 tokens on an M4 Max (about 180 ms modelled), 64 on an M4 Pro, 8 on a base M1 (reading
-// the experts alone takes 280 ms there) — and without a chip the
-// medium chunk.
+// TestSliceFor: the slice is the largest chunk the model puts within SliceTarget on a chip along
+// its route — 512 tokens on an M4 Max (about 180 ms modelled), 64 on an M4 Pro, 8 on a base M1
+// (reading the experts alone takes 280 ms there), 512 on an M5 Max either way — and without a
+// chip the medium chunk; a route the chip cannot take gives the smallest.
 func TestSliceFor(t *testing.T) {
 	c := config.Production()
 	chunks := Buckets(ChunkLarge)
 	for _, tc := range []struct {
-		chip string
-		want int
-	}{{"M4 Max", ChunkMedium}, {"M4 Pro", ChunkSmall}, {"M1", ChunkTiny}, {"", ChunkMedium}} {
+		chip  string
+		route plan.Route
+		want  int
+	}{{"M4 Max", plan.Simdgroup, ChunkMedium}, {"M4 Pro", plan.Simdgroup, ChunkSmall}, {"M1", plan.Simdgroup, ChunkTiny}, {"", plan.Simdgroup, ChunkMedium},
+		{"M5 Max", plan.Tensor, ChunkMedium}, {"M5 Max", plan.Simdgroup, ChunkMedium}, {"M4 Max", plan.Tensor, ChunkTiny}} {
 		var chip *plan.Chip
 		if tc.chip != "" {
 			ch, ok := plan.ChipNamed(tc.chip)
@@ -69,8 +71,8 @@ func TestSliceFor(t *testing.T) {
 			}
 			chip = &ch
 		}
-		if got := SliceFor(c, chunks, 16, chip); got != tc.want {
-			t.Errorf("%q: slice %d, want %d", tc.chip, got, tc.want)
+		if got := SliceFor(c, chunks, 16, chip, tc.route); got != tc.want {
+			t.Errorf("%q, %s route: slice %d, want %d", tc.chip, tc.route, got, tc.want)
 		}
 	}
 }

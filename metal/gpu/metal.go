@@ -37,7 +37,7 @@ func NewMetal(w *model.Weights, o GPUOptions) (*GPU, error) {
 	}
 	g.closeDev = dev.Close // the GPU made the device, so its Close releases it
 	if chip, ok := plan.ChipNamed(dev.Name()); ok {
-		g.slice = SliceFor(w.Config, g.step.Chunks, o.KVBits, &chip)
+		g.slice = SliceFor(w.Config, g.step.Chunks, o.KVBits, &chip, g.route)
 	}
 	return g, nil
 }
