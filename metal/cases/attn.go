@@ -16,6 +16,24 @@ var attnTol = Tol{Emu: 1e-5, Metal: 1e-4}
 
 const attnExactTol = 2e-6
 
+// attnTensorTol and attnTensorTol8 are attn_prefill_tensor's tolerances against AttnPrefill on
+// the same q rounded to bfloat, relative to max|out|, for a bf16 and an 8-bit cache; u = 2⁻⁹ is
+// bfloat's unit roundoff. An output is out = σ(g)·o, o = Σ_j w_j v_j over softmax weights w_j;
+// R = max σ(g)·|v_j − o| / max|out| is under 3 on the cases' inputs (N(0, 1) values and gates;
+// 1.5 to 2.6 seen).
+//   - P rounded to bfloat scales each weight by 1 + ε_j, |ε_j| ≤ u, and l sums the rounded P, so
+//     the weights still sum to 1 and o moves by Σ_j w_j (ε_j − ε̄)(v_j − o): at most 2u·R·max|out|
+//     = 6u, taken as 8u = 2⁻⁶. That is all for a bf16 cache (K and V exact in bfloat).
+//   - An 8-bit cache's code·scale rounded to bfloat: V's adds at most u·σ(g)|v_j| ≤ u(R + 1) = 4u;
+//     K's moves each score by Δs_j = Σ_d q_d Δk_d / √HD, independent roundings of std ≈
+//     u·rms(q)·rms(k)/√3 ≈ 1.5u here (q of std 2.5, k of 1), which moves o by Σ_j w_j (Δs_j −
+//     Δs̄)(v_j − o): std ≤ 1.5u·R, 4σ = 18u. 8u + 4u + 18u = 30u, taken as 32u = 2⁻⁴.
+//
+// Seen on the emulator: 1e-3 (bf16) and 8e-3 (8-bit). Metal's fast exp moves o by ~1e-6, nothing
+// here. Planted bugs give errors of 1 to 2.5: O's rescale taking the next row's correction (in
+// every case of more than one key tile), scores without 1/√HD (in every case).
+var attnTensorTol, attnTensorTol8 = Tol{Emu: 1.0 / 64, Metal: 1.0 / 64}, Tol{Emu: 1.0 / 16, Metal: 1.0 / 16}
+
 // attnSelftest is the selftest's shape: the model's heads, 512 positions in pages of 256, a
 // table out of order with pool page 1 unused.
 var (
@@ -140,8 +158,9 @@ func attnCases() []Case {
 	for _, d := range ds {
 		out = append(out, attnDecodeCase(d))
 	}
-	// attn_prefill: chunks with and without cached positions before them, partial token blocks,
-	// key tiles crossing pages of a shuffled table, both cache formats, GQA groups of 1, 2 and 8,
+	// attn_prefill and its tensor form: chunks with and without cached positions before them,
+	// partial token blocks (of 8, and of the tensor form's 32/G), key tiles crossing pages of a
+	// shuffled table, both cache formats, GQA groups of 1, 2 and 8, head dims of 32, 64 and 256,
 	// the pool's last rows, the model's heads.
 	for _, p := range []struct {
 		s            kernels.AttnShape
@@ -152,12 +171,16 @@ func attnCases() []Case {
 		{attnShapeOf(4, 2, 64, 16, 100, kernels.KVBF16, 16, 9), 37, 20, nil},
 		{attnShapeOf(4, 2, 64, 16, 100, kernels.KV8, 16, 9), 21, 8, nil},
 		{attnShapeOf(2, 2, 32, 32, 64, kernels.KVBF16, 0, 0), 5, 1, nil},
+		{attnShapeOf(2, 2, 64, 16, 100, kernels.KV8, 16, 9), 3, 40, nil},
 		{attnShapeOf(16, 2, 256, 64, 96, kernels.KVBF16, 32, 4), 40, 17, nil},
+		{attnShapeOf(8, 1, 256, 64, 64, kernels.KV8, 32, 2), 20, 13, nil},
 		{attnShapeOf(4, 2, 64, 16, 48, kernels.KV8, 16, 3), 30, 18, nil},
 		{attnSelftest, 300, 20, attnSelftestTable},
 		{attnShapeOf(16, 2, 256, 64, 512, kernels.KV8, 256, 3), 300, 20, attnSelftestTable},
 	} {
-		out = append(out, attnPrefillCase(p.s, p.pos0, p.tokens, p.table))
+		for _, tensor := range []bool{false, true} {
+			out = append(out, attnPrefillCase(p.s, p.pos0, p.tokens, p.table, tensor))
+		}
 	}
 	return append(out, attnBatchDecodeCases()...)
 }
@@ -274,13 +297,23 @@ func errVs64(got []float32, exact []float64) float64 {
 	return diff / scale
 }
 
-// attnPrefillCase runs attn_prefill for tokens tokens after pos0 cached positions (the chunk's
-// K and V in the pool already): the output matches AttnDecode token by token.
-func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32) Case {
+// attnPrefillCase runs attn_prefill, or with tensor its tensor form (Case.Tensor), for tokens
+// tokens after pos0 cached positions (the chunk's K and V in the pool already): the output
+// matches AttnDecode token by token — for the tensor form on q rounded to bfloat
+// (kernels.BF16Round), as the form stages it, within attnTensorTol.
+func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32, tensor bool) Case {
+	kernel, call, tol, blocks := "attn_prefill", kernels.AttnPrefillCall[int], attnTol, "blocks of 8 tokens"
+	if tensor {
+		kernel, call, tol = "attn_prefill_tensor", kernels.AttnPrefillTensorCall[int], attnTensorTol
+		if kvBits(s) == kernels.KV8 {
+			tol = attnTensorTol8
+		}
+		blocks = fmt.Sprintf("tensor ops, blocks of %d tokens", kernels.AttnPrefillTensorBlock(s.Heads/s.KVHeads))
+	}
 	return Case{
-		Name:    fmt.Sprintf("attn_prefill/%s_pos%d_t%d", attnTag(s), pos0, tokens),
-		Kernels: []string{"attn_prefill"}, Tol: attnTol, Heavy: attnHeavy(s, pos0+tokens, tokens),
-		Shape: fmt.Sprintf("%s, %d tokens after %d cached positions", attnShape(s), tokens, pos0),
+		Name:    fmt.Sprintf("%s/%s_pos%d_t%d", kernel, attnTag(s), pos0, tokens),
+		Kernels: []string{kernel}, Tol: tol, Heavy: attnHeavy(s, pos0+tokens, tokens), Tensor: tensor,
+		Shape: fmt.Sprintf("%s, %d tokens after %d cached positions, %s", attnShape(s), tokens, pos0, blocks),
 		Run: func(c *Ctx) error {
 			if err := s.Validate(); err != nil {
 				return err
@@ -292,9 +325,12 @@ func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32) Case
 			q, qg := RandFloats(r, kernels.AttnPrefillRows(tokens)*qd, 2.5), RandFloats(r, tokens*2*qd, 1)
 			bs := kernels.AttnPrefillBuffers[int]{Q: c.In("q", q), KCache: c.In("k_cache", kc), VCache: c.In("v_cache", vc),
 				Step: c.In("step", []uint32{uint32(pos0), 3}), Table: c.In("table", table), QG: c.In("qg", qg), Out: c.Out("out", 4*tokens*qd)}
-			c.Add(kernels.AttnPrefillCall(s, tokens, bs), false)
+			c.Add(call(s, tokens, bs), false)
 			if err := c.Step(); err != nil {
 				return err
+			}
+			if tensor {
+				q = kernels.BF16Round(q)
 			}
 			c.Rel("out", c.F32(bs.Out), kernels.AttnPrefill(s, pos0, tokens, q, qg, kc, vc, table))
 			return nil

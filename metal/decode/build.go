@@ -605,7 +605,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 				ch.callRanges(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
 					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
 					[]int{ch.qrot, s.StepBuf, s.Table, ch.qg}, chunkReads, []int{ch.ao}, nil)
-				b.flops(attnPrefillFLOPs(as, ch.n, tctx))
+				b.flops(b.attnPrefillFLOPs(as, ch.n, tctx))
 				ch.qmm([]qmat{wo}, ch.ao, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}

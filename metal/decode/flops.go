@@ -15,10 +15,11 @@ import (
 // sampling and the weights' dequantisation are left out.
 
 // TensorKernels are the chunk kernels the tensor route (Options.PrefillRoute) runs in their
-// tensor-op form (kernels.TensorForm) instead; the forms' tiles are in gemmTiles. The 8-bit GEMM
-// keeps its float form: in this model it is only the router and the shared expert's gate, and
-// routing picks experts by comparing the router's logits — inputs rounded to bfloat would flip
-// near ties, after which everything downstream differs — for 1 % of a chunk's FLOPs.
+// tensor-op form (kernels.TensorForm) instead; the forms' tiles are in gemmTiles and
+// attnPrefillTiles. The 8-bit GEMM keeps its float form: in this model it is only the router and
+// the shared expert's gate, and routing picks experts by comparing the router's logits — inputs
+// rounded to bfloat would flip near ties, after which everything downstream differs — for 1 % of
+// a chunk's FLOPs.
 func TensorKernels() []string {
 	return slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
 }
@@ -80,17 +81,30 @@ func attnDecodeFLOPs(as kernels.AttnShape, keys int) float64 {
 	return 4 * float64(as.HeadDim*as.Heads) * float64(keys)
 }
 
-// attnPrefillFLOPs is causal attention for a chunk of m queries after n cached positions: query
-// t sees n + t + 1 keys; the kernel runs whole AttnPrefillBlock-query blocks against whole 8-key
-// tiles up to its last query's keys.
-func attnPrefillFLOPs(as kernels.AttnShape, m, n int) (executed, ideal float64) {
-	per := 4 * float64(as.HeadDim*as.Heads)
-	for t0 := 0; t0 < m; t0 += kernels.AttnPrefillBlock {
-		last := min(t0+kernels.AttnPrefillBlock, m) - 1
-		executed += per * kernels.AttnPrefillBlock * padTo(n+last+1, 8)
+// attnPrefillFLOPs is causal attention for a chunk of m queries after n cached positions on
+// the builder's route (attnPrefillTiles): query t sees n + t + 1 keys; the kernel runs whole
+// blocks of bq queries against whole bk-key tiles up to its last query's keys, dim columns wide.
+func (b *builder) attnPrefillFLOPs(as kernels.AttnShape, m, n int) (executed, ideal float64) {
+	bq, bk, dim := b.attnPrefillTiles(as)
+	per, useful := 4*float64(dim*as.Heads), 4*float64(as.HeadDim*as.Heads)
+	for t0 := 0; t0 < m; t0 += bq {
+		last := min(t0+bq, m) - 1
+		executed += per * float64(bq) * padTo(n+last+1, bk)
 		for t := t0; t <= last; t++ {
-			ideal += per * float64(n+t+1)
+			ideal += useful * float64(n+t+1)
 		}
 	}
 	return executed, ideal
+}
+
+// attnPrefillTiles are the query blocks, key tiles and tile width prefill attention runs in on
+// the builder's route: attn_prefill's (AttnPrefillBlock tokens, 8 keys, the head dim) on the
+// simdgroup route; on the tensor route its tensor form's (AttnPrefillTensorBlock tokens of the G
+// heads, AttnPrefillTensorKeys keys, AttnPrefillTensorDim columns: head dims below it are
+// zero-padded).
+func (b *builder) attnPrefillTiles(as kernels.AttnShape) (bq, bk, dim int) {
+	if b.route != plan.Tensor {
+		return kernels.AttnPrefillBlock, 8, as.HeadDim
+	}
+	return kernels.AttnPrefillTensorBlock(as.Heads / as.KVHeads), kernels.AttnPrefillTensorKeys, kernels.AttnPrefillTensorDim
 }

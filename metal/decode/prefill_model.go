@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"strings"
+
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -78,7 +80,7 @@ func (s *Step) idealChunkBytes(mode string) int64 {
 			case plan.Weights:
 				weights[r.Buffer] = append(weights[r.Buffer], r)
 			case plan.KVCache:
-				if d.Kernel == "attn_prefill" {
+				if strings.HasPrefix(d.Kernel, "attn_prefill") { // either route's form
 					kv += r.Len
 				}
 			}

@@ -83,7 +83,7 @@ func TestPrefillRouteForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	if simd.TensorFLOPs != 0 || !(tensor.TensorFLOPs > 0.9*tensor.FLOPs && tensor.TensorFLOPs < tensor.FLOPs) || tensor.Bytes != simd.Bytes ||
-		tensor.Dispatches != simd.Dispatches || tensor.IdealFLOPs != simd.IdealFLOPs || tensor.FLOPs/tensor.IdealFLOPs > 1.10 {
+		tensor.Dispatches != simd.Dispatches || tensor.IdealFLOPs != simd.IdealFLOPs || tensor.IdealBytes != simd.IdealBytes || tensor.FLOPs/tensor.IdealFLOPs > 1.10 {
 		t.Fatalf("simdgroup %+v, tensor %+v", simd, tensor)
 	}
 	m4, _ := plan.ChipNamed("M4 Max")

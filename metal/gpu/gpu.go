@@ -23,9 +23,10 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// KernelFiles are the kernel sources the decode step uses; qmm_tensor.metal's kernels only on the
-// tensor prefill route (a Metal device compiles it only where it runs them).
-var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.metal", "rmsnorm.metal", "attn_prefill.metal", "conv.metal", "gdn.metal",
+// KernelFiles are the kernel sources the decode step uses; the tensor-op files' kernels
+// (qmm_tensor.metal, attn_prefill_tensor.metal) only on the tensor prefill route (a Metal device
+// compiles them only where it runs them).
+var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.metal", "rmsnorm.metal", "attn_prefill.metal", "attn_prefill_tensor.metal", "conv.metal", "gdn.metal",
 	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend

@@ -1,5 +1,7 @@
 package kernels
 
+import "fmt"
+
 // AttnTokens is attn_prefill's function constant index of ATTN_T, the chunk's tokens; the other
 // constants are the shape's (AttnShape.Constants).
 const AttnTokens = 10
@@ -46,4 +48,44 @@ func AttnPrefillCall[B any](s AttnShape, tokens int, b AttnPrefillBuffers[B]) Ca
 		Buffers:      map[int]B{0: b.Q, 1: b.KCache, 2: b.VCache, 3: b.Step, 4: b.Table, 5: b.QG, 6: b.Out},
 		Threadgroups: [3]int{s.KVHeads, groupsFor(tokens, AttnPrefillBlock), 1}, Group: grid(s.AttnPartialThreads()),
 	}
+}
+
+// attn_prefill_tensor's geometry (attn_prefill_tensor.metal): a threadgroup of
+// AttnPrefillTensorThreads (4 simdgroups) computes AttnPrefillTensorRows (token, query head) rows
+// of one kv head — AttnPrefillTensorBlock(G) tokens of its G heads — over tiles of
+// AttnPrefillTensorKeys keys, every tile AttnPrefillTensorDim columns wide (head dims up to it,
+// zero-padded).
+const (
+	AttnPrefillTensorRows    = 32
+	AttnPrefillTensorKeys    = 16
+	AttnPrefillTensorDim     = 256
+	AttnPrefillTensorThreads = 128
+)
+
+// AttnPrefillTensorBlock is the tokens an attn_prefill_tensor threadgroup computes for g query
+// heads per kv head: AttnPrefillTensorRows / g. It panics unless g divides AttnPrefillTensorRows
+// (the rows must be whole tokens' heads).
+func AttnPrefillTensorBlock(g int) int {
+	if g < 1 || AttnPrefillTensorRows%g != 0 {
+		panic(fmt.Sprintf("kernels: attn_prefill_tensor needs query heads per kv head dividing %d, not %d", AttnPrefillTensorRows, g))
+	}
+	return AttnPrefillTensorRows / g
+}
+
+// attnPrefillTensorGrid is attn_prefill_tensor's grid for attn_prefill's constants c: (kv heads,
+// blocks of AttnPrefillTensorBlock tokens), and its threadgroup. It panics for a shape the
+// kernel cannot run (GQA groups not dividing 32, head dims past AttnPrefillTensorDim).
+func attnPrefillTensorGrid(c map[int]any) (groups, threads [3]int) {
+	nq, nkv, hd := c[AttnHeads].(int), c[AttnKVHeads].(int), c[AttnHeadDim].(int)
+	if nq%nkv != 0 || hd > AttnPrefillTensorDim || hd%8 != 0 {
+		panic(fmt.Sprintf("kernels: attn_prefill_tensor cannot run %d heads over %d kv heads of dim %d", nq, nkv, hd))
+	}
+	block := AttnPrefillTensorBlock(nq / nkv)
+	return [3]int{nkv, groupsFor(c[AttnTokens].(int), block), 1}, grid(AttnPrefillTensorThreads)
+}
+
+// AttnPrefillTensorCall is attn_prefill's tensor form (TensorForm of AttnPrefillCall).
+func AttnPrefillTensorCall[B any](s AttnShape, tokens int, b AttnPrefillBuffers[B]) Call[B] {
+	c, _ := TensorForm(AttnPrefillCall(s, tokens, b))
+	return c
 }

@@ -45,12 +45,14 @@ var mathModes = map[string]mtl.MathMode{
 	"attn_rope.metal":    mtl.MathRelaxed, // the rotation angles use metal::precise sin and cos
 	"attn_decode.metal":  mtl.MathRelaxed,
 	"attn_prefill.metal": mtl.MathRelaxed,
+	// Relaxed like attn_prefill: its bfloat tolerance is far above fast exp's error.
+	"attn_prefill_tensor.metal": mtl.MathRelaxed,
 }
 
 // tensorFiles are the kernel files of Metal 4 tensor ops (`mpp::tensor_ops`): compiled at MSL
 // 4.0, and only on a device and OS that run them (mtl.TensorOps); their instances exist nowhere
 // else.
-var tensorFiles = map[string]bool{"qmm_tensor.metal": true}
+var tensorFiles = map[string]bool{"qmm_tensor.metal": true, "attn_prefill_tensor.metal": true}
 
 // TensorFile reports whether name is a file of tensor-op kernels.
 func TensorFile(name string) bool { return tensorFiles[name] }

@@ -13,11 +13,11 @@ import (
 // (QT_BM): a threadgroup of QMMThreads computes that many columns of Y on Metal 4 tensor ops.
 const QMMTensorTile = 64
 
-// tensorForms maps each kernel instance that has a Metal 4 tensor-op form (qmm_tensor.metal) to
-// it: the dense GEMMs at every tile height to qmm_q<bits>_tensor, the grouped GEMMs to the same
-// name with _tensor. Prefill attention has none yet.
+// tensorForms maps each kernel instance that has a Metal 4 tensor-op form (qmm_tensor.metal,
+// attn_prefill_tensor.metal) to it: the dense GEMMs at every tile height to qmm_q<bits>_tensor,
+// the grouped GEMMs and prefill attention to the same name with _tensor.
 var tensorForms = func() map[string]string {
-	m := map[string]string{}
+	m := map[string]string{"attn_prefill": "attn_prefill_tensor"}
 	for _, bm := range QMMTileHeights {
 		for _, bits := range []int{4, 8} {
 			m[QMMKernel(bits, bm)] = QMMTensorKernel(bits)
@@ -37,8 +37,8 @@ func QMMTensorKernel(bits int) string { return fmt.Sprintf("qmm_q%d_tensor", bit
 
 // TensorForm is the call of k's tensor-op form: the same constants and buffers, the tensor
 // kernel and its grid — for qmm, tiles of QMMTensorTile × QMMTensorTile over the same matrices
-// in the same order; for a grouped GEMM, the same block map in columns of QMMTensorTile. ok is
-// false when k's kernel has no tensor form.
+// in the same order; for a grouped GEMM, the same block map in columns of QMMTensorTile; for
+// attn_prefill, attnPrefillTensorGrid's. ok is false when k's kernel has no tensor form.
 func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	name, ok := tensorForms[k.Kernel]
 	if !ok {
@@ -46,14 +46,17 @@ func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	}
 	out = k
 	out.Kernel = name
-	if strings.HasPrefix(k.Kernel, "qmm_") {
+	switch {
+	case k.Kernel == "attn_prefill":
+		out.Threadgroups, out.Group = attnPrefillTensorGrid(k.Constants)
+	case strings.HasPrefix(k.Kernel, "qmm_"):
 		tiles := 0
 		for _, c := range []int{QMMRows, QMMRows1, QMMRows2, QMMRows3} {
 			n, _ := k.Constants[c].(int)
 			tiles += groupsFor(n, QMMTensorTile)
 		}
 		out.Threadgroups = [3]int{tiles, groupsFor(k.Constants[QMMTokens].(int), QMMTensorTile), 1}
-	} else {
+	default:
 		out.Threadgroups[0] = groupsFor(k.Constants[QMMRows].(int), QMMTensorTile)
 	}
 	return out, true
