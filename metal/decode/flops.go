@@ -20,14 +20,14 @@ import (
 // the shared expert's gate, and routing picks experts by comparing the router's logits — inputs
 // rounded to bfloat would flip near ties, after which everything downstream differs — for 1 % of
 // a chunk's FLOPs.
-func TensorKernels() []string {
-	return slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
-}
+func TensorKernels() []string { return slices.Clone(tensorKernels) }
+
+var tensorKernels = slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
 
 // form is the call a chunk mode runs for k on the builder's route, and whether its FLOPs run on
 // tensor ops (plan.Dispatch.Tensor).
 func (b *builder) form(k kernels.Call[int]) (kernels.Call[int], bool) {
-	if b.route != plan.Tensor || !slices.Contains(TensorKernels(), k.Kernel) {
+	if b.route != plan.Tensor || !slices.Contains(tensorKernels, k.Kernel) {
 		return k, false
 	}
 	return kernels.TensorForm(k)

@@ -11,6 +11,9 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
+// noTensorKernels is why the tensor route cannot run in a build whose plan has no tensor-op forms.
+const noTensorKernels = "no tensor-op kernels in this build yet"
+
 // ParsePrefillRoute reads a --prefill-route value: "tensor" or "simdgroup" force that route;
 // "auto" (or nothing) leaves it to ChoosePrefillRoute.
 func ParsePrefillRoute(s string) (r plan.Route, auto bool, err error) {
@@ -52,7 +55,7 @@ func choosePrefillRoute(device string, family mtl.Family, macOS, forced string, 
 func emuRoute(forced string, kernels bool) (plan.Route, string, error) {
 	why := ""
 	if !kernels {
-		why = "no tensor-op kernels in this build yet"
+		why = noTensorKernels
 	}
 	if _, auto, err := ParsePrefillRoute(forced); err == nil && auto {
 		return plan.Simdgroup, "the emulator runs either route: simdgroup unless --prefill-route tensor", nil
@@ -73,7 +76,7 @@ func deviceRoute(name string, dev exec.Device, forced string) (plan.Route, strin
 	case !ok:
 		return decideRoute(forced, why, "")
 	case !kernels:
-		return decideRoute(forced, "no tensor-op kernels in this build yet", "")
+		return decideRoute(forced, noTensorKernels, "")
 	}
 	return decideRoute(forced, "", why)
 }
@@ -109,7 +112,7 @@ func tensorBlocker(device string, family mtl.Family, macOS string, kernels bool)
 	case !ok:
 		return fmt.Sprintf("macOS %s: tensor ops need %s", cmp.Or(macOS, "version unknown"), mtl.TensorOpsMinMacOS)
 	case !kernels:
-		return "no tensor-op kernels in this build yet"
+		return noTensorKernels
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lilyformac/lily/metal/mtl"
 )
@@ -49,13 +50,11 @@ var mathModes = map[string]mtl.MathMode{
 	"attn_prefill_tensor.metal": mtl.MathRelaxed,
 }
 
-// tensorFiles are the kernel files of Metal 4 tensor ops (`mpp::tensor_ops`): compiled at MSL
-// 4.0, and only on a device and OS that run them (mtl.TensorOps); their instances exist nowhere
-// else.
-var tensorFiles = map[string]bool{"qmm_tensor.metal": true, "attn_prefill_tensor.metal": true}
-
-// TensorFile reports whether name is a file of tensor-op kernels.
-func TensorFile(name string) bool { return tensorFiles[name] }
+// TensorFile reports whether name is a file of Metal 4 tensor-op kernels (`mpp::tensor_ops`):
+// one that includes <metal_tensor>, as the emulator's generator decides too. Such a file is
+// compiled at MSL 4.0, and only on a device and OS that run it (mtl.TensorOps); its instances
+// exist nowhere else.
+func TensorFile(name string) bool { return strings.Contains(Source(name), "#include <metal_tensor>") }
 
 // CompileOptions is how Metal compiles the kernel file name: MSLVersion (MSL 4.0 for a
 // TensorFile) and the file's math mode. A file without a chosen math mode is an error, so a new
