@@ -84,8 +84,8 @@ func TestBenchPlanMemory(t *testing.T) {
 	}
 	// Sequences at once: none where the weights do not fit, at least one where a context does,
 	// never fewer on a larger Mac, at most the batched step's rows; on 24 GB none (the weights
-	// exceed macOS's default GPU limit) and two once the limit is raised (the context making room,
-	// decode.Memory.RoomForParallel), 32 GB three; 36 GB and up the most.
+	// exceed macOS's default GPU limit) and three once the limit is raised (the context making
+	// room, decode.Memory.RoomForParallel), 32 GB three; 36 GB and up the most.
 	par, prev := p.ParallelByMacGB, 0
 	for _, gb := range macSizes {
 		k := strconv.Itoa(gb)
@@ -94,7 +94,7 @@ func TestBenchPlanMemory(t *testing.T) {
 		}
 		prev = par[k]
 	}
-	if len(par) != len(macSizes) || par["24"] != 0 || p.ParallelByMacGBRaised["24"] != 2 || par["32"] != 3 || par["36"] != decode.MaxParallel {
+	if len(par) != len(macSizes) || par["24"] != 0 || p.ParallelByMacGBRaised["24"] != 3 || par["32"] != 3 || par["36"] != decode.MaxParallel {
 		t.Fatalf("parallel by Mac: %v, raised %v", par, p.ParallelByMacGBRaised)
 	}
 }

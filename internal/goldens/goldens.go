@@ -30,6 +30,50 @@ type Golden struct {
 // bfloat16 error on this checkpoint.
 func (g *Golden) BF16Deviation() float64 { return MaxAbsDiff(g.PrefillBF16, g.Prefill) }
 
+// The bfloat16 yardstick: a batched prefill stores its activations as bfloat (metal/decode), so
+// its prompt logits sit at bfloat16's distance from transformers' float32 ones. Over the prompt's
+// positions the mean of max |logit − HF| is at most BF16MeanFactor times transformers' own
+// bfloat16 run's, and every position's at most BF16MaxFactor times that run's worst. The wider
+// second bound is for router flips: these random checkpoints keep router top-k gaps of 2e-4 (a
+// float32 margin), which bfloat16's rounding crosses, so an expert flips at a few positions, in
+// transformers' run as in ours but not at the same ones, and moves those logits by units.
+const (
+	BF16MeanFactor = 1.25
+	BF16MaxFactor  = 4
+)
+
+// BF16Check checks prompt logits rows ([prompt][vocab], a prefix of the prompt's) against
+// Prefill with the bfloat16 yardstick; it returns their mean and worst per-position error and
+// the positions or the mean that exceed it.
+func (g *Golden) BF16Check(rows []float32) (mean, worst float64, errs []error) {
+	V := g.VocabSize
+	n := len(rows) / V
+	var hfMean float64
+	for p := range n {
+		d := MaxAbsDiff(rows[p*V:(p+1)*V], g.PrefillRow(p))
+		mean, worst, hfMean = mean+d, max(worst, d), hfMean+MaxAbsDiff(g.PrefillBF16[p*V:(p+1)*V], g.PrefillRow(p))
+		if !(d <= BF16MaxFactor*g.BF16Deviation()) {
+			errs = append(errs, fmt.Errorf("prompt position %d: max |logit − HF| = %.3g > %g × transformers' bfloat16 worst %.3g", p, d, float64(BF16MaxFactor), g.BF16Deviation()))
+		}
+	}
+	mean, hfMean = mean/float64(n), hfMean/float64(n)
+	if !(mean <= BF16MeanFactor*hfMean) {
+		errs = append(errs, fmt.Errorf("mean max |logit − HF| over %d positions %.3g > %g × transformers' bfloat16 mean %.3g", n, mean, BF16MeanFactor, hfMean))
+	}
+	return mean, worst, errs
+}
+
+// BF16Mean is transformers' own bfloat16 run's mean over the prompt's positions of max |logit −
+// float32 logit|.
+func (g *Golden) BF16Mean() float64 {
+	V, n := g.VocabSize, len(g.PromptIDs)
+	var m float64
+	for p := range n {
+		m += MaxAbsDiff(g.PrefillBF16[p*V:(p+1)*V], g.PrefillRow(p))
+	}
+	return m / float64(n)
+}
+
 // Load reads dir's golden.json and logits files.
 func Load(dir string) (*Golden, error) {
 	var g Golden

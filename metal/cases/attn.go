@@ -161,25 +161,27 @@ func attnCases() []Case {
 	// attn_prefill and its tensor form: chunks with and without cached positions before them,
 	// partial token blocks (of 8, and of the tensor form's 32/G), key tiles crossing pages of a
 	// shuffled table, both cache formats, GQA groups of 1, 2 and 8, head dims of 32, 64 and 256,
-	// the pool's last rows, the model's heads.
+	// the pool's last rows, the model's heads; q, the gates and out bfloat as the chunk mode
+	// stores them (bf16) in some.
 	for _, p := range []struct {
 		s            kernels.AttnShape
 		pos0, tokens int
 		table        []uint32
+		bf16         bool
 	}{
-		{attnShapeOf(4, 2, 64, 16, 100, kernels.KVBF16, 16, 9), 0, 13, nil},
-		{attnShapeOf(4, 2, 64, 16, 100, kernels.KVBF16, 16, 9), 37, 20, nil},
-		{attnShapeOf(4, 2, 64, 16, 100, kernels.KV8, 16, 9), 21, 8, nil},
-		{attnShapeOf(2, 2, 32, 32, 64, kernels.KVBF16, 0, 0), 5, 1, nil},
-		{attnShapeOf(2, 2, 64, 16, 100, kernels.KV8, 16, 9), 3, 40, nil},
-		{attnShapeOf(16, 2, 256, 64, 96, kernels.KVBF16, 32, 4), 40, 17, nil},
-		{attnShapeOf(8, 1, 256, 64, 64, kernels.KV8, 32, 2), 20, 13, nil},
-		{attnShapeOf(4, 2, 64, 16, 48, kernels.KV8, 16, 3), 30, 18, nil},
-		{attnSelftest, 300, 20, attnSelftestTable},
-		{attnShapeOf(16, 2, 256, 64, 512, kernels.KV8, 256, 3), 300, 20, attnSelftestTable},
+		{attnShapeOf(4, 2, 64, 16, 100, kernels.KVBF16, 16, 9), 0, 13, nil, false},
+		{attnShapeOf(4, 2, 64, 16, 100, kernels.KVBF16, 16, 9), 37, 20, nil, true},
+		{attnShapeOf(4, 2, 64, 16, 100, kernels.KV8, 16, 9), 21, 8, nil, false},
+		{attnShapeOf(2, 2, 32, 32, 64, kernels.KVBF16, 0, 0), 5, 1, nil, false},
+		{attnShapeOf(2, 2, 64, 16, 100, kernels.KV8, 16, 9), 3, 40, nil, true},
+		{attnShapeOf(16, 2, 256, 64, 96, kernels.KVBF16, 32, 4), 40, 17, nil, false},
+		{attnShapeOf(8, 1, 256, 64, 64, kernels.KV8, 32, 2), 20, 13, nil, false},
+		{attnShapeOf(4, 2, 64, 16, 48, kernels.KV8, 16, 3), 30, 18, nil, false},
+		{attnSelftest, 300, 20, attnSelftestTable, true},
+		{attnShapeOf(16, 2, 256, 64, 512, kernels.KV8, 256, 3), 300, 20, attnSelftestTable, true},
 	} {
 		for _, tensor := range []bool{false, true} {
-			out = append(out, attnPrefillCase(p.s, p.pos0, p.tokens, p.table, tensor))
+			out = append(out, attnPrefillCase(p.s, p.pos0, p.tokens, p.table, tensor, p.bf16))
 		}
 	}
 	return append(out, attnBatchDecodeCases()...)
@@ -300,8 +302,9 @@ func errVs64(got []float32, exact []float64) float64 {
 // attnPrefillCase runs attn_prefill, or with tensor its tensor form (Case.Tensor), for tokens
 // tokens after pos0 cached positions (the chunk's K and V in the pool already): the output
 // matches AttnDecode token by token — for the tensor form on q rounded to bfloat
-// (kernels.BF16Round), as the form stages it, within attnTensorTol.
-func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32, tensor bool) Case {
+// (kernels.BF16Round), as the form stages it, within attnTensorTol. With bf16, q, qg and out are
+// bfloat (kernels.BF16Acts), as the chunk mode stores them.
+func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32, tensor, bf16 bool) Case {
 	kernel, call, tol, blocks := "attn_prefill", kernels.AttnPrefillCall[int], attnTol, "blocks of 8 tokens"
 	if tensor {
 		kernel, call, tol = "attn_prefill_tensor", kernels.AttnPrefillTensorCall[int], attnTensorTol
@@ -310,8 +313,11 @@ func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32, tens
 		}
 		blocks = fmt.Sprintf("tensor ops, blocks of %d tokens", kernels.AttnPrefillTensorBlock(s.Heads/s.KVHeads))
 	}
+	if bf16 {
+		blocks += ", q, gates and out bfloat"
+	}
 	return Case{
-		Name:    fmt.Sprintf("%s/%s_pos%d_t%d", kernel, attnTag(s), pos0, tokens),
+		Name:    fmt.Sprintf("%s/%s_pos%d_t%d%s", kernel, attnTag(s), pos0, tokens, actTag(bf16, bf16)),
 		Kernels: []string{kernel}, Tol: tol, Heavy: attnHeavy(s, pos0+tokens, tokens), Tensor: tensor,
 		Shape: fmt.Sprintf("%s, %d tokens after %d cached positions, %s", attnShape(s), tokens, pos0, blocks),
 		Run: func(c *Ctx) error {
@@ -323,16 +329,19 @@ func attnPrefillCase(s kernels.AttnShape, pos0, tokens int, table []uint32, tens
 			kc, vc := attnCache(r, s, table, pos0+tokens), attnCache(r, s, table, pos0+tokens)
 			qd := s.Heads * s.HeadDim
 			q, qg := RandFloats(r, kernels.AttnPrefillRows(tokens)*qd, 2.5), RandFloats(r, tokens*2*qd, 1)
-			bs := kernels.AttnPrefillBuffers[int]{Q: c.In("q", q), KCache: c.In("k_cache", kc), VCache: c.In("v_cache", vc),
-				Step: c.In("step", []uint32{uint32(pos0), 3}), Table: c.In("table", table), QG: c.In("qg", qg), Out: c.Out("out", 4*tokens*qd)}
-			c.Add(call(s, tokens, bs), false)
+			if tensor || bf16 { // the tensor form rounds q to bfloat as it stages it
+				q = kernels.BF16Round(q)
+			}
+			if bf16 {
+				qg = kernels.BF16Round(qg)
+			}
+			bs := kernels.AttnPrefillBuffers[int]{Q: c.inAct("q", q, bf16), KCache: c.In("k_cache", kc), VCache: c.In("v_cache", vc),
+				Step: c.In("step", []uint32{uint32(pos0), 3}), Table: c.In("table", table), QG: c.inAct("qg", qg, bf16), Out: c.outAct("out", tokens*qd, bf16)}
+			c.Add(kernels.BF16Acts(call(s, tokens, bs), bf16, bf16), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
-			if tensor {
-				q = kernels.BF16Round(q)
-			}
-			c.Rel("out", c.F32(bs.Out), kernels.AttnPrefill(s, pos0, tokens, q, qg, kc, vc, table))
+			c.relAct("out", bs.Out, kernels.AttnPrefill(s, pos0, tokens, q, qg, kc, vc, table), bf16)
 			return nil
 		},
 	}

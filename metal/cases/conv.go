@@ -42,22 +42,22 @@ func convCases() []Case {
 			},
 		})
 	}
-	// conv1d_chunk: a chunk in one dispatch equals token-by-token Conv1DStep.
-	for _, s := range []struct{ c, group, tokens int }{{31, 32, 1}, {70, 64, 3}, {257, kernels.ConvThreads, 7}, {modelChannels, kernels.ConvThreads, 5}} {
+	// conv1d_chunk: the window after a chunk in one dispatch equals token-by-token Conv1DStep's,
+	// bit for bit, x bfloat as the chunk mode stores it (fewer tokens than the window, too).
+	for _, s := range []struct{ c, group, tokens int }{{31, 32, 1}, {70, 64, 2}, {257, kernels.ConvThreads, 7}, {modelChannels, kernels.ConvThreads, 5}} {
 		out = append(out, Case{
-			Name: fmt.Sprintf("conv1d_chunk/c%d_g%d_t%d", s.c, s.group, s.tokens), Kernels: []string{"conv1d_chunk"}, Tol: convTol,
-			Shape: fmt.Sprintf("%d channels, threadgroups of %d, %d tokens in one dispatch", s.c, s.group, s.tokens),
+			Name: fmt.Sprintf("conv1d_chunk/c%d_g%d_t%d+bf16in", s.c, s.group, s.tokens), Kernels: []string{"conv1d_chunk"}, Tol: convTol,
+			Shape: fmt.Sprintf("%d channels, threadgroups of %d, the window after %d bfloat tokens in one dispatch", s.c, s.group, s.tokens),
 			Run: func(c *Ctx) error {
 				taps, window := RandFloats(c.R, s.c*kernels.ConvKernel, 0.5), RandFloats(c.R, (kernels.ConvKernel-1)*s.c, 1)
-				x := RandFloats(c.R, s.tokens*s.c, 1)
-				bs := kernels.Conv1DStepBuffers[int]{X: c.In("x", x), Taps: c.In("taps", taps), Window: c.InOut("window", window), U: c.Out("u", 4*s.tokens*s.c)}
-				c.Add(kernels.Conv1DChunkCall(s.c, s.group, s.tokens, bs), false)
+				x := RandBF16(c.R, s.tokens*s.c, 1)
+				bs := kernels.Conv1DChunkBuffers[int]{X: c.InBF16("x", x), Window: c.InOut("window", window)}
+				c.Add(kernels.BF16Acts(kernels.Conv1DChunkCall(s.c, s.group, s.tokens, bs), true, false), false)
 				if err := c.Step(); err != nil {
 					return err
 				}
-				win, u := slices.Clone(window), make([]float32, s.tokens*s.c)
-				kernels.Conv1DChunk(u, win, taps, x, s.tokens)
-				c.Rel("u", c.F32(bs.U), u)
+				win := slices.Clone(window)
+				kernels.Conv1DChunk(make([]float32, s.tokens*s.c), win, taps, x, s.tokens)
 				return Bits("window", c.F32(bs.Window), win)
 			},
 		})

@@ -76,6 +76,41 @@ func (c *Ctx) tolerance() float64 { return c.tol }
 // Set overwrites buffer i's contents with v (between steps).
 func (c *Ctx) Set(i int, v any) { copy(c.x.Bytes(i), Encode(v)) }
 
+// BF16 is buffer i's contents as bfloat values widened to float32 (a copy).
+func (c *Ctx) BF16(i int) []float32 { return BF16Floats(c.x.Bytes(i)) }
+
+// inAct declares an activation input holding x: bfloat (x rounded) with bf16, else float32.
+func (c *Ctx) inAct(name string, x []float32, bf16 bool) int {
+	if bf16 {
+		return c.InBF16(name, x)
+	}
+	return c.In(name, x)
+}
+
+// outAct declares an activation output of n values: bfloat with bf16, else float32.
+func (c *Ctx) outAct(name string, n int, bf16 bool) int {
+	if bf16 {
+		return c.OutBF16(name, n)
+	}
+	return c.Out(name, 4*n)
+}
+
+// relAct compares activation output buffer i with want: RelBF16 with bf16, else Rel.
+func (c *Ctx) relAct(what string, i int, want []float32, bf16 bool) {
+	if bf16 {
+		c.RelBF16(what, c.BF16(i), want)
+		return
+	}
+	c.Rel(what, c.F32(i), want)
+}
+
+// InBF16 declares a bfloat buffer holding x rounded to bfloat (BF16s): an activation as the
+// chunk kernels store it.
+func (c *Ctx) InBF16(name string, x []float32) int { return c.In(name, BF16s(x)) }
+
+// OutBF16 declares a bfloat output of n values, pre-filled with 0xFFFF (a NaN bfloat) as Out does.
+func (c *Ctx) OutBF16(name string, n int) int { return c.Out(name, 2*n) }
+
 // F32 is buffer i's contents as float32 (a copy).
 func (c *Ctx) F32(i int) []float32 { return F32s(c.x.Bytes(i)) }
 
@@ -99,6 +134,48 @@ func (c *Ctx) Rel(what string, got, want []float32) {
 	e := kernels.RelErr(got, want)
 	i := worstIndex(got, want)
 	c.note(e, fmt.Sprintf("%s[%d] = %g, want %g", what, i, got[i], want[i]))
+}
+
+// RelBF16 is Rel for an output the kernel stored as bfloat (the chunk mode's activations): got
+// is the stored values widened, want the float reference. The store rounds the kernel's float
+// result once, by at most half a bfloat ulp; the error recorded is what remains beyond that, per
+// element — |got−want| − ½ulp, relative to max|want| — so the case's float32 tolerance still
+// bounds the arithmetic and a wrong value shows however it was rounded.
+func (c *Ctx) RelBF16(what string, got, want []float32) {
+	e, worst := RelErrBF16(got, want)
+	c.note(e, fmt.Sprintf("%s[%d] = %g (bfloat), want %g", what, worst, got[worst], want[worst]))
+}
+
+// RelErrBF16 is RelBF16's error and the element where it is largest (the first NaN of got).
+func RelErrBF16(got, want []float32) (float64, int) {
+	var scale float64
+	for _, w := range want {
+		scale = max(scale, math.Abs(float64(w)))
+	}
+	if scale == 0 {
+		scale = 1
+	}
+	e, worst := 0.0, 0
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(g) {
+			return math.NaN(), i
+		}
+		if d := max(math.Abs(g-w)-bf16HalfULP(max(math.Abs(g), math.Abs(w))), 0) / scale; d > e {
+			e, worst = d, i
+		}
+	}
+	return e, worst
+}
+
+// bf16HalfULP is half the spacing of bfloat values at magnitude a (8 significant bits; the
+// subnormal spacing below the smallest normal).
+func bf16HalfULP(a float64) float64 {
+	if a < 0x1p-126 {
+		return 0x1p-134
+	}
+	_, exp := math.Frexp(a) // a = f·2^exp, ½ ≤ f < 1
+	return math.Ldexp(1, exp-9)
 }
 
 // worstIndex is the first NaN of got, else where |got−want| is largest.
@@ -141,6 +218,12 @@ func Bits(what string, got, want []float32) error {
 
 // RandFloats is n normally distributed values times scale.
 var RandFloats = kernels.RandFloats
+
+// RandBF16 is RandFloats rounded to bfloat (kernels.BF16Round): values a bfloat buffer holds
+// exactly, so the reference and the kernel start from the same numbers.
+func RandBF16(r *rand.Rand, n int, scale float32) []float32 {
+	return kernels.BF16Round(RandFloats(r, n, scale))
+}
 
 // RandQ is a rows × cols matrix of N(0, 0.05²) values quantized to bits.
 func RandQ(r *rand.Rand, rows, cols, bits int) *quant.Matrix {
@@ -202,6 +285,24 @@ func F32s(b []byte) []float32 {
 	out := make([]float32, len(b)/4)
 	for i := range out {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+// BF16s is x rounded to bfloat (to nearest even), as the bits a bfloat buffer holds.
+func BF16s(x []float32) []uint16 {
+	out := make([]uint16, len(x))
+	for i, v := range x {
+		out[i] = quant.F32ToBF16(v)
+	}
+	return out
+}
+
+// BF16Floats is b as little-endian bfloat values widened to float32 (a copy).
+func BF16Floats(b []byte) []float32 {
+	out := make([]float32, len(b)/2)
+	for i := range out {
+		out[i] = quant.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out
 }

@@ -61,19 +61,22 @@ func gdnCases() []Case {
 	}
 	// gdn_chunk: a chunk scanned in one dispatch equals token-by-token GDNStep: a last simdgroup
 	// with spare columns, each key dim, one token, tokens of both parities, the model's heads.
+	// The conv folded in: blocks of GDNConvBlock tokens, a partial last one, fewer tokens than the
+	// window; x, z, a, b and y bfloat as the chunk mode stores them (bf16) or float.
 	for _, c := range []struct {
 		s      kernels.GDNShape
 		tokens int
+		bf16   bool
 	}{
-		{kernels.GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 1},
-		{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 9},
-		{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3},
-		{kernels.GDNShape{HK: 2, HV: 2, DK: 96, DV: 12}, 6},
-		{kernels.GDNShape{HK: 2, HV: 4, DK: 128, DV: 3}, 5},
-		{gdnModel, 8},
-		{gdnModel, 16},
+		{kernels.GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 1, false},
+		{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 9, true},
+		{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, false},
+		{kernels.GDNShape{HK: 2, HV: 2, DK: 96, DV: 12}, 6, true},
+		{kernels.GDNShape{HK: 2, HV: 4, DK: 128, DV: 3}, 5, false},
+		{gdnModel, 8, true},
+		{gdnModel, 19, true},
 	} {
-		out = append(out, gdnChunkCase(c.s, c.tokens))
+		out = append(out, gdnChunkCase(c.s, c.tokens, c.bf16))
 	}
 	return append(out, gdnBatchCases()...)
 }
@@ -118,28 +121,37 @@ func gdnStepCase(s kernels.GDNShape, nsg, steps int) Case {
 	}
 }
 
-func gdnChunkCase(s kernels.GDNShape, tokens int) Case {
+func gdnChunkCase(s kernels.GDNShape, tokens int, bf16 bool) Case {
+	acts := ""
+	if bf16 {
+		acts = ", x, z, a, b and y bfloat"
+	}
 	return Case{
-		Name: fmt.Sprintf("gdn_chunk/%s_t%d", gdnTag(s), tokens), Kernels: []string{"gdn_chunk"}, Tol: gdnTol(tokens),
-		Shape: fmt.Sprintf("%d/%d heads × %d/%d, %d tokens in one dispatch (four lanes a column)", s.HK, s.HV, s.DK, s.DV, tokens),
+		Name: fmt.Sprintf("gdn_chunk/%s_t%d%s", gdnTag(s), tokens, actTag(bf16, bf16)), Kernels: []string{"gdn_chunk"}, Tol: gdnTol(tokens),
+		Shape: fmt.Sprintf("%d/%d heads × %d/%d, %d tokens in one dispatch (four lanes a column), the conv folded in%s", s.HK, s.HV, s.DK, s.DV, tokens, acts),
 		Run: func(c *Ctx) error {
 			r := c.R
 			p := randGDNParams(r, s)
 			state := RandFloats(r, s.StateLen(), 0.1)
-			qkv, z := RandFloats(r, tokens*s.Channels(), 1), RandFloats(r, tokens*s.HV*s.DV, 1)
+			taps, window := RandFloats(r, s.Channels()*kernels.ConvKernel, 0.5), RandFloats(r, (kernels.ConvKernel-1)*s.Channels(), 1)
+			x, z := RandFloats(r, tokens*s.Channels(), 1), RandFloats(r, tokens*s.HV*s.DV, 1)
 			a, b := RandFloats(r, tokens*s.HV, 1), RandFloats(r, tokens*s.HV, 1)
 			a[0], a[len(a)-1] = 25, -30 // both softplus special cases
-			bs := kernels.GDNStepBuffers[int]{QKV: c.In("qkv", qkv), Z: c.In("z", z), A: c.In("a", a), Beta: c.In("b", b), ALog: c.In("A_log", p.ALog),
-				DtBias: c.In("dt_bias", p.DtBias), NormW: c.In("norm", p.NormW), State: c.InOut("state", state), Y: c.Out("y", 4*tokens*s.HV*s.DV)}
-			c.Add(kernels.GDNChunkCall(s, p.Eps, tokens, bs), false)
+			if bf16 {
+				x, z, a, b = kernels.BF16Round(x), kernels.BF16Round(z), kernels.BF16Round(a), kernels.BF16Round(b)
+			}
+			bs := kernels.GDNChunkBuffers[int]{X: c.inAct("x", x, bf16), Z: c.inAct("z", z, bf16), A: c.inAct("a", a, bf16), Beta: c.inAct("b", b, bf16),
+				ALog: c.In("A_log", p.ALog), DtBias: c.In("dt_bias", p.DtBias), NormW: c.In("norm", p.NormW), State: c.InOut("state", state),
+				Y: c.outAct("y", tokens*s.HV*s.DV, bf16), Taps: c.In("taps", taps), Window: c.In("window", window)}
+			c.Add(kernels.BF16Acts(kernels.GDNChunkCall(s, p.Eps, tokens, bs), bf16, bf16), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
 			y := make([]float32, tokens*s.HV*s.DV)
-			kernels.GDNChunk(s, p, state, y, qkv, z, a, b, tokens)
-			c.Rel("y", c.F32(bs.Y), y)
+			kernels.GDNChunk(s, p, state, y, window, taps, x, z, a, b, tokens)
+			c.relAct("y", bs.Y, y, bf16)
 			c.Rel("state", c.F32(bs.State), state)
-			return nil
+			return Bits("window (read only)", c.F32(bs.Window), window)
 		},
 	}
 }

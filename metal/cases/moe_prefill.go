@@ -50,7 +50,7 @@ func moePrefillCases() []Case {
 		{kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}, 40, true},
 	} {
 		for _, bm := range kernels.QMMTileHeights {
-			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, g.heavy, false))
+			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, g.heavy, false, g.heavy)) // the model's widths as the chunk stores them
 		}
 	}
 	// The whole block, every tile height with moe_combine and moe_combine_norm.
@@ -139,32 +139,35 @@ func moeChunkRoutingCase(s kernels.MoEShape, n, bm int) Case {
 // gate/up product with SwiGLU (MoEGateUpSorted); with tensor, its tensor-op form (Case.Tensor)
 // equals that on x rounded to bfloat. Distinct experts per token (moeRouting); the last two
 // experts get nobody.
-func moeGateUpMMCase(s kernels.MoEShape, n, bm int, heavy, tensor bool) Case {
+func moeGateUpMMCase(s kernels.MoEShape, n, bm int, heavy, tensor, bf16 bool) Case {
 	k, call, ops := mmKernel("moe_gate_up_mm", bm), kernels.MoEGateUpMMCall[int], ""
 	if tensor {
 		k, call, ops = k+"_tensor", kernels.MoEGateUpMMTensorCall[int], ", tensor ops"
+	}
+	if bf16 {
+		ops += ", x and act bfloat"
 	}
 	tol := moeMMTol
 	if s.H >= 2048 {
 		tol = moeMMWideTol
 	}
 	return Case{
-		Name: fmt.Sprintf("%s/%s_t%d", k, moeTag(s), n), Kernels: []string{k}, Tol: tol, Heavy: heavy, Tensor: tensor,
+		Name: fmt.Sprintf("%s/%s_t%d%s", k, moeTag(s), n, actTag(bf16, bf16)), Kernels: []string{k}, Tol: tol, Heavy: heavy, Tensor: tensor,
 		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, tiles of %d rows%s", n, s.E, s.K, s.I, s.H, bm, ops),
 		Run: func(c *Ctx) error {
 			sorted := moeRouting(c, s, n, bm)
 			gate, up := moeQ(c.R, s.E*s.I, s.H), moeQ(c.R, s.E*s.I, s.H)
 			x := RandFloats(c.R, n*s.H, 1)
-			bs := kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("gate", gate), Up: c.QM("up", up), X: c.In("x", x), Tok: c.In("tok", sorted.Tok),
-				Blocks: c.In("blocks", sorted.BlockWords()), Act: c.Out("act", 4*n*s.K*s.I)}
-			c.Add(call(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), false)
+			if tensor || bf16 { // the tensor form rounds x to bfloat as it stages it
+				x = kernels.BF16Round(x)
+			}
+			bs := kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("gate", gate), Up: c.QM("up", up), X: c.inAct("x", x, bf16), Tok: c.In("tok", sorted.Tok),
+				Blocks: c.In("blocks", sorted.BlockWords()), Act: c.outAct("act", n*s.K*s.I, bf16)}
+			c.Add(kernels.BF16Acts(call(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), bf16, bf16), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
-			if tensor {
-				x = kernels.BF16Round(x)
-			}
-			c.Rel("act", c.F32(bs.Act), kernels.MoEGateUpSorted(gate, up, s.I, sorted, x))
+			c.relAct("act", bs.Act, kernels.MoEGateUpSorted(gate, up, s.I, sorted, x), bf16)
 			return nil
 		},
 	}
@@ -184,26 +187,27 @@ func moeChunkKernels(n, bm int, norm bool) []string {
 	return append(ks, combine)
 }
 
-// moeChunkCase: a prefill chunk's whole MoE block on the GPU — moe_topk, moe_sort, the grouped
-// gate/up and down GEMMs in tiles of bm, the shared expert through the same kernels over an
-// identity map, and moe_combine (or moe_combine_norm, whose normed rows are checked too) — adds
-// to every token's residual what the decode block's reference (MoEGateUp + MoEDownCombine) adds
-// for that token alone.
+// moeChunkCase: a prefill chunk's whole MoE block on the GPU as the chunk mode runs it — moe_topk,
+// moe_sort, the grouped gate/up and down GEMMs in tiles of bm, the shared expert through the
+// same kernels over an identity map, and moe_combine (or moe_combine_norm, whose normed rows are
+// checked too), the activations between them bfloat — adds to every token's residual what the
+// decode block's reference (MoEGateUp + MoEDownCombine, in float) adds for that token alone,
+// within moeChunkBF16Tol.
 func moeChunkCase(s kernels.MoEShape, n, bm int, norm bool) Case {
 	combine := "combine"
 	if norm {
 		combine = "combine_norm"
 	}
 	return Case{
-		Name: fmt.Sprintf("moe_topk/block_%s_t%d_b%d_%s", moeTag(s), n, bm, combine), Kernels: moeChunkKernels(n, bm, norm), Tol: moeChunkTol,
-		Shape: fmt.Sprintf("%d tokens, H %d, E %d, top-%d, I %d, SI %d, tiles of %d rows, moe_%s", n, s.H, s.E, s.K, s.I, s.SI, bm, combine),
+		Name: fmt.Sprintf("moe_topk/block_%s_t%d_b%d_%s+bf16", moeTag(s), n, bm, combine), Kernels: moeChunkKernels(n, bm, norm), Tol: moeChunkBF16Tol,
+		Shape: fmt.Sprintf("%d tokens, H %d, E %d, top-%d, I %d, SI %d, tiles of %d rows, moe_%s, activations bfloat", n, s.H, s.E, s.K, s.I, s.SI, bm, combine),
 		Run: func(c *Ctx) error {
 			r := c.R
 			mo := &model.MoE{
 				Gate: RandQ(r, s.E*s.I, s.H, 4), Up: RandQ(r, s.E*s.I, s.H, 4), Down: RandQ(r, s.E*s.H, s.I, 4),
 				SharedGate: RandQ(r, s.SI, s.H, 4), SharedUp: RandQ(r, s.SI, s.H, 4), SharedDown: RandQ(r, s.H, s.SI, 4),
 			}
-			x, res := RandFloats(r, n*s.H, 1), RandFloats(r, n*s.H, 1)
+			x, res := RandBF16(r, n*s.H, 1), RandFloats(r, n*s.H, 1)
 			logits, shared := RandFloats(r, n*s.E, 2), RandFloats(r, n, 1)
 			gain := RandGain(r, s.H, 0.5)
 			want := slices.Clone(res)
@@ -217,19 +221,20 @@ func moeChunkCase(s kernels.MoEShape, n, bm int, norm bool) Case {
 			sb := kernels.MoESortBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Offs: c.Out("offs", 4*(s.E+1)), Tok: c.Out("tok", 4*pairs), W: c.Out("w", 4*pairs),
 				Blocks: c.Out("blocks", 16*nb), Pos: c.Out("pos", 4*pairs)}
 			c.Add(kernels.MoESortCall(s, n, bm, sb), true)
-			bx, act, y := c.In("x", x), c.Out("act", 4*pairs*s.I), c.Out("y", 4*pairs*s.H)
-			c.Add(kernels.MoEGateUpMMCall(s.H, s.I, pairs, nb, bm, kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("gate", mo.Gate), Up: c.QM("up", mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act}), true)
-			c.Add(kernels.MoEDownMMCall(s.H, s.I, pairs, nb, bm, kernels.MoEDownMMBuffers[int]{Down: c.QM("down", mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y}), true)
+			bx, act, y := c.InBF16("x", x), c.OutBF16("act", pairs*s.I), c.OutBF16("y", pairs*s.H)
+			bf := func(k kernels.Call[int]) kernels.Call[int] { return kernels.BF16Acts(k, true, true) }
+			c.Add(bf(kernels.MoEGateUpMMCall(s.H, s.I, pairs, nb, bm, kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("gate", mo.Gate), Up: c.QM("up", mo.Up), X: bx, Tok: sb.Tok, Blocks: sb.Blocks, Act: act})), true)
+			c.Add(bf(kernels.MoEDownMMCall(s.H, s.I, pairs, nb, bm, kernels.MoEDownMMBuffers[int]{Down: c.QM("down", mo.Down), Act: act, W: sb.W, Blocks: sb.Blocks, Y: y})), true)
 			// the shared expert: one expert over the identity map, weight 1 (its gate comes in moe_combine)
 			idBM := kernels.QMMTileRows(n)
 			tokens, ones, idBlocks := kernels.MoEIdentity(n, idBM)
-			shAct, sh := c.Out("shared_act", 4*n*s.SI), c.Out("shared_y", 4*n*s.H)
+			shAct, sh := c.OutBF16("shared_act", n*s.SI), c.OutBF16("shared_y", n*s.H)
 			bIDBlocks := c.In("identity_blocks", idBlocks)
-			c.Add(kernels.MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("shared_gate", mo.SharedGate), Up: c.QM("shared_up", mo.SharedUp),
-				X: bx, Tok: c.In("identity_tok", tokens), Blocks: bIDBlocks, Act: shAct}), false)
-			c.Add(kernels.MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, kernels.MoEDownMMBuffers[int]{Down: c.QM("shared_down", mo.SharedDown), Act: shAct,
-				W: c.In("ones", ones), Blocks: bIDBlocks, Y: sh}), true)
-			cb := c.combine(s, n, kernels.MoECombineBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Pos: sb.Pos, Y: y, Shared: sh, Res: c.InOut("res", res)}, gain, norm)
+			c.Add(bf(kernels.MoEGateUpMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, kernels.MoEGateUpMMBuffers[int]{Gate: c.QM("shared_gate", mo.SharedGate), Up: c.QM("shared_up", mo.SharedUp),
+				X: bx, Tok: c.In("identity_tok", tokens), Blocks: bIDBlocks, Act: shAct})), false)
+			c.Add(bf(kernels.MoEDownMMCall(s.H, s.SI, n, len(idBlocks)/4, idBM, kernels.MoEDownMMBuffers[int]{Down: c.QM("shared_down", mo.SharedDown), Act: shAct,
+				W: c.In("ones", ones), Blocks: bIDBlocks, Y: sh})), true)
+			cb := c.combine(s, n, kernels.MoECombineBuffers[int]{IDs: tk.IDs, Weights: tk.Weights, Pos: sb.Pos, Y: y, Shared: sh, Res: c.InOut("res", res)}, gain, norm, true)
 			if err := c.Step(); err != nil {
 				return err
 			}
@@ -241,7 +246,7 @@ func moeChunkCase(s kernels.MoEShape, n, bm int, norm bool) Case {
 			}
 			c.Rel("contribution", got, contrib)
 			if norm {
-				return c.normRows(c.F32(cb.Out), gotRes, gain, s.H, n)
+				return c.normRows(c.BF16(cb.Out), gotRes, gain, s.H, n, true)
 			}
 			return nil
 		},
@@ -249,27 +254,31 @@ func moeChunkCase(s kernels.MoEShape, n, bm int, norm bool) Case {
 }
 
 // combine adds moe_combine over cb, or with norm moe_combine_norm with gain (its output rows
-// declared here), after a barrier; it returns the buffers bound.
-func (c *Ctx) combine(s kernels.MoEShape, n int, cb kernels.MoECombineBuffers[int], gain []uint16, norm bool) kernels.MoECombineBuffers[int] {
+// declared here), after a barrier; bf16 makes y, the shared rows and out bfloat. It returns the
+// buffers bound.
+func (c *Ctx) combine(s kernels.MoEShape, n int, cb kernels.MoECombineBuffers[int], gain []uint16, norm, bf16 bool) kernels.MoECombineBuffers[int] {
 	if norm {
-		cb.Gain, cb.Out = c.In("gain", gain), c.Out("out", 4*n*s.H)
-		c.Add(kernels.MoECombineNormCall(s, n, eps, cb), true)
+		cb.Gain, cb.Out = c.In("gain", gain), c.outAct("out", n*s.H, bf16)
+		c.Add(kernels.BF16Acts(kernels.MoECombineNormCall(s, n, eps, cb), bf16, bf16), true)
 	} else {
-		c.Add(kernels.MoECombineCall(s, n, cb), true)
+		c.Add(kernels.BF16Acts(kernels.MoECombineCall(s, n, cb), bf16, bf16), true)
 	}
 	return cb
 }
 
-// normRows compares moe_combine_norm's rows with add_rmsnorm's of the residual the kernel wrote,
-// each relative to its largest element: on the emulator within moeNormRowTol (beyond it the
-// case's error), recorded against the case's tolerance.
-func (c *Ctx) normRows(out, res []float32, gain []uint16, h, n int) error {
+// normRows compares moe_combine_norm's rows (bfloat with bf16: RelErrBF16) with add_rmsnorm's
+// of the residual the kernel wrote, each relative to its largest element: on the emulator
+// within moeNormRowTol (beyond it the case's error), recorded against the case's tolerance.
+func (c *Ctx) normRows(out, res []float32, gain []uint16, h, n int, bf16 bool) error {
 	wantOut := make([]float32, h)
 	for t := range n {
 		kernels.AddRMSNorm(make([]float32, h), wantOut, res[t*h:(t+1)*h], make([]float32, h), gain, eps)
 		got := out[t*h : (t+1)*h]
 		e := kernels.RelErr(got, wantOut)
 		i := worstIndex(got, wantOut)
+		if bf16 {
+			e, i = RelErrBF16(got, wantOut)
+		}
 		c.note(e, fmt.Sprintf("token %d: out[%d] = %g, want %g", t, i, got[i], wantOut[i]))
 		if c.Kind == Emu && !(e <= moeNormRowTol) {
 			return fmt.Errorf("token %d's normed row differs from add_rmsnorm's by %.2g, bound %g", t, e, moeNormRowTol)
@@ -292,7 +301,7 @@ func moeDownCombineMMCase(bm int, norm bool) Case {
 	k := mmKernel("moe_down_mm", bm)
 	return Case{
 		Name: fmt.Sprintf("%s/%s_t%d_%s", k, moeTag(s), n, combine), Kernels: []string{k, combine}, Tol: moeChunkTol, Heavy: true,
-		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, tiles of %d rows, then %s with the shared expert", n, s.E, s.K, s.I, s.H, bm, combine),
+		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, tiles of %d rows, then %s with the shared expert, activations bfloat", n, s.E, s.K, s.I, s.H, bm, combine),
 		Run: func(c *Ctx) error {
 			ids, weights := make([]uint32, n*s.K), make([]float32, n*(s.K+1))
 			for t := range n {
@@ -301,23 +310,24 @@ func moeDownCombineMMCase(bm int, norm bool) Case {
 			}
 			sorted := kernels.MoESort(s, ids, weights, n, bm)
 			down := moeQ(c.R, s.E*s.H, s.I)
-			act, sh, res := RandFloats(c.R, n*s.K*s.I, 1), RandFloats(c.R, n*s.H, 1), RandFloats(c.R, n*s.H, 1)
-			db := kernels.MoEDownMMBuffers[int]{Down: c.QM("down", down), Act: c.In("act", act), W: c.In("w", sorted.W), Blocks: c.In("blocks", sorted.BlockWords()), Y: c.Out("y", 4*n*s.K*s.H)}
-			c.Add(kernels.MoEDownMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, db), false)
+			act, sh, res := RandBF16(c.R, n*s.K*s.I, 1), RandBF16(c.R, n*s.H, 1), RandFloats(c.R, n*s.H, 1)
+			db := kernels.MoEDownMMBuffers[int]{Down: c.QM("down", down), Act: c.InBF16("act", act), W: c.In("w", sorted.W), Blocks: c.In("blocks", sorted.BlockWords()), Y: c.OutBF16("y", n*s.K*s.H)}
+			c.Add(kernels.BF16Acts(kernels.MoEDownMMCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, db), true, true), false)
 			gain := RandGain(c.R, s.H, 0.5)
 			cb := c.combine(s, n, kernels.MoECombineBuffers[int]{IDs: c.In("ids", ids), Weights: c.In("weights", weights), Pos: c.In("pos", sorted.Pos), Y: db.Y,
-				Shared: c.In("sh", sh), Res: c.InOut("res", res)}, gain, norm)
+				Shared: c.InBF16("sh", sh), Res: c.InOut("res", res)}, gain, norm, true)
 			if err := c.Step(); err != nil {
 				return err
 			}
-			y := kernels.MoEDownSorted(down, s.H, sorted, act)
-			c.Rel("y", c.F32(db.Y), y)
+			gotY := c.BF16(db.Y)
+			c.RelBF16("y", gotY, kernels.MoEDownSorted(down, s.H, sorted, act))
+			// the combine from the rows down stored, so its own sums are checked at float32's tolerance
 			want := slices.Clone(res)
-			kernels.MoECombine(s, ids, weights, sorted, y, sh, want, n)
+			kernels.MoECombine(s, ids, weights, sorted, gotY, sh, want, n)
 			got := c.F32(cb.Res)
 			c.Rel("res", got, want)
 			if norm {
-				return c.normRows(c.F32(cb.Out), got, gain, s.H, n)
+				return c.normRows(c.BF16(cb.Out), got, gain, s.H, n, true)
 			}
 			return nil
 		},

@@ -22,6 +22,27 @@ type qmmShape struct {
 	bits, tokens, cols int
 	rows               []int
 	why                string
+	in, out            bool // X, Y stored as bfloat (kernels.BF16Acts): the chunk mode's
+}
+
+// bf16 is s with its X (in) and Y (out) stored as bfloat, as the chunk mode runs the
+// projections (both) and the router and LM head (X only: their logits stay float).
+func (s qmmShape) bf16(in, out bool) qmmShape {
+	s.in, s.out = in, out
+	return s
+}
+
+// actTag names a case's bfloat activations: "+bf16" both, "+bf16in" the inputs only.
+func actTag(in, out bool) string {
+	switch {
+	case in && out:
+		return "+bf16"
+	case in:
+		return "+bf16in"
+	case out:
+		return "+bf16out"
+	}
+	return ""
 }
 
 func qmmCases() []Case {
@@ -37,16 +58,19 @@ func qmmCases() []Case {
 	shapes = append(shapes, qmmShape{bits: 4, tokens: 64, rows: []int{256}, cols: 4096, why: "out_proj's K"})
 	// Stacks of 1 to 4 matrices (rows no multiple of any tile width, a one-row matrix as the
 	// shared expert's gate is).
-	for _, s := range []qmmShape{{4, 37, 128, []int{70, 33, 1, 40}, ""}, {8, 13, 64, []int{256, 1}, ""}, {4, 5, 128, []int{130, 64, 8}, ""},
-		{4, 64, 64, []int{32}, ""}, {4, 9, 64, []int{40, 1, 17}, ""}} {
+	for _, s := range []qmmShape{{bits: 4, tokens: 37, cols: 128, rows: []int{70, 33, 1, 40}}, {bits: 8, tokens: 13, cols: 64, rows: []int{256, 1}},
+		{bits: 4, tokens: 5, cols: 128, rows: []int{130, 64, 8}}, {bits: 4, tokens: 64, cols: 64, rows: []int{32}}, {bits: 4, tokens: 9, cols: 64, rows: []int{40, 1, 17}}} {
 		shapes = append(shapes, s)
 	}
 	// The model's width (K 2048) at each tile height: a projection, edge tiles, the DeltaNet
 	// layer's stack, the router with the shared expert's gate.
+	// Their activations bfloat as the chunk mode stores them (the router's logits float).
 	for _, tokens := range []int{64, 13, 5} {
-		shapes = append(shapes, qmmShape{4, tokens, 2048, []int{512}, ""}, qmmShape{8, tokens, 2048, []int{70}, "edge tiles"},
-			qmmShape{4, tokens, 2048, []int{1024, 512, 32, 32}, "the DeltaNet projections"}, qmmShape{8, tokens, 2048, []int{256, 1}, "the router and the shared gate"})
+		shapes = append(shapes, qmmShape{4, tokens, 2048, []int{512}, "", true, true}, qmmShape{8, tokens, 2048, []int{70}, "edge tiles", false, false},
+			qmmShape{4, tokens, 2048, []int{1024, 512, 32, 32}, "the DeltaNet projections", true, true},
+			qmmShape{8, tokens, 2048, []int{256, 1}, "the router and the shared gate", true, false})
 	}
+	shapes = append(shapes, qmmShape{bits: 4, tokens: 37, rows: []int{70}, cols: 128}.bf16(true, true))
 	var out []Case
 	for _, s := range shapes {
 		out = append(out, qmmCase(s, false))
@@ -72,20 +96,33 @@ func qmmCase(s qmmShape, tensor bool) Case {
 	if s.why != "" {
 		shape += " (" + s.why + ")"
 	}
+	if s.in || s.out {
+		shape += ", activations " + strings.TrimPrefix(actTag(s.in, s.out), "+")
+	}
 	return Case{
-		Name: fmt.Sprintf("%s/%dx%sx%d", kernel, s.tokens, rows, s.cols), Kernels: []string{kernel}, Shape: shape, Tol: qmmTol(s.cols),
+		Name: fmt.Sprintf("%s/%dx%sx%d%s", kernel, s.tokens, rows, s.cols, actTag(s.in, s.out)), Kernels: []string{kernel}, Shape: shape, Tol: qmmTol(s.cols),
 		Heavy: work > 16<<20, Tensor: tensor,
 		Run: func(c *Ctx) error {
 			x := RandFloats(c.R, s.tokens*s.cols, 2)
-			bs := kernels.QMMBuffers[int]{X: c.In("x", x)}
+			var bs kernels.QMMBuffers[int]
+			if s.in {
+				x = kernels.BF16Round(x)
+				bs.X = c.InBF16("x", x)
+			} else {
+				bs.X = c.In("x", x)
+			}
 			var ms []*quant.Matrix
 			for j, n := range s.rows {
 				m := RandQ(c.R, n, s.cols, s.bits)
 				ms = append(ms, m)
 				bs.W = append(bs.W, c.QM(fmt.Sprintf("w%d", j), m))
-				bs.Y = append(bs.Y, c.Out(fmt.Sprintf("y%d", j), 4*s.tokens*n))
+				if s.out {
+					bs.Y = append(bs.Y, c.OutBF16(fmt.Sprintf("y%d", j), s.tokens*n))
+				} else {
+					bs.Y = append(bs.Y, c.Out(fmt.Sprintf("y%d", j), 4*s.tokens*n))
+				}
 			}
-			c.Add(call(s.bits, s.tokens, s.cols, s.rows, bs), false)
+			c.Add(kernels.BF16Acts(call(s.bits, s.tokens, s.cols, s.rows, bs), s.in, s.out), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
@@ -95,6 +132,10 @@ func qmmCase(s qmmShape, tensor bool) Case {
 			}
 			for j, m := range ms {
 				name := outName(j, len(ms))
+				if s.out {
+					c.RelBF16(name, c.BF16(bs.Y[j]), kernels.QMM(m, xr, s.tokens))
+					continue
+				}
 				got := c.F32(bs.Y[j])
 				c.Rel(name, got, kernels.QMM(m, xr, s.tokens))
 				if len(ms) == 1 && c.Kind == Emu && !tensor {

@@ -11,10 +11,11 @@ import (
 // model's width.
 func qmmTensorCases() []Case {
 	shapes := []qmmShape{
-		{4, 37, 128, []int{70}, "edge tiles"}, {4, 1, 64, []int{32}, "one token, one group"}, {8, 64, 192, []int{64}, "8-bit, three groups"},
-		{4, 100, 64, []int{130}, "two tile rows, three tile columns"}, {8, 5, 64, []int{7}, ""},
-		{4, 37, 128, []int{70, 33, 1, 40}, "four matrices"}, {8, 13, 64, []int{256, 1}, "the router and the shared gate"},
-		{4, 64, 2048, []int{128}, "the model's width"},
+		{4, 37, 128, []int{70}, "edge tiles", false, false}, {4, 1, 64, []int{32}, "one token, one group", false, false},
+		{8, 64, 192, []int{64}, "8-bit, three groups", false, false}, {4, 100, 64, []int{130}, "two tile rows, three tile columns", false, false},
+		{8, 5, 64, []int{7}, "", false, false},
+		{4, 37, 128, []int{70, 33, 1, 40}, "four matrices", true, true}, {8, 13, 64, []int{256, 1}, "the router and the shared gate", true, false},
+		{4, 64, 2048, []int{128}, "the model's width", true, true},
 	}
 	var out []Case
 	for _, s := range shapes {
@@ -32,15 +33,16 @@ func moeTensorCases() []Case {
 		for _, g := range []struct {
 			s      kernels.MoEShape
 			tokens int
+			bf16   bool
 		}{
-			{kernels.MoEShape{H: 128, E: 16, K: 4, I: 48, SI: 64}, 45},
-			{kernels.MoEShape{H: 64, E: 4, K: 2, I: 100, SI: 64}, 20},
+			{kernels.MoEShape{H: 128, E: 16, K: 4, I: 48, SI: 64}, 45, true},
+			{kernels.MoEShape{H: 64, E: 4, K: 2, I: 100, SI: 64}, 20, false},
 		} {
-			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, false, true))
+			out = append(out, moeGateUpMMCase(g.s, g.tokens, bm, false, true, g.bf16))
 		}
-		out = append(out, moeDownTensorCase(kernels.MoEShape{H: 96, E: 8, K: 2, I: 128, SI: 64}, 20, bm, false))
+		out = append(out, moeDownTensorCase(kernels.MoEShape{H: 96, E: 8, K: 2, I: 128, SI: 64}, 20, bm, false, false))
 	}
-	return append(out, moeDownTensorCase(kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}, 20, 32, true))
+	return append(out, moeDownTensorCase(kernels.MoEShape{H: 2048, E: 8, K: 2, I: 512, SI: 512}, 20, 32, true, true))
 }
 
 // moeRouting is a chunk of n tokens' distinct experts each (the last two experts get nobody),
@@ -58,26 +60,30 @@ func moeRouting(c *Ctx, s kernels.MoEShape, n, bm int) kernels.MoESorted {
 
 // moeDownTensorCase: moe_down_mm's tensor form equals MoEDownSorted on the activations rounded to
 // bfloat, each pair's row scaled by its weight.
-func moeDownTensorCase(s kernels.MoEShape, n, bm int, heavy bool) Case {
+func moeDownTensorCase(s kernels.MoEShape, n, bm int, heavy, bf16 bool) Case {
 	k := mmKernel("moe_down_mm", bm) + "_tensor"
 	tol := moeMMTol
 	if s.I >= 512 {
 		tol = moeMMWideTol
 	}
+	acts := ""
+	if bf16 {
+		acts = ", act and y bfloat"
+	}
 	return Case{
-		Name: fmt.Sprintf("%s/%s_t%d", k, moeTag(s), n), Kernels: []string{k}, Tol: tol, Tensor: true, Heavy: heavy,
-		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, blocks of %d rows, tensor ops", n, s.E, s.K, s.I, s.H, bm),
+		Name: fmt.Sprintf("%s/%s_t%d%s", k, moeTag(s), n, actTag(bf16, bf16)), Kernels: []string{k}, Tol: tol, Tensor: true, Heavy: heavy,
+		Shape: fmt.Sprintf("%d tokens, E %d, top-%d, I %d, H %d, blocks of %d rows, tensor ops%s", n, s.E, s.K, s.I, s.H, bm, acts),
 		Run: func(c *Ctx) error {
 			sorted := moeRouting(c, s, n, bm)
 			down := moeQ(c.R, s.E*s.H, s.I)
-			act := RandFloats(c.R, n*s.K*s.I, 1)
-			bs := kernels.MoEDownMMBuffers[int]{Down: c.QM("down", down), Act: c.In("act", act), W: c.In("w", sorted.W), Blocks: c.In("blocks", sorted.BlockWords()),
-				Y: c.Out("y", 4*n*s.K*s.H)}
-			c.Add(kernels.MoEDownMMTensorCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), false)
+			act := kernels.BF16Round(RandFloats(c.R, n*s.K*s.I, 1)) // as the form stages it
+			bs := kernels.MoEDownMMBuffers[int]{Down: c.QM("down", down), Act: c.inAct("act", act, bf16), W: c.In("w", sorted.W), Blocks: c.In("blocks", sorted.BlockWords()),
+				Y: c.outAct("y", n*s.K*s.H, bf16)}
+			c.Add(kernels.BF16Acts(kernels.MoEDownMMTensorCall(s.H, s.I, n*s.K, len(sorted.Blocks), bm, bs), bf16, bf16), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
-			c.Rel("y", c.F32(bs.Y), kernels.MoEDownSorted(down, s.H, sorted, kernels.BF16Round(act)))
+			c.relAct("y", bs.Y, kernels.MoEDownSorted(down, s.H, sorted, act), bf16)
 			return nil
 		},
 	}

@@ -17,7 +17,7 @@ var rmsTol = Tol{Emu: 2e-6, Metal: 1e-5}
 func rmsnormCases() []Case {
 	type shape struct {
 		h, rows, threads int
-		inPlace          bool
+		inPlace, bf16    bool    // bf16: d and out bfloat (kernels.BF16Acts), as the chunk mode runs it
 		xs, ds, gs       float32 // scales of x, d and the gain's spread
 	}
 	var out []Case
@@ -30,9 +30,10 @@ func rmsnormCases() []Case {
 		{h: 1000, rows: 1, threads: 40}, // a partial last simdgroup of 8
 		{h: 33, rows: 2, threads: 7},    // fewer threads than a simdgroup
 		{h: 300, rows: 2, threads: 64},
-		{h: 2048, rows: 2, threads: 256, inPlace: true},
+		{h: 2048, rows: 2, threads: 256, inPlace: true, bf16: true},
 		{h: 2048, rows: 1, threads: 256, inPlace: true},
 		{h: 2048, rows: 1, threads: kernels.RMSNormThreads, xs: 3, ds: 1, gs: 0.5}, // the selftest's: wide inputs and gains
+		{h: 300, rows: 3, threads: 64, inPlace: true, bf16: true},
 	} {
 		if s.xs == 0 {
 			s.xs, s.ds, s.gs = 1, 0.5, 0.1
@@ -44,32 +45,39 @@ func rmsnormCases() []Case {
 		if s.xs != 1 {
 			tag += fmt.Sprintf("_x%g_gain%g", s.xs, s.gs)
 		}
+		tag += actTag(s.bf16, s.bf16)
 		shape := fmt.Sprintf("%d rows of %d, threadgroups of %d", s.rows, s.h, s.threads)
 		if s.inPlace {
 			shape += ", the residual written over x"
+		}
+		if s.bf16 {
+			shape += ", d and out bfloat"
 		}
 		out = append(out, Case{
 			Name: "add_rmsnorm/" + tag, Kernels: []string{"add_rmsnorm"}, Shape: shape, Tol: rmsTol,
 			Run: func(c *Ctx) error {
 				h, rows := s.h, s.rows
 				x, d, w := RandFloats(c.R, h*rows, s.xs), RandFloats(c.R, h*rows, s.ds), RandGain(c.R, h, s.gs)
+				if s.bf16 {
+					d = kernels.BF16Round(d)
+				}
 				wantRes, wantOut := make([]float32, h*rows), make([]float32, h*rows)
 				for row := range rows {
 					o := row * h
 					kernels.AddRMSNorm(wantRes[o:o+h], wantOut[o:o+h], x[o:o+h], d[o:o+h], w, eps)
 				}
-				bs := kernels.AddRMSNormBuffers[int]{D: c.In("d", d), W: c.In("w", w), Out: c.Out("out", 4*h*rows)}
+				bs := kernels.AddRMSNormBuffers[int]{D: c.inAct("d", d, s.bf16), W: c.In("w", w), Out: c.outAct("out", h*rows, s.bf16)}
 				if s.inPlace {
 					bs.X = c.InOut("x", x)
 					bs.Res = bs.X
 				} else {
 					bs.X, bs.Res = c.In("x", x), c.Out("res", 4*h*rows)
 				}
-				c.Add(kernels.AddRMSNormCall(h, rows, eps, s.threads, bs), false)
+				c.Add(kernels.BF16Acts(kernels.AddRMSNormCall(h, rows, eps, s.threads, bs), s.bf16, s.bf16), false)
 				if err := c.Step(); err != nil {
 					return err
 				}
-				c.Rel("out", c.F32(bs.Out), wantOut)
+				c.relAct("out", bs.Out, wantOut, s.bf16)
 				return Bits("res", c.F32(bs.Res), wantRes)
 			},
 		})

@@ -83,6 +83,7 @@ func ropeCase(rs ropeShape) Case {
 	if rs.chunk {
 		kernel += "+chunk"
 		tag += fmt.Sprintf("_t%d", tokens)
+		rs.why += ", qg, k, v and q bfloat"
 	}
 	shape := fmt.Sprintf("%s, rotary %d, %d token(s) from pos %d, threadgroups of %d", attnShape(s), s.RotaryDim, tokens, rs.pos, rs.thread)
 	if rs.why != "" {
@@ -98,13 +99,16 @@ func ropeCase(rs ropeShape) Case {
 			p := ropeParams(r, s)
 			qg := RandFloats(r, tokens*s.Heads*2*s.HeadDim, 1)
 			k, v := RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1), RandFloats(r, tokens*s.KVHeads*s.HeadDim, 1)
+			if rs.chunk { // the chunk form's activations are bfloat
+				qg, k, v = kernels.BF16Round(qg), kernels.BF16Round(k), kernels.BF16Round(v)
+			}
 			table := attnTable(r, s, rs.table)
 			kWant, vWant := make([]byte, s.CacheBytes()), make([]byte, s.CacheBytes())
 			for i := range kWant {
 				kWant[i], vWant[i] = 0xFF, 0xFF
 			}
-			bs := kernels.AttnQKRopeKVBuffers[int]{QG: c.In("qg", qg), K: c.In("k", k), V: c.In("v", v), QNorm: c.In("q_norm", p.QNorm), KNorm: c.In("k_norm", p.KNorm),
-				InvFreq: c.In("inv_freq", p.InvFreq), Step: c.In("step", []uint32{uint32(rs.pos), 7}), QOut: c.Out("q_rot", 4*tokens*s.Heads*s.HeadDim),
+			bs := kernels.AttnQKRopeKVBuffers[int]{QG: c.inAct("qg", qg, rs.chunk), K: c.inAct("k", k, rs.chunk), V: c.inAct("v", v, rs.chunk), QNorm: c.In("q_norm", p.QNorm), KNorm: c.In("k_norm", p.KNorm),
+				InvFreq: c.In("inv_freq", p.InvFreq), Step: c.In("step", []uint32{uint32(rs.pos), 7}), QOut: c.outAct("q_rot", tokens*s.Heads*s.HeadDim, rs.chunk),
 				KCache: c.InOut("k_cache", kWant), VCache: c.InOut("v_cache", vWant), Table: c.In("table", table)}
 			var qWant []float32
 			if rs.chunk {
@@ -117,7 +121,7 @@ func ropeCase(rs ropeShape) Case {
 			if err := c.Step(); err != nil {
 				return err
 			}
-			c.Rel("q", c.F32(bs.QOut), qWant)
+			c.relAct("q", bs.QOut, qWant, rs.chunk)
 			var writes []ropeWrite
 			for t := range tokens {
 				if pos := rs.pos + t; pos < s.MaxCtx {

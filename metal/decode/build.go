@@ -163,6 +163,7 @@ type builder struct {
 	modes   []string     // the Modes of dispatches added without their own
 	rows    int          // the decode step's rows (Options.Rows, at least 1)
 	route   plan.Route   // the chunk modes' route (Options.PrefillRoute)
+	bf16    map[int]bool // buffers of bfloat elements (the chunk mode's activations; others float32)
 }
 
 // batch is the qmv variant's Batch for the decode step's rows: 0 (QMV_BATCH unset, the one-row
@@ -184,6 +185,13 @@ func (b *builder) buffer(name string, size int64, kind plan.Kind) int {
 
 func (b *builder) whole(buf int) plan.Range {
 	return plan.Range{Buffer: buf, Len: b.p.Buffers[buf].Size}
+}
+
+// bfloats allocates a bfloat vector of n.
+func (b *builder) bfloats(name string, n int, kind plan.Kind) int {
+	i := b.buffer(name, int64(2*n), kind)
+	b.bf16[i] = true
+	return i
 }
 
 // floats allocates a float32 vector of n.
@@ -396,7 +404,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	}
 	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
 		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
-	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute}
+	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute, bf16: map[int]bool{}}
 	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
 	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
 	as := s.Attn
@@ -519,13 +527,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 					ch.norm(ch.zero, inNorm, eps)
 				}
 				ch.qmm([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
-				ch.call(kernels.Conv1DChunkCall(C, kernels.ConvThreads, ch.n, kernels.Conv1DStepBuffers[int]{X: ch.qkv, Taps: taps, Window: win, U: ch.u}),
-					[]int{ch.qkv, taps, win}, nil, win, ch.u)
-				b.flops(convFLOPs(C, ch.n), convFLOPs(C, ch.n))
-				ch.call(kernels.GDNChunkCall(gs, eps, ch.n, kernels.GDNStepBuffers[int]{
-					QKV: ch.u, Z: ch.z, A: ch.ga, Beta: ch.gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: ch.y}),
-					[]int{ch.u, ch.z, ch.ga, ch.gb, aLog, dtBias, normW, state}, nil, state, ch.y)
-				b.flops(gdnFLOPs(gs, ch.n), gdnFLOPs(gs, ch.n))
+				ch.gdn(gs, eps, kernels.GDNChunkBuffers[int]{ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Taps: taps, Window: win})
 				ch.qmm([]qmat{wo}, ch.y, ch.o)
 				ch.norm(ch.o, postNorm, eps)
 			}

@@ -9,16 +9,22 @@ import (
 )
 
 // chunkBufs are the chunk mode's activations, a row per token of the chunk (Options.Chunk), and
-// the builder that adds its dispatches (ChunkModes). Its traffic ranges are whole buffers: the
-// prefill traffic model is a later step.
+// the builder that adds its dispatches (ChunkModes). Its traffic ranges are whole buffers.
+//
+// The activations one kernel writes and the next reads are bfloat: at thousands of tokens they,
+// not the weights, are most of a chunk's traffic, and storing them in half the bytes is what a
+// bfloat16 model (Hugging Face's, MLX's) does anyway; every kernel computes and accumulates in
+// float32 and rounds once when it stores. Float32 stay: the residual stream (the sum every layer
+// adds into, which the decode step continues from the last row), the router's logits and the
+// routing weights (experts are chosen on near-ties), and the logits a caller reads.
 type chunkBufs struct {
 	b     *builder
 	n, h  int      // tokens, hidden size
 	modes []string // this size's modes (ChunkModes: Run, Last, and Logits when the plan has it)
 	logit bool     // the plan has the +logits modes
 
-	res, xn, zero, o               int // [n][H] residual, normed input, zeros, a mixer's output
-	qkv, u, z, ga, gb, y           int // GDN: [n][channels], conv output, [n][HV·DV], [n][HV] ×2, [n][HV·DV]
+	res, xn, zero, o               int // [n][H] residual (float32), normed input, zeros, a mixer's output
+	qkv, z, ga, gb, y              int // GDN: [n][channels] (before the conv), [n][HV·DV], [n][HV] ×2, [n][HV·DV]
 	qg, k, v, qrot, ao             int // attention: [n][2·qd], [n][kvd] ×2, [rows][qd], [n][qd]
 	logits, seg, ids, weights      int // MoE routing: [n][E], [n], [n][K], [n][K+1]
 	offs, tok, w, blocks, pos      int // moe_sort's
@@ -32,31 +38,32 @@ type chunkBufs struct {
 func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape, ms kernels.MoEShape, logits bool) *chunkBufs {
 	s, H := b.s, ms.H
 	s.ChunkTokens = b.buffer("chunk.tokens", 4*int64(n), plan.Control)
-	act := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
+	act := func(name string, elems int) int { return b.bfloats("chunk."+name, elems, plan.Activations) }
+	f32 := func(name string, elems int) int { return b.floats("chunk."+name, elems, plan.Activations) }
 	c := &chunkBufs{b: b, n: n, h: H, logit: logits}
 	c.modes = c.modesOf(n)
 	if logits {
-		s.ChunkLogits = act("logits", n*s.Config.VocabSize)
+		s.ChunkLogits = f32("logits", n*s.Config.VocabSize)
 	}
-	c.res, c.xn, c.o = act("res", n*H), act("xn", n*H), act("o", n*H)
+	c.res, c.xn, c.o = f32("res", n*H), act("xn", n*H), act("o", n*H)
 	// Zeros no kernel writes: scratch-like, so the GPU backend keeps one copy for all sessions.
-	c.zero = b.floats("chunk.zero", n*H, plan.Activations)
-	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 4*n*H)})
+	c.zero = b.bfloats("chunk.zero", n*H, plan.Activations)
+	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 2*n*H)})
 	if gs.HV > 0 {
-		c.qkv, c.u = act("gdn.qkv", n*gs.Channels()), act("gdn.u", n*gs.Channels())
+		c.qkv = act("gdn.qkv", n*gs.Channels())
 		c.z, c.y = act("gdn.z", n*gs.HV*gs.DV), act("gdn.y", n*gs.HV*gs.DV)
 		c.ga, c.gb = act("gdn.a", n*gs.HV), act("gdn.b", n*gs.HV)
 	}
 	qd, kvd := as.Heads*as.HeadDim, as.KVHeads*as.HeadDim
 	c.qg, c.k, c.v = act("attn.qg", n*2*qd), act("attn.k", n*kvd), act("attn.v", n*kvd)
 	c.qrot, c.ao = act("attn.q_rot", kernels.AttnPrefillRows(n)*qd), act("attn.out", n*qd)
-	c.logits, c.seg = act("moe.logits", n*ms.E), act("moe.seg", n)
-	c.ids, c.weights = b.buffer("chunk.moe.ids", 4*int64(n*ms.K), plan.Activations), act("moe.weights", n*(ms.K+1))
+	c.logits, c.seg = f32("moe.logits", n*ms.E), f32("moe.seg", n)
+	c.ids, c.weights = b.buffer("chunk.moe.ids", 4*int64(n*ms.K), plan.Activations), f32("moe.weights", n*(ms.K+1))
 	c.bm = ms.BlockRows(n)
 	c.nBlocks = ms.MoEBlocks(n, c.bm)
 	c.offs = b.buffer("chunk.moe.offs", 4*int64(ms.E+1), plan.Activations)
 	c.tok = b.buffer("chunk.moe.tok", 4*int64(n*ms.K), plan.Activations)
-	c.w = act("moe.w", n*ms.K)
+	c.w = f32("moe.w", n*ms.K)
 	// the most blocks any size up to n asks for: blocks of the shortest height
 	c.blocks = b.buffer("chunk.moe.blocks", 16*int64(ms.MoEBlocks(n, slices.Min(kernels.QMMTileHeights))), plan.Activations)
 	c.pos = b.buffer("chunk.moe.pos", 4*int64(n*ms.K), plan.Activations)
@@ -117,9 +124,25 @@ func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []pl
 	for _, buf := range writes {
 		w = append(w, b.whole(buf))
 	}
-	k, tensor := b.form(k)
-	b.call(k, append(r, extraReads...), append(w, extraWrites...), c.modes...)
+	r, w = append(r, extraReads...), append(w, extraWrites...)
+	k, tensor := b.form(c.actTypes(k, r, w))
+	b.call(k, r, w, c.modes...)
 	b.p.Dispatches[len(b.p.Dispatches)-1].Tensor = tensor
+}
+
+// actTypes is k with its activations' storage as the buffers it reads (r) and writes (w) have
+// it: bfloat inputs when it reads a bfloat buffer, bfloat outputs when it writes one
+// (kernels.BF16Acts; what else it touches — the residual, routing, state, caches — is never
+// bfloat, and a projection stack's outputs share one type: the chunk's buffers are chosen so).
+func (c *chunkBufs) actTypes(k kernels.Call[int], r, w []plan.Range) kernels.Call[int] {
+	in, out := false, false
+	for _, x := range r {
+		in = in || c.b.bf16[x.Buffer]
+	}
+	for _, x := range w {
+		out = out || c.b.bf16[x.Buffer]
+	}
+	return kernels.BF16Acts(k, in, out)
 }
 
 // lastRowLogits adds the +last mode's LM head: the final norm folded in, over the chunk's last row
@@ -163,6 +186,22 @@ func (c *chunkBufs) qmm(ms []qmat, x int, ys ...int) {
 	}
 	c.call(kernels.QMMCall(ms[0].bits, c.n, ms[0].cols, rows, kernels.QMMBuffers[int]{W: w, Y: ys, X: x}), []int{x}, reads, ys...)
 	c.b.flops(executed, ideal)
+}
+
+// gdn is a DeltaNet layer's recurrence over the chunk, from the in-projections' rows (qkv, z, b,
+// a) to y, the causal conv folded in (so its output never goes through memory): p carries the
+// layer's parameters, state and conv window; gdn_chunk reads the window as it was before the
+// chunk, and conv1d_chunk then shifts the chunk's last rows into it.
+func (c *chunkBufs) gdn(gs kernels.GDNShape, eps float32, p kernels.GDNChunkBuffers[int]) {
+	C, n := gs.Channels(), c.n
+	p.X, p.Z, p.A, p.Beta, p.Y = c.qkv, c.z, c.ga, c.gb, c.y
+	c.call(kernels.GDNChunkCall(gs, eps, n, p), []int{c.qkv, c.z, c.ga, c.gb, p.ALog, p.DtBias, p.NormW, p.State, p.Taps, p.Window}, nil, p.State, c.y)
+	c.b.flops(convFLOPs(C, n)+gdnFLOPs(gs, n), convFLOPs(C, n)+gdnFLOPs(gs, n))
+	// The window update reads only the chunk's last rows (kernels.ConvKernel-1 of them).
+	last := int64(min(n, kernels.ConvKernel-1))
+	rows := plan.Range{Buffer: c.qkv, Offset: 2 * int64(C) * (int64(n) - last), Len: 2 * int64(C) * last}
+	c.callRanges(kernels.Conv1DChunkCall(C, kernels.ConvThreads, n, kernels.Conv1DChunkBuffers[int]{X: c.qkv, Window: p.Window}),
+		[]int{p.Window}, []plan.Range{rows}, []int{p.Window}, nil)
 }
 
 // norm adds d into the chunk's residual and normalises it into xn with gain.

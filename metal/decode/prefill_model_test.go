@@ -97,3 +97,38 @@ func TestPrefillRouteForms(t *testing.T) {
 	}
 	t.Logf("4,096 after 128 on M5 Max: tensor route %.0f tok/s (%.3g of %.3g FLOPs on tensor ops, %.4f× ideal), simdgroup %.0f", fast, tensor.TensorFLOPs, tensor.FLOPs, tensor.FLOPs/tensor.IdealFLOPs, func() float64 { v, _ := simd.TokS(m5); return v }())
 }
+
+// TestPrefillActivationsBF16: with the activations between the chunk's kernels bfloat and the
+// conv folded into gdn_chunk, a 4,096-token chunk after 128 cached moves at most 3.0× its ideal
+// bytes on either route (float32 activations and a separate conv moved 5.0×), the activations
+// halved against their float32 size; the residual stream and the router's outputs stay float32.
+func TestPrefillActivationsBF16(t *testing.T) {
+	c := config.Production()
+	for _, route := range []plan.Route{plan.Simdgroup, plan.Tensor} {
+		p, err := PrefillRouteModel(c, 4096, 128, 16, route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := float64(p.Bytes) / float64(p.IdealBytes); r > 3.0 {
+			t.Errorf("%s: %.4f× the ideal bytes at 4,096 after 128", route, r)
+		}
+		t.Logf("%s: %.4f× the ideal bytes, %.4f× the useful FLOPs", route, float64(p.Bytes)/float64(p.IdealBytes), p.FLOPs/p.IdealFLOPs)
+	}
+	s, err := Build(c, Options{MaxCtx: 64, Chunks: []int{32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := map[string]int64{}
+	for _, b := range s.Plan.Buffers {
+		size[b.Name] = b.Size
+	}
+	H, E, K := int64(c.HiddenSize), int64(c.NumExperts), int64(c.TopK)
+	for name, row := range map[string]int64{"chunk.xn": 2 * H, "chunk.o": 2 * H, "chunk.moe.y": 2 * K * H, "chunk.res": 4 * H, "chunk.moe.logits": 4 * E} {
+		if size[name] != 32*row {
+			t.Errorf("%s: %d bytes for 32 rows, want %d", name, size[name], 32*row)
+		}
+	}
+	if _, ok := size["chunk.gdn.u"]; ok {
+		t.Error("the conv's output has a buffer: it should stay inside gdn_chunk")
+	}
+}

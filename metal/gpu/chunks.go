@@ -12,7 +12,8 @@ import (
 // Prefill chunk sizes. The largest, 4,096 tokens, gives each of the 256 experts about 128 of its
 // 32,768 (token, expert) pairs, so the grouped GEMMs' blocks are nearly full (bench --plan
 // --prefill: executed FLOPs 1.05× the useful ones under uniform routing, against 1.17× at 512
-// and 2.0× at 64, each in the block height that suits it); its activations take about 1.2 GB.
+// and 2.0× at 64, each in the block height that suits it); its activations take about 0.56 GB
+// (bfloat between the kernels).
 // The smaller sizes take what is left of a prompt after the whole chunks (a follow-up turn of a
 // few hundred tokens). The smallest, 8, is bound by reading the weights like a decode step, but
 // reads each weight once for 8 tokens (modelled at 2.2× the token-by-token rate on an M4 Max);

@@ -16,9 +16,9 @@ type ServingDefaults struct {
 // (hw.memsize; 0: unknown, taken as large). Below SmallMac the weights leave little of the GPU's
 // working set even after raising iogpu.wired_limit_mb, so context comes first: the int8 KV cache
 // (10,880 bytes per position instead of 20,480: about twice the context) and the 512-token
-// prefill chunk (157 MB of activations where the 4,096-token chunk takes 1.2 GB: in a 20 GiB
-// working set, 110,336 positions instead of 13,312). The 64-token chunk would add only about
-// 12,000 positions more (11%) but prefill at about 60% of the 512-token chunk's modelled rate
+// prefill chunk (76 MB of activations where the 4,096-token chunk takes 562 MB: in a 20 GiB
+// working set, 117,760 positions instead of 73,216). The 64-token chunk would add only about
+// 5,600 positions more (5%) but prefill at about 60% of the 512-token chunk's modelled rate
 // (bench --plan --prefill). The prefix cache's snapshots live outside the GPU's limit, in what
 // the raised limit leaves macOS (4 GiB): 1 GiB of them there, 4 GiB on larger Macs. Larger Macs
 // keep the bfloat16 cache and the chunk chosen by memory.

@@ -27,8 +27,8 @@ func TestDefaultsFor(t *testing.T) {
 }
 
 // TestDefaultsFor24GBRaised: with the 24 GB defaults, a working set of 20 GiB (the wired limit
-// suggested for 24 GB) holds at least 65,536 positions, which the bfloat16 cache or the
-// 4,096-token chunk would not.
+// suggested for 24 GB) holds at least 65,536 positions, which the bfloat16 cache would not, and
+// more than the 4,096-token chunk would leave (context first).
 func TestDefaultsFor24GBRaised(t *testing.T) {
 	c := config.Production()
 	ctx := func(kvBits, chunk int) int {
@@ -46,8 +46,8 @@ func TestDefaultsFor24GBRaised(t *testing.T) {
 	if n := ctx(16, d.PrefillChunk); n >= 65536 {
 		t.Errorf("bfloat16 KV in 20 GiB holds %d positions: the int8 default is not needed", n)
 	}
-	if n := ctx(d.KVBits, ChunkLarge); n >= 65536 {
-		t.Errorf("the 4,096-token chunk in 20 GiB holds %d positions: the small chunk is not needed", n)
+	if n, large := ctx(d.KVBits, d.PrefillChunk), ctx(d.KVBits, ChunkLarge); n <= large {
+		t.Errorf("in 20 GiB the default chunk leaves %d positions, the 4,096-token chunk %d: the small chunk is not needed", n, large)
 	}
 }
 

@@ -668,7 +668,7 @@ func (sn *Snapshot) Restore() (backend.Session, error) {
 
 // sharedDevice allocates each Weights, KVCache and Activations buffer once (by name) and caches
 // pipelines, so every session's executor shares them: steps run one at a time, so one set of
-// per-step scratch serves every session (the 1.2 GB of a 4,096-token prefill chunk's among it),
+// per-step scratch serves every session (the 0.56 GB of a 4,096-token prefill chunk's among it),
 // and what a step leaves there (the logits) is copied out before another runs. An Activations
 // buffer is as large as the largest of that name in the backend's plans (a multi-row plan's hold
 // a row per sequence); smaller ones are views of its start. It counts the other allocations

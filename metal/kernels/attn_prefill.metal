@@ -29,6 +29,25 @@ constant uint ATTN_KV_BITS [[function_constant(7)]];
 constant uint ATTN_PAGE [[function_constant(8)]];
 constant uint ATTN_POOL [[function_constant(9)]];
 constant uint ATTN_T [[function_constant(10)]];       // tokens in the chunk
+// Activation storage (kernels.ActInBF16, ActOutBF16), as the chunk mode stores them: q and qg are
+// the inputs, out the output; set, they are bfloat, widened on load and rounded to nearest even
+// on store.
+constant bool ATTN_IN_BF16_FC [[function_constant(20)]];
+constant bool ATTN_OUT_BF16_FC [[function_constant(21)]];
+constant bool ATTN_IN_BF16 = is_function_constant_defined(ATTN_IN_BF16_FC) && ATTN_IN_BF16_FC;
+constant bool ATTN_OUT_BF16 = is_function_constant_defined(ATTN_OUT_BF16_FC) && ATTN_OUT_BF16_FC;
+
+inline float attn_act(device const float* p, ulong i) {
+  return ATTN_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
+
+inline void attn_store(device float* p, ulong i, float v) {
+  if (ATTN_OUT_BF16) {
+    ((device bfloat*)p)[i] = bfloat(v);
+  } else {
+    p[i] = v;
+  }
+}
 
 #define AP_BQ 8           // tokens per threadgroup
 #define AP_BK 8           // keys per tile
@@ -83,7 +102,16 @@ kernel void attn_prefill(device const float* q [[buffer(0)]],        // [ceil(T/
 
   simdgroup_float8x8 qm[AP_MAX_BLOCKS], om[AP_MAX_BLOCKS];
   for (uint b = 0; b < NB; b++) {
-    simdgroup_load(qm[b], q + (ulong(t0) * ATTN_NQ + h) * ATTN_HD + b * 8, ATTN_NQ * ATTN_HD);
+    if (ATTN_IN_BF16) {  // bfloat rows widened through the simdgroup's stage
+      for (uint i = lane; i < 64; i += 32) {
+        st[i] = attn_act(q, ((ulong(t0) + i / 8) * ATTN_NQ + h) * ATTN_HD + b * 8 + i % 8);
+      }
+      simdgroup_barrier(mem_flags::mem_threadgroup);
+      simdgroup_load(qm[b], st, 8);
+      simdgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+      simdgroup_load(qm[b], q + (ulong(t0) * ATTN_NQ + h) * ATTN_HD + b * 8, ATTN_NQ * ATTN_HD);
+    }
     om[b] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
   if (lane < 8) {
@@ -158,8 +186,8 @@ kernel void attn_prefill(device const float* q [[buffer(0)]],        // [ceil(T/
       const uint r = i / 8, d = b * 8 + i % 8;
       if (r < tokens) {
         const ulong t = t0 + r;
-        const float g = qg[(t * ATTN_NQ + h) * 2 * ATTN_HD + ATTN_HD + d];
-        out[t * ATTN_NQ * ATTN_HD + h * ATTN_HD + d] = st[i] / rl[sg * 8 + r] * (1.0f / (1.0f + exp(-g)));
+        const float g = attn_act(qg, (t * ATTN_NQ + h) * 2 * ATTN_HD + ATTN_HD + d);
+        attn_store(out, t * ATTN_NQ * ATTN_HD + h * ATTN_HD + d, st[i] / rl[sg * 8 + r] * (1.0f / (1.0f + exp(-g))));
       }
     }
   }

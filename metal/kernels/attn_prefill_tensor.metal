@@ -39,6 +39,25 @@ constant uint ATTN_KV_BITS [[function_constant(7)]];
 constant uint ATTN_PAGE [[function_constant(8)]];
 constant uint ATTN_POOL [[function_constant(9)]];
 constant uint ATTN_T [[function_constant(10)]];       // tokens in the chunk
+// Activation storage (kernels.ActInBF16, ActOutBF16), as the chunk mode stores them: q and qg are
+// the inputs, out the output; set, they are bfloat, widened on load and rounded to nearest even
+// on store.
+constant bool ATTN_IN_BF16_FC [[function_constant(20)]];
+constant bool ATTN_OUT_BF16_FC [[function_constant(21)]];
+constant bool ATTN_IN_BF16 = is_function_constant_defined(ATTN_IN_BF16_FC) && ATTN_IN_BF16_FC;
+constant bool ATTN_OUT_BF16 = is_function_constant_defined(ATTN_OUT_BF16_FC) && ATTN_OUT_BF16_FC;
+
+inline float attn_act(device const float* p, ulong i) {
+  return ATTN_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
+
+inline void attn_store(device float* p, ulong i, float v) {
+  if (ATTN_OUT_BF16) {
+    ((device bfloat*)p)[i] = bfloat(v);
+  } else {
+    p[i] = v;
+  }
+}
 
 #define AT_ROWS 32     // (token, head) rows per threadgroup
 #define AT_BK 16       // keys per tile
@@ -95,7 +114,8 @@ inline void at_stage_q(device const float* q, uint kvh, uint t0, uint tid, threa
     const uint r = i / C, d = (i % C) * 4, tok = t0 + r / G;
     float4 v = float4(0.0f);
     if (tok < ATTN_T && d < ATTN_HD) {
-      v = *(device const float4*)(q + (ulong(tok) * ATTN_NQ + kvh * G + r % G) * ATTN_HD + d);
+      const ulong at = (ulong(tok) * ATTN_NQ + kvh * G + r % G) * ATTN_HD + d;
+      v = ATTN_IN_BF16 ? float4(*(device const bfloat4*)((device const bfloat*)q + at)) : *(device const float4*)(q + at);
     }
     *(threadgroup bfloat4*)(t.q + r * AT_D + d) = bfloat4(v);
   }
@@ -165,8 +185,8 @@ inline void at_store(thread at_acc& acc, threadgroup at_mem& t, device const flo
       const uint r = uint(ix[1]), d = uint(ix[0]);
       const ulong tok = t0 + r / G, h = kvh * G + r % G;
       if (tok < ATTN_T && d < ATTN_HD) {
-        const float g = qg[(tok * ATTN_NQ + h) * 2 * ATTN_HD + ATTN_HD + d];
-        out[tok * ATTN_NQ * ATTN_HD + h * ATTN_HD + d] = acc[i] / t.l[r] * (1.0f / (1.0f + exp(-g)));
+        const float g = attn_act(qg, (tok * ATTN_NQ + h) * 2 * ATTN_HD + ATTN_HD + d);
+        attn_store(out, tok * ATTN_NQ * ATTN_HD + h * ATTN_HD + d, acc[i] / t.l[r] * (1.0f / (1.0f + exp(-g))));
       }
     }
   }

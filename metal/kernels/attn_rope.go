@@ -293,9 +293,9 @@ func AttnQKRopeKVCall[B any](s AttnShape, eps float32, threads int, b AttnQKRope
 
 // AttnQKRopeKVChunkCall is attn_qk_rope_kv for tokens tokens of a prefill chunk at positions
 // step.pos .. step.pos+tokens-1: a row of threadgroups per token; QG, K, V and QOut hold a row per
-// token.
+// token, bfloat as the chunk mode stores its activations (BF16Acts).
 func AttnQKRopeKVChunkCall[B any](s AttnShape, eps float32, threads, tokens int, b AttnQKRopeKVBuffers[B]) Call[B] {
-	c := AttnQKRopeKVCall(s, eps, threads, b)
+	c := BF16Acts(AttnQKRopeKVCall(s, eps, threads, b), true, true)
 	c.Threadgroups[1] = tokens
 	return c
 }

@@ -78,6 +78,18 @@ inline void attn_store_q8(device uchar* cache, ulong row, uint d, X x) {
   }
 }
 
+// Activation storage (kernels.ActInBF16, ActOutBF16; the chunk form sets both, the decode forms
+// neither): qg, k and v are the inputs, q_out the output; set, they are bfloat, widened on load
+// and rounded to nearest even on store. The caches keep their formats.
+constant bool ATTN_IN_BF16_FC [[function_constant(20)]];
+constant bool ATTN_OUT_BF16_FC [[function_constant(21)]];
+constant bool ATTN_IN_BF16 = is_function_constant_defined(ATTN_IN_BF16_FC) && ATTN_IN_BF16_FC;
+constant bool ATTN_OUT_BF16 = is_function_constant_defined(ATTN_OUT_BF16_FC) && ATTN_OUT_BF16_FC;
+
+inline float attn_act(device const float* p, ulong i) {
+  return ATTN_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
+
 kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ][2*HD]
                             device const float* k [[buffer(1)]],         // [NKV*HD]
                             device const float* v [[buffer(2)]],         // [NKV*HD]
@@ -106,18 +118,18 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
   const uint head = tg.x, t = tg.y;
   const uint pos = ATTN_SEQ_ROWS ? step[2 * t] : step[0] + t;
   device const uint* table_t = ATTN_SEQ_ROWS ? table + ulong(t) * ATTN_TABLE_LEN : table;
-  device const float* qg_t = qg + ulong(t) * ATTN_NQ * 2 * ATTN_HD;
-  device const float* k_t = k + ulong(t) * ATTN_NKV * ATTN_HD;
-  device const float* v_t = v + ulong(t) * ATTN_NKV * ATTN_HD;
-  device float* q_out_t = q_out + ulong(t) * ATTN_NQ * ATTN_HD;
+  // element offsets of token t's rows (the activations' element type is the constants')
+  const ulong qg_t = ulong(t) * ATTN_NQ * 2 * ATTN_HD, kv_t = ulong(t) * ATTN_NKV * ATTN_HD;
+  const ulong q_out_t = ulong(t) * ATTN_NQ * ATTN_HD;
   const bool is_q = head < ATTN_NQ;
   const uint kvh = head - ATTN_NQ;  // meaningful when !is_q
-  device const float* x = is_q ? qg_t + ulong(head) * 2 * ATTN_HD : k_t + kvh * ATTN_HD;
+  device const float* x = is_q ? qg : k;
+  const ulong x0 = is_q ? qg_t + ulong(head) * 2 * ATTN_HD : kv_t + kvh * ATTN_HD;
   device const float* w = is_q ? q_norm : k_norm;
 
   float ss = 0.0f;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
-    const float xv = x[d];
+    const float xv = attn_act(x, x0 + d);
     ss += xv * xv;
   }
   ss = simd_sum(ss);
@@ -135,7 +147,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const float r = inv_rms;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
-    y[d] = x[d] * r * w[d];
+    y[d] = attn_act(x, x0 + d) * r * w[d];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -152,11 +164,13 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
       const float a = y[i], b = y[i + half_rot];
       o = d < half_rot ? a * c - b * s : b * c + a * s;
     }
-    if (is_q) {
-      q_out_t[head * ATTN_HD + d] = o;
+    if (is_q && ATTN_OUT_BF16) {
+      ((device bfloat*)q_out)[q_out_t + head * ATTN_HD + d] = bfloat(o);
+    } else if (is_q) {
+      q_out[q_out_t + head * ATTN_HD + d] = o;
     } else if (pos < ATTN_MAX_CTX && ATTN_KV_BITS == 16) {
       ((device bfloat*)k_cache)[row + d] = bfloat(o);
-      ((device bfloat*)v_cache)[row + d] = bfloat(v_t[kvh * ATTN_HD + d]);
+      ((device bfloat*)v_cache)[row + d] = bfloat(attn_act(v, kv_t + kvh * ATTN_HD + d));
     } else {
       ko[d] = o;
     }
@@ -165,9 +179,13 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
     return;  // the same for the whole threadgroup
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  device const float* vh = v_t + kvh * ATTN_HD;
+  const ulong vh = kv_t + kvh * ATTN_HD;
   for (uint d = tid; d < ATTN_HD; d += ntg) {
     attn_store_q8(k_cache, row, d, ko);
-    attn_store_q8(v_cache, row, d, vh);
+    if (ATTN_IN_BF16) {
+      attn_store_q8(v_cache, row, d, (device const bfloat*)v + vh);
+    } else {
+      attn_store_q8(v_cache, row, d, v + vh);
+    }
   }
 }

@@ -69,8 +69,9 @@ func Conv1DStepRowsCall[B any](channels, threads, rows int, b Conv1DStepBuffers[
 	}
 }
 
-// Conv1DChunk is the Go reference of conv1d_chunk: Conv1DStep for each of the tokens rows of x
-// ([tokens][C]), writing u's rows and leaving the window after the last token.
+// Conv1DChunk is Conv1DStep for each of the tokens rows of x ([tokens][C]), writing u's rows and
+// leaving the window after the last token: in the chunk mode gdn_chunk computes u (GDNChunk) and
+// conv1d_chunk the window.
 func Conv1DChunk(u, window, taps, x []float32, tokens int) {
 	c := len(x) / tokens
 	for t := range tokens {
@@ -78,11 +79,18 @@ func Conv1DChunk(u, window, taps, x []float32, tokens int) {
 	}
 }
 
-// Conv1DChunkCall is conv1d_chunk: tokens tokens over channels channels in one dispatch; the
-// buffers are conv1d_step's, x and u holding a row per token.
-func Conv1DChunkCall[B any](channels, threads, tokens int, b Conv1DStepBuffers[B]) Call[B] {
-	c := Conv1DStepCall(channels, threads, b)
-	c.Kernel = "conv1d_chunk"
-	c.Constants[ConvTokens] = tokens
-	return c
+// Conv1DChunkBuffers are conv1d_chunk's buffers.
+type Conv1DChunkBuffers[B any] struct {
+	X      B // [tokens][C] the qkv projections (bfloat under BF16Acts)
+	Window B // [3][C] float32, shifted in place
+}
+
+// Conv1DChunkCall is conv1d_chunk: the window update after tokens tokens over channels channels
+// in one dispatch, a thread per channel (x float32; the chunk mode's is bfloat: BF16Acts).
+func Conv1DChunkCall[B any](channels, threads, tokens int, b Conv1DChunkBuffers[B]) Call[B] {
+	return Call[B]{
+		Kernel: "conv1d_chunk", Constants: map[int]any{ConvChannels: channels, ConvTokens: tokens},
+		Buffers:      map[int]B{0: b.X, 1: b.Window},
+		Threadgroups: grid(groupsFor(channels, threads)), Group: grid(threads),
+	}
 }

@@ -47,31 +47,27 @@ kernel void conv1d_step(device const float* x [[buffer(0)]],       // [R][C] the
   w[2 * CONV_C + c] = xc;
 }
 
-// conv1d_chunk: conv1d_step for the CONV_T tokens of a prefill chunk in one dispatch: x and u
-// hold a row of C channels per token ([T][C]); each thread runs its channel's window through the
-// chunk in registers (the same operations as conv1d_step, token by token) and writes the window
-// back once. Geometry as conv1d_step.
+// conv1d_chunk is a prefill chunk's conv window update: after gdn_chunk, which applies the conv
+// itself from the window as it was before the chunk (and so must run first), the window becomes
+// the last 3 rows of window ‖ x, x holding a row of C channels per token ([T][C]). Each thread
+// shifts its channel in registers through the chunk, as conv1d_step would token by token.
+// Geometry as conv1d_step. x is bfloat when kernels.ActInBF16 (function constant 20) is set, as
+// the chunk mode stores it; the window is float32.
 constant uint CONV_T_FC [[function_constant(1)]];  // conv1d_chunk: tokens in the chunk
 constant uint CONV_T = is_function_constant_defined(CONV_T_FC) ? CONV_T_FC : 1u;
+constant bool CONV_IN_BF16_FC [[function_constant(20)]];
+constant bool CONV_IN_BF16 = is_function_constant_defined(CONV_IN_BF16_FC) && CONV_IN_BF16_FC;
 
-kernel void conv1d_chunk(device const float* x [[buffer(0)]],      // [T][C] the qkv projections
-                         device const float4* taps [[buffer(1)]],  // [C][4]
-                         device float* win [[buffer(2)]],          // [3][C], updated in place
-                         device float* u [[buffer(3)]],            // [T][C] silu(conv)
+kernel void conv1d_chunk(device const float* x [[buffer(0)]],  // [T][C] the qkv projections
+                         device float* win [[buffer(1)]],      // [3][C], updated in place
                          uint c [[thread_position_in_grid]]) {
   if (c >= CONV_C) {
     return;
   }
-  const float4 t = taps[c];
   float w0 = win[c], w1 = win[CONV_C + c], w2 = win[2 * CONV_C + c];
   for (uint i = 0; i < CONV_T; i++) {
-    const float xc = x[ulong(i) * CONV_C + c];
-    float acc = 0.0f;
-    acc += t.x * w0;
-    acc += t.y * w1;
-    acc += t.z * w2;
-    acc += t.w * xc;
-    u[ulong(i) * CONV_C + c] = acc * (1.0f / (1.0f + exp(-acc)));
+    const ulong at = ulong(i) * CONV_C + c;
+    const float xc = CONV_IN_BF16 ? float(((device const bfloat*)x)[at]) : x[at];
     w0 = w1;
     w1 = w2;
     w2 = xc;

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/lilyformac/lily/engine/f32"
 )
@@ -150,14 +151,32 @@ func GDNStepRowsCall[B any](s GDNShape, eps float32, simdgroups, rows int, b GDN
 	}
 }
 
-// GDNChunk is the Go reference of gdn_chunk: GDNStep for each of the tokens rows of qkv
-// ([tokens][Channels]), z ([tokens][HV*DV]), a and b ([tokens][HV]), writing y's rows
-// ([tokens][HV*DV]) and leaving state after the last token.
-func GDNChunk(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32, tokens int) {
+// GDNChunk is the Go reference of gdn_chunk: the causal conv of x ([tokens][Channels], before
+// the conv) from window ([3][Channels], not modified: conv1d_chunk shifts it) through taps, as
+// Conv1DChunk, then GDNStep for each token's row of the conv's output, z ([tokens][HV*DV]), a
+// and b ([tokens][HV]), writing y's rows ([tokens][HV*DV]) and leaving state after the last.
+func GDNChunk(s GDNShape, p GDNParams, state, y, window, taps, x, z, a, b []float32, tokens int) {
 	c, hd := s.Channels(), s.HV*s.DV
+	u := make([]float32, len(x))
+	Conv1DChunk(u, slices.Clone(window), taps, x, tokens)
 	for t := range tokens {
-		GDNStep(s, p, state, y[t*hd:(t+1)*hd], qkv[t*c:(t+1)*c], z[t*hd:(t+1)*hd], a[t*s.HV:(t+1)*s.HV], b[t*s.HV:(t+1)*s.HV])
+		GDNStep(s, p, state, y[t*hd:(t+1)*hd], u[t*c:(t+1)*c], z[t*hd:(t+1)*hd], a[t*s.HV:(t+1)*s.HV], b[t*s.HV:(t+1)*s.HV])
 	}
+}
+
+// GDNChunkBuffers are gdn_chunk's buffers (gdn_step's, a row per token, the conv's besides).
+type GDNChunkBuffers[B any] struct {
+	X      B // 0: [tokens][Channels] the in-projection before the conv
+	Z      B // 1: [tokens][HV*DV]
+	A      B // 2: [tokens][HV]
+	Beta   B // 3: [tokens][HV] beta's projection (before the sigmoid)
+	ALog   B // 4: [HV]
+	DtBias B // 5: [HV]
+	NormW  B // 6: [DV]
+	State  B // 7: [HV][DV][DK], in place
+	Y      B // 8: [tokens][HV*DV]
+	Taps   B // 9: [Channels][4] float32
+	Window B // 10: [3][Channels] float32, read only (conv1d_chunk shifts it afterwards)
 }
 
 // GDNChunkSimdgroups is gdn_chunk's simdgroups per threadgroup: GDNChunkCols value columns each
@@ -165,16 +184,23 @@ func GDNChunk(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32, tokens 
 func GDNChunkSimdgroups(s GDNShape) int { return (s.DV + GDNChunkCols - 1) / GDNChunkCols }
 
 // GDNChunkCall is gdn_chunk: tokens tokens through every value head (a threadgroup of
-// GDNChunkSimdgroups each) in one dispatch. The buffers are gdn_step's, with qkv, z, a, b and y
-// holding a row per token; its threadgroup memory is two halves of DV floats.
-func GDNChunkCall[B any](s GDNShape, eps float32, tokens int, b GDNStepBuffers[B]) Call[B] {
+// GDNChunkSimdgroups each) in one dispatch, the conv applied on the way (x, z, a, b and y
+// float32; the chunk mode's are bfloat: BF16Acts). Its threadgroup memory: two halves of DV
+// floats, and a block of GDNConvBlock tokens' conv output.
+func GDNChunkCall[B any](s GDNShape, eps float32, tokens int, b GDNChunkBuffers[B]) Call[B] {
 	nsg := GDNChunkSimdgroups(s)
 	if nsg > 32 {
 		panic(fmt.Sprintf("kernels: gdn_chunk with %d value columns (at most %d)", s.DV, 32*GDNChunkCols))
 	}
-	c := GDNStepCall(s, eps, nsg, b)
-	c.Kernel = "gdn_chunk"
+	c := Call[B]{
+		Kernel: "gdn_chunk", Constants: s.Constants(eps),
+		Buffers:      map[int]B{0: b.X, 1: b.Z, 2: b.A, 3: b.Beta, 4: b.ALog, 5: b.DtBias, 6: b.NormW, 7: b.State, 8: b.Y, 9: b.Taps, 10: b.Window},
+		Threadgroups: grid(s.HV), Group: grid(32 * nsg),
+		ThreadgroupMem: map[int]int{0: 2 * s.ThreadgroupMem(), 1: 4 * GDNConvBlock * (2*s.DK + s.DV)},
+	}
 	c.Constants[GDNTokens] = tokens
-	c.ThreadgroupMem = map[int]int{0: 2 * s.ThreadgroupMem()}
 	return c
 }
+
+// GDNConvBlock is the tokens gdn_chunk convolves into threadgroup memory at a time (GDN_CB).
+const GDNConvBlock = 8

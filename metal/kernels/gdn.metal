@@ -149,8 +149,9 @@ kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK
 // gdn_chunk: gdn_step for the GDN_T tokens of a prefill chunk in one dispatch, as a sequential
 // scan: the recurrence itself is serial in the tokens, so each threadgroup (one value head) keeps
 // its state in registers for the whole chunk and reads and writes it once, not once per token.
-// Token t's inputs are row t of qkv [T][2*HK*DK + HV*DV], z [T][HV*DV], a and b [T][HV]; its
-// output row t of y [T][HV*DV].
+// Token t's inputs are row t of x [T][2*HK*DK + HV*DV] (the in-projection before the causal
+// conv, which the kernel applies itself: see GDN_CB), z [T][HV*DV], a and b [T][HV]; its output
+// row t of y [T][HV*DV].
 //
 // Layout ("packed", after mlx-lm's scan): a simdgroup holds GDN_PACK_COLS value columns, four
 // lanes a column, each lane a quarter of the column's DK state values (up to 32). A column's dot
@@ -165,6 +166,23 @@ kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK
 // multiple of 32 up to 128.
 #define GDN_PACK_COLS 8
 #define GDN_PACK_MAX 32  // DK / 4
+// The causal conv is folded in (the conv's output never goes through memory): per block of
+// GDN_CB tokens the threadgroup convolves the GDN_UCH = 2·DK + DV channels its head reads into
+// [[threadgroup(1)]] (GDN_CB·GDN_UCH floats, 12 KiB for the model), one barrier a block.
+#define GDN_CB 8
+#define GDN_UCH (2 * GDN_DK + GDN_DV)
+
+// Activation storage (kernels.ActInBF16, ActOutBF16): x, z, a and b are the inputs, y the output;
+// set, they are bfloat, widened on load and rounded to nearest even on store. The state and the
+// conv window stay float32.
+constant bool GDN_IN_BF16_FC [[function_constant(20)]];
+constant bool GDN_OUT_BF16_FC [[function_constant(21)]];
+constant bool GDN_IN_BF16 = is_function_constant_defined(GDN_IN_BF16_FC) && GDN_IN_BF16_FC;
+constant bool GDN_OUT_BF16 = is_function_constant_defined(GDN_OUT_BF16_FC) && GDN_OUT_BF16_FC;
+
+inline float gdn_act(device const float* p, ulong i) {
+  return GDN_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
 
 // column_sum adds v over the four lanes of a column, in the same pairs on each lane.
 inline float column_sum(float v) {
@@ -172,8 +190,36 @@ inline float column_sum(float v) {
   return v + simd_shuffle_xor(v, 2);
 }
 
+// gdn_conv_block convolves tokens t0 .. t0+n-1 of the channels head h needs (its key head's q
+// and k channels, its own v channels: GDN_UCH of them) into u_tg ([GDN_CB][GDN_UCH]): conv1d's
+// window ‖ x through the taps, summed in conv1d_step's order, then SiLU — so u equals the
+// unfused conv's exactly. win is the window before the chunk (read only: the value heads of a
+// key head read the same q/k entries, and conv1d_chunk shifts it after this dispatch).
+inline void gdn_conv_block(device const float* x, device const float4* taps, device const float* win, uint kh, uint h,
+                           uint t0, uint n, uint tid, uint ntg, threadgroup float* u_tg) {
+  const uint C = GDN_HK * 2 * GDN_DK + GDN_HV * GDN_DV;
+  for (uint i = tid; i < n * GDN_UCH; i += ntg) {
+    const uint tok = t0 + i / GDN_UCH, ch = i % GDN_UCH;
+    const uint c = ch < GDN_DK          ? kh * GDN_DK + ch
+                   : ch < 2 * GDN_DK   ? GDN_HK * GDN_DK + kh * GDN_DK + (ch - GDN_DK)
+                                        : 2 * GDN_HK * GDN_DK + h * GDN_DV + (ch - 2 * GDN_DK);
+    float xe[4];  // rows tok-3 .. tok of window ‖ x
+    for (uint j = 0; j < 4; j++) {
+      const int row = int(tok) + int(j) - 3;
+      xe[j] = row < 0 ? win[uint(row + 3) * C + c] : gdn_act(x, ulong(row) * C + c);
+    }
+    const float4 t = taps[c];
+    float acc = 0.0f;
+    acc += t.x * xe[0];
+    acc += t.y * xe[1];
+    acc += t.z * xe[2];
+    acc += t.w * xe[3];
+    u_tg[(i / GDN_UCH) * GDN_UCH + ch] = acc * (1.0f / (1.0f + exp(-acc)));
+  }
+}
+
 [[max_total_threads_per_threadgroup(1024)]]
-kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK + HV*DV]
+kernel void gdn_chunk(device const float* x [[buffer(0)]],        // [T][2*HK*DK + HV*DV] before the conv
                       device const float* z [[buffer(1)]],        // [T][HV*DV]
                       device const float* a [[buffer(2)]],        // [T][HV]
                       device const float* b [[buffer(3)]],        // [T][HV]
@@ -182,7 +228,10 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
                       device const float* norm_w [[buffer(6)]],   // [DV]
                       device float* state [[buffer(7)]],          // [HV][DV][DK]
                       device float* y [[buffer(8)]],              // [T][HV*DV]
+                      device const float4* taps [[buffer(9)]],    // [C][4] the conv's
+                      device const float* win [[buffer(10)]],     // [3][C] the conv window, read only
                       threadgroup float* o_tg [[threadgroup(0)]],  // [2][DV]
+                      threadgroup float* u_tg [[threadgroup(1)]],  // [GDN_CB][GDN_UCH] a block's conv output
                       uint head [[threadgroup_position_in_grid]],
                       uint tid [[thread_index_in_threadgroup]],
                       uint ntg [[threads_per_threadgroup]],
@@ -192,7 +241,6 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
   threadgroup float partial[2][32];  // Σ o² per simdgroup, by token parity
 
   const uint P = GDN_DK / 4;  // state values per lane
-  const uint C = GDN_HK * 2 * GDN_DK + GDN_HV * GDN_DV;  // a token's qkv row
   const uint kh = head / (GDN_HV / GDN_HK);
   const float a_exp = exp(a_log[head]);
   const uint quarter = lane % 4, j = sg * GDN_PACK_COLS + lane / 4;  // this lane's column
@@ -205,9 +253,14 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
   }
 
   for (uint t = 0; t < GDN_T; t++) {
-    device const float* row = qkv + ulong(t) * C;
-    device const float* q = row + kh * GDN_DK + quarter * P;
-    device const float* k = row + GDN_HK * GDN_DK + kh * GDN_DK + quarter * P;
+    if (t % GDN_CB == 0) {
+      // every read of the previous block's u_tg came before the last token's barrier
+      gdn_conv_block(x, taps, win, kh, head, t, min(uint(GDN_CB), GDN_T - t), tid, ntg, u_tg);
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    threadgroup const float* row = u_tg + (t % GDN_CB) * GDN_UCH;
+    threadgroup const float* q = row + quarter * P;
+    threadgroup const float* k = row + GDN_DK + quarter * P;
     float kr[GDN_PACK_MAX];
     float qss = 0.0f, kss = 0.0f;
     for (uint i = 0; i < P; i++) {
@@ -220,8 +273,8 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
     kss = column_sum(kss);
     const float qn = rsqrt(qss + 1e-6f) * rsqrt(float(GDN_DK));
     const float kn = rsqrt(kss + 1e-6f);
-    const float beta = 1.0f / (1.0f + exp(-b[t * GDN_HV + head]));
-    const float decay = exp(-a_exp * softplus(a[t * GDN_HV + head] + dt_bias[head]));
+    const float beta = 1.0f / (1.0f + exp(-gdn_act(b, t * GDN_HV + head)));
+    const float decay = exp(-a_exp * softplus(gdn_act(a, t * GDN_HV + head) + dt_bias[head]));
 
     float kv = 0.0f;
     for (uint i = 0; i < P; i++) {
@@ -230,7 +283,7 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
       kv += s[i] * kr[i];
     }
     kv = column_sum(kv);
-    const float v = live ? row[2 * GDN_HK * GDN_DK + head * GDN_DV + j] : 0.0f;
+    const float v = live ? row[2 * GDN_DK + j] : 0.0f;
     const float delta = (v - kv) * beta;
     float o = 0.0f;
     for (uint i = 0; i < P; i++) {
@@ -255,9 +308,15 @@ kernel void gdn_chunk(device const float* qkv [[buffer(0)]],      // [T][2*HK*DK
     }
     const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
     for (uint jj = tid; jj < GDN_DV; jj += ntg) {
-      const float zz = z[(ulong(t) * GDN_HV + head) * GDN_DV + jj];
+      const ulong at = (ulong(t) * GDN_HV + head) * GDN_DV + jj;
+      const float zz = gdn_act(z, at);
       const float silu = zz * (1.0f / (1.0f + exp(-zz)));
-      y[(ulong(t) * GDN_HV + head) * GDN_DV + jj] = norm_w[jj] * (ot[jj] * r) * silu;
+      const float out = norm_w[jj] * (ot[jj] * r) * silu;
+      if (GDN_OUT_BF16) {
+        ((device bfloat*)y)[at] = bfloat(out);
+      } else {
+        y[at] = out;
+      }
     }
   }
 

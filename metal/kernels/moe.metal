@@ -713,6 +713,18 @@ kernel void moe_down_combine(device const uint* ids [[buffer(0)]],         // [R
 // 256th dim, simdgroup sums, then their sum), so the next layer's input norm is not a dispatch
 // of its own. Grid: (1, T) threadgroups of 256.
 
+// Activation storage of moe_combine and moe_combine_norm (kernels.ActInBF16, ActOutBF16): y and sh
+// are the inputs, out the output; set, they are bfloat, widened on load and rounded to nearest
+// even on store. res is the residual stream, always float32.
+constant bool MOE_IN_BF16_FC [[function_constant(20)]];
+constant bool MOE_OUT_BF16_FC [[function_constant(21)]];
+constant bool MOE_IN_BF16 = is_function_constant_defined(MOE_IN_BF16_FC) && MOE_IN_BF16_FC;
+constant bool MOE_OUT_BF16 = is_function_constant_defined(MOE_OUT_BF16_FC) && MOE_OUT_BF16_FC;
+
+inline float act_load(device const float* p, ulong i) {
+  return MOE_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
+
 // combine_dim is token t's MoE output at hidden dim d.
 inline float combine_dim(device const uint* ids, device const float* weights, device const uint* pos,
                          device const float* y, device const float* sh, uint t, uint d) {
@@ -728,11 +740,11 @@ inline float combine_dim(device const uint* ids, device const float* weights, de
         slot = k;
       }
     }
-    acc += y[ulong(pos[t * MOE_K + slot]) * MOE_H + d];
+    acc += act_load(y, ulong(pos[t * MOE_K + slot]) * MOE_H + d);
     last = best;
     have = 1;
   }
-  return acc + weights[t * (MOE_K + 1) + MOE_K] * sh[ulong(t) * MOE_H + d];
+  return acc + weights[t * (MOE_K + 1) + MOE_K] * act_load(sh, ulong(t) * MOE_H + d);
 }
 
 kernel void moe_combine(device const uint* ids [[buffer(0)]],        // [T][K]
@@ -790,6 +802,11 @@ kernel void moe_combine_norm(device const uint* ids [[buffer(0)]],
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const float r = inv_rms;
   for (uint d = tid; d < MOE_H; d += ntg) {
-    out[base + d] = res[base + d] * r * float(gain[d]);  // this thread wrote res[base + d] above
+    const float v = res[base + d] * r * float(gain[d]);  // this thread wrote res[base + d] above
+    if (MOE_OUT_BF16) {
+      ((device bfloat*)out)[base + d] = bfloat(v);
+    } else {
+      out[base + d] = v;
+    }
   }
 }

@@ -1,6 +1,7 @@
-// qmm.metal: Y = X·Wᵀ for a chunk of M tokens (batched prefill): X [M][K] float32 activations,
-// W an MLX affine-quantized [N][K] matrix (engine/quant's format, as qmv.metal reads it), Y
-// [M][N] float32 (qmm takes up to four W over one X). The dequantisation is fused into the tile loads: each threadgroup dequantises
+// qmm.metal: Y = X·Wᵀ for a chunk of M tokens (batched prefill): X [M][K] activations, W an
+// MLX affine-quantized [N][K] matrix (engine/quant's format, as qmv.metal reads it), Y [M][N]
+// (qmm takes up to four W over one X); X and Y float32, or bfloat as the chunk mode stores them
+// (QMM_IN_BF16, QMM_OUT_BF16 below). The dequantisation is fused into the tile loads: each threadgroup dequantises
 // its W tile into threadgroup memory, never into device memory.
 //
 // Tiling: a threadgroup of 4 simdgroups (128 threads) computes a BM × BN tile of Y, BM·BN = 1024,
@@ -26,6 +27,26 @@ constant uint QMM_N3_FC [[function_constant(5)]];
 constant uint QMM_N1 = is_function_constant_defined(QMM_N1_FC) ? QMM_N1_FC : 0u;
 constant uint QMM_N2 = is_function_constant_defined(QMM_N2_FC) ? QMM_N2_FC : 0u;
 constant uint QMM_N3 = is_function_constant_defined(QMM_N3_FC) ? QMM_N3_FC : 0u;
+// Activation storage (kernels.ActInBF16, ActOutBF16): X of qmm, x of moe_gate_up_mm and act of
+// moe_down_mm are the inputs; Y, act of moe_gate_up_mm and y of moe_down_mm the outputs. Set,
+// they are bfloat (the buffers keep their float pointer types and are read through act_load and
+// act_store), widened on load and rounded to nearest even on store; products stay float32.
+constant bool QMM_IN_BF16_FC [[function_constant(20)]];
+constant bool QMM_OUT_BF16_FC [[function_constant(21)]];
+constant bool QMM_IN_BF16 = is_function_constant_defined(QMM_IN_BF16_FC) && QMM_IN_BF16_FC;
+constant bool QMM_OUT_BF16 = is_function_constant_defined(QMM_OUT_BF16_FC) && QMM_OUT_BF16_FC;
+
+inline float act_load(device const float* p, ulong i) {
+  return QMM_IN_BF16 ? float(((device const bfloat*)p)[i]) : p[i];
+}
+
+inline void act_store(device float* p, ulong i, float v) {
+  if (QMM_OUT_BF16) {
+    ((device bfloat*)p)[i] = bfloat(v);
+  } else {
+    p[i] = v;
+  }
+}
 
 #define QMM_BK 32
 #define QMM_THREADS 128
@@ -80,7 +101,7 @@ inline void qmm_tile(thread qmm_acc<BM>& acc, device const float* x, device cons
       float v = 0.0f;
       if (r < m) {
         const ulong row = GATHER ? ulong(rows[m0 + r]) : ulong(m0 + r);
-        v = x[row * K + k0 + c];
+        v = act_load(x, row * K + k0 + c);
       }
       xs[r * QMM_LD + c] = v;
     }
@@ -191,7 +212,7 @@ template <uint BITS, uint BM>
   for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
     const uint r = i / S::BN, c = i % S::BN;
     if (m0 + r < QMM_M && n0 + c < n) {
-      y[ulong(m0 + r) * n + n0 + c] = ys[i];
+      act_store(y, ulong(m0 + r) * n + n0 + c, ys[i]);
     }
   }
 }
@@ -258,7 +279,7 @@ template <uint BM>
     const uint r = i / S::BN, c = i % S::BN;
     if (r < blk.z && n0 + c < QMM_N) {
       const float g = yg[i];
-      act[ulong(blk.y + r) * QMM_N + n0 + c] = g * (1.0f / (1.0f + exp(-g))) * yu[i];
+      act_store(act, ulong(blk.y + r) * QMM_N + n0 + c, g * (1.0f / (1.0f + exp(-g))) * yu[i]);
     }
   }
 }
@@ -294,7 +315,7 @@ template <uint BM>
   for (uint i = tid; i < QMM_TILE; i += QMM_THREADS) {
     const uint r = i / S::BN, c = i % S::BN;
     if (r < blk.z && n0 + c < QMM_N) {
-      y[ulong(blk.y + r) * QMM_N + n0 + c] = w[blk.y + r] * ys[i];
+      act_store(y, ulong(blk.y + r) * QMM_N + n0 + c, w[blk.y + r] * ys[i]);
     }
   }
 }

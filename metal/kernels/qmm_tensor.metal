@@ -36,6 +36,24 @@ constant uint QMM_N3_FC [[function_constant(5)]];
 constant uint QMM_N1 = is_function_constant_defined(QMM_N1_FC) ? QMM_N1_FC : 0u;
 constant uint QMM_N2 = is_function_constant_defined(QMM_N2_FC) ? QMM_N2_FC : 0u;
 constant uint QMM_N3 = is_function_constant_defined(QMM_N3_FC) ? QMM_N3_FC : 0u;
+// Activation storage, as in qmm.metal (kernels.ActInBF16, ActOutBF16): bfloat inputs are staged
+// as they are; float ones are rounded to bfloat when staged.
+constant bool QMM_IN_BF16_FC [[function_constant(20)]];
+constant bool QMM_OUT_BF16_FC [[function_constant(21)]];
+constant bool QMM_IN_BF16 = is_function_constant_defined(QMM_IN_BF16_FC) && QMM_IN_BF16_FC;
+constant bool QMM_OUT_BF16 = is_function_constant_defined(QMM_OUT_BF16_FC) && QMM_OUT_BF16_FC;
+
+inline bfloat act_load_bf16(device const float* p, ulong i) {
+  return QMM_IN_BF16 ? ((device const bfloat*)p)[i] : bfloat(p[i]);
+}
+
+inline void act_store(device float* p, ulong i, float v) {
+  if (QMM_OUT_BF16) {
+    ((device bfloat*)p)[i] = bfloat(v);
+  } else {
+    p[i] = v;
+  }
+}
 
 #define QT_BN 64
 #define QT_BK 64  // one quantisation group
@@ -84,7 +102,7 @@ inline void qt_stage_x(device const float* x, device const uint* rows, uint m0, 
   float s = 0.0f;
   const ulong row = r < m ? (GATHER ? ulong(rows[m0 + r]) : ulong(m0 + r)) : 0;
   for (uint c = c0; c < c0 + CPT; c++) {
-    const bfloat v = r < m ? bfloat(x[row * K + k0 + c]) : bfloat(0.0f);
+    const bfloat v = r < m ? act_load_bf16(x, row * K + k0 + c) : bfloat(0.0f);
     t.xs[r * QT_BK + c] = v;
     s += float(v);
   }
@@ -205,7 +223,7 @@ template <uint BITS>
       const auto ix = acc.get_multidimensional_index(i);
       const uint r = uint(ix[1]), c = uint(ix[0]);
       if (r < m && n0 + c < n) {
-        y[ulong(m0 + r) * n + n0 + c] = acc[i];
+        act_store(y, ulong(m0 + r) * n + n0 + c, acc[i]);
       }
     }
   }
@@ -241,7 +259,7 @@ template <uint BM>
       const auto ix = g.get_multidimensional_index(i);
       const uint r = uint(ix[1]), c = uint(ix[0]);
       if (r < blk.z && n0 + c < QMM_N) {
-        act[ulong(blk.y + r) * QMM_N + n0 + c] = g[i] * (1.0f / (1.0f + exp(-g[i]))) * u[i];
+        act_store(act, ulong(blk.y + r) * QMM_N + n0 + c, g[i] * (1.0f / (1.0f + exp(-g[i]))) * u[i]);
       }
     }
   }
@@ -273,7 +291,7 @@ template <uint BM>
       const auto ix = acc.get_multidimensional_index(i);
       const uint r = uint(ix[1]), c = uint(ix[0]);
       if (r < blk.z && n0 + c < QMM_N) {
-        y[ulong(blk.y + r) * QMM_N + n0 + c] = w[blk.y + r] * acc[i];
+        act_store(y, ulong(blk.y + r) * QMM_N + n0 + c, w[blk.y + r] * acc[i]);
       }
     }
   }

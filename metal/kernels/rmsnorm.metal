@@ -10,6 +10,13 @@ using namespace metal;
 
 constant uint H [[function_constant(0)]];     // row width: 2048 for the model's hidden size
 constant float EPS [[function_constant(1)]];  // 1e-6 for the model
+// Activation storage (kernels.ActInBF16, ActOutBF16), as the chunk mode stores them: d is the
+// input, out the output; set, they are bfloat (widened on load, rounded to nearest even on
+// store). x and res, the residual stream, are always float32.
+constant bool IN_BF16_FC [[function_constant(20)]];
+constant bool OUT_BF16_FC [[function_constant(21)]];
+constant bool IN_BF16 = is_function_constant_defined(IN_BF16_FC) && IN_BF16_FC;
+constant bool OUT_BF16 = is_function_constant_defined(OUT_BF16_FC) && OUT_BF16_FC;
 
 kernel void add_rmsnorm(device const float* x [[buffer(0)]],
                         device const float* d [[buffer(1)]],
@@ -28,7 +35,7 @@ kernel void add_rmsnorm(device const float* x [[buffer(0)]],
   const ulong base = ulong(row) * H;
   float ss = 0.0f;
   for (uint i = tid; i < H; i += ntg) {
-    const float h = x[base + i] + d[base + i];
+    const float h = x[base + i] + (IN_BF16 ? float(((device const bfloat*)d)[base + i]) : d[base + i]);
     res[base + i] = h;
     ss += h * h;
   }
@@ -48,6 +55,11 @@ kernel void add_rmsnorm(device const float* x [[buffer(0)]],
 
   const float r = inv_rms;
   for (uint i = tid; i < H; i += ntg) {
-    out[base + i] = res[base + i] * r * float(w[i]);  // this thread wrote res[base + i] above
+    const float v = res[base + i] * r * float(w[i]);  // this thread wrote res[base + i] above
+    if (OUT_BF16) {
+      ((device bfloat*)out)[base + i] = bfloat(v);
+    } else {
+      out[base + i] = v;
+    }
   }
 }

@@ -19,6 +19,14 @@ import (
 // compared separately.
 const E2ETolerance = 3e-2
 
+// E2EPrefillTolerance bounds max |GPU logit − CPU logit| of the batched prefill's last row: the
+// chunk mode stores its activations as bfloat (metal/decode), so that row sits at bfloat16's
+// distance from the float32 CPU's, as a bfloat16 model's does. On the goldens transformers' own
+// bfloat16 run differs from its float32 one by 0.22 and 0.74 on average over the prompt
+// positions (tiny-b, tiny-a); this check's row measured 0.13 on tiny-a. Greedy choices are
+// compared separately, near ties within this tolerance allowed.
+const E2EPrefillTolerance = 0.5
+
 // E2EOptions configure the end-to-end check.
 type E2EOptions struct {
 	Prompt []int   // token ids fed first (nil: 5 fixed ids within the vocabulary)
@@ -49,7 +57,7 @@ func EndToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 		}
 	}
 	r := Result{Case: "e2e", Kernel: "e2e", Tolerance: o.Tol,
-		Shape: fmt.Sprintf("%d layers, hidden %d, vocab %d: %d prompt + %d greedy tokens vs engine/cpu", w.Config.NumLayers, w.Config.HiddenSize, V, len(o.Prompt), o.Steps)}
+		Shape: fmt.Sprintf("%d layers, hidden %d, vocab %d: %d prompt + %d greedy tokens vs engine/cpu, and a 25-token batched prefill within %g", w.Config.NumLayers, w.Config.HiddenSize, V, len(o.Prompt), o.Steps, E2EPrefillTolerance)}
 	worst, err := endToEnd(ctx, w, gpu, o)
 	r.WorstError, r.Err, r.Duration = worst, err, time.Since(start)
 	r.Pass = err == nil && worst <= o.Tol
@@ -101,7 +109,7 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 	if err != nil {
 		return worst, err
 	}
-	if err := batchedPrefill(g, w, o.Tol, &worst); err != nil {
+	if err := batchedPrefill(g, w); err != nil {
 		return worst, err
 	}
 	for step := range o.Steps {
@@ -126,8 +134,10 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 
 // batchedPrefill feeds a 25-token prompt without its rows' logits — on a backend with chunk modes
 // of 16 and 8 tokens, a chunk of each through the batched prefill kernels, then the decode step
-// for the last token — and compares the last row and its greedy token with the CPU backend's.
-func batchedPrefill(g backend.Backend, w *model.Weights, tol float64, worst *float64) error {
+// for the last token — and compares the last row and its greedy token with the CPU backend's,
+// within E2EPrefillTolerance.
+func batchedPrefill(g backend.Backend, w *model.Weights) error {
+	const tol = E2EPrefillTolerance
 	V := w.Config.VocabSize
 	var prompt []int
 	for i := range 25 {
@@ -144,7 +154,9 @@ func batchedPrefill(g backend.Backend, w *model.Weights, tol float64, worst *flo
 	if err != nil {
 		return fmt.Errorf("CPU prompt: %w", err)
 	}
-	*worst = nanMax(*worst, absErr(got[0][:V], want[0][:V]))
+	if d := absErr(got[0][:V], want[0][:V]); !(d <= tol) {
+		return fmt.Errorf("prompt, batched prefill: max |logit − CPU| %.3g > %g", d, tol)
+	}
 	cpuID, gpuID := kernels.Argmax(want[0], V), kernels.Argmax(got[0], V)
 	if gpuID != cpuID && math.Abs(float64(want[0][cpuID]-want[0][gpuID])) > tol {
 		return fmt.Errorf("prompt, batched prefill: GPU chose token %d, CPU %d", gpuID, cpuID)
