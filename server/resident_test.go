@@ -180,7 +180,12 @@ func TestIdleUnloadAndReload(t *testing.T) {
 		t.Fatalf("first answer: %d %s", code, want)
 	}
 
+	// /status says unloaded from the moment the unload begins (the model is out of reach), so the
+	// loader's Unload may still be running: wait for it, bounded.
 	st := waitPhase(t, base, "unloaded")
+	for i := 0; i < 250 && l.unloads.Load() == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if st.MemoryBytes != 0 || !strings.Contains(st.Detail, "unloaded") || l.unloads.Load() != 1 {
 		t.Fatalf("unloaded status %+v after %d unloads", st, l.unloads.Load())
 	}
