@@ -348,10 +348,5 @@ func toF32(t *safetensors.Tensor) []float32 {
 	if t.DType == safetensors.F32 {
 		return append([]float32(nil), t.Float32s()...)
 	}
-	src := t.Uint16s()
-	out := make([]float32, len(src))
-	for i, u := range src {
-		out[i] = quant.BF16ToF32(u)
-	}
-	return out
+	return quant.BF16sToF32(t.Uint16s())
 }

@@ -40,6 +40,24 @@ func F32ToBF16(f float32) uint16 {
 	return uint16(b >> 16)
 }
 
+// F32sToBF16 is each of x rounded to bfloat16 bits (F32ToBF16).
+func F32sToBF16(x []float32) []uint16 {
+	out := make([]uint16, len(x))
+	for i, v := range x {
+		out[i] = F32ToBF16(v)
+	}
+	return out
+}
+
+// BF16sToF32 is each of u widened to float32 (BF16ToF32).
+func BF16sToF32(u []uint16) []float32 {
+	out := make([]float32, len(u))
+	for i, v := range u {
+		out[i] = BF16ToF32(v)
+	}
+	return out
+}
+
 // F32ToF16 rounds f to IEEE binary16 bits, to nearest even (overflow to Inf, NaN stays NaN).
 func F32ToF16(f float32) uint16 {
 	b := math.Float32bits(f)

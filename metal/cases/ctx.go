@@ -104,9 +104,9 @@ func (c *Ctx) relAct(what string, i int, want []float32, bf16 bool) {
 	c.Rel(what, c.F32(i), want)
 }
 
-// InBF16 declares a bfloat buffer holding x rounded to bfloat (BF16s): an activation as the
+// InBF16 declares a bfloat buffer holding x rounded to bfloat (quant.F32sToBF16): an activation as the
 // chunk kernels store it.
-func (c *Ctx) InBF16(name string, x []float32) int { return c.In(name, BF16s(x)) }
+func (c *Ctx) InBF16(name string, x []float32) int { return c.In(name, quant.F32sToBF16(x)) }
 
 // OutBF16 declares a bfloat output of n values, pre-filled with 0xFFFF (a NaN bfloat) as Out does.
 func (c *Ctx) OutBF16(name string, n int) int { return c.Out(name, 2*n) }
@@ -285,15 +285,6 @@ func F32s(b []byte) []float32 {
 	out := make([]float32, len(b)/4)
 	for i := range out {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-// BF16s is x rounded to bfloat (to nearest even), as the bits a bfloat buffer holds.
-func BF16s(x []float32) []uint16 {
-	out := make([]uint16, len(x))
-	for i, v := range x {
-		out[i] = quant.F32ToBF16(v)
 	}
 	return out
 }

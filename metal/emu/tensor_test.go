@@ -26,14 +26,6 @@ func eighths(r *rand.Rand, n int) []float32 {
 	return v
 }
 
-func bfloats(x []float32) []uint16 {
-	out := make([]uint16, len(x))
-	for i, v := range x {
-		out[i] = quant.F32ToBF16(v)
-	}
-	return out
-}
-
 // matmulRef is C (m×n) = A (m×k, row-major) · B over the inner indices [k0, k1); b(kk, j) reads B.
 func matmulRef(a []float32, b func(kk, j int) float32, m, n, k, k0, k1 int) []float32 {
 	c := make([]float32, m*n)
@@ -186,7 +178,7 @@ func TestTensorSimdgroup(t *testing.T) {
 	dispatch := func(p *Pipeline, order Order, seed uint64) error {
 		c.Fill(0xFF)
 		return p.Dispatch(Dispatch{Threadgroups: [3]int{2, 2}, Group: [3]int{64}, Order: order, Seed: 1, LayoutSeed: seed,
-			Buffers: map[int]Binding{0: {Buffer: BufferOf(bfloats(a))}, 1: {Buffer: BufferOf(halves(w))}, 2: {Buffer: BufferOf(bias)}, 3: {Buffer: c}}})
+			Buffers: map[int]Binding{0: {Buffer: BufferOf(quant.F32sToBF16(a))}, 1: {Buffer: BufferOf(halves(w))}, 2: {Buffer: BufferOf(bias)}, 3: {Buffer: c}}})
 	}
 	for _, order := range Orders {
 		for _, seed := range layoutSeeds[:2] {

@@ -83,10 +83,4 @@ func MoEDownMMTensorCall[B any](hidden, inter, pairs, blocks, bm int, b MoEDownM
 // BF16Round is x with each element rounded to bfloat (to nearest even), as the tensor-op
 // kernels stage their activations: the tensor forms' Go references are their simdgroup forms'
 // on BF16Round of the activations.
-func BF16Round(x []float32) []float32 {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = quant.BF16ToF32(quant.F32ToBF16(v))
-	}
-	return out
-}
+func BF16Round(x []float32) []float32 { return quant.BF16sToF32(quant.F32sToBF16(x)) }
