@@ -6,11 +6,25 @@ For each shape: random weights -> MLX tensors (4-bit affine, group 64; 8-bit rou
 gate; norms stored as 1+w; conv1d as [C,K,1]) -> the dequantized values are loaded back into
 transformers' Qwen3_5MoeForCausalLM (float32, eager attention, eager experts, pure-torch gated delta
 rule) -> prefill logits at every position, then greedy decode through HF's cached path, recording the
-logits each token was chosen from; and the prefill logits of the same model run in bfloat16 (the
-yardstick for routes that round activations to bfloat16).
+logits each token was chosen from; the prefill logits of the same model run in float64 (the reference
+for routes that round activations to bfloat16) and in bfloat16 (their yardstick).
 
-Usage: python3 gen.py OUTDIR   (needs torch, safetensors, transformers >= 5.2; runs on CPU)
+Routing is made safe for bfloat16. On plain random weights the router's smallest top-k gaps are
+1e-3 and less, so bfloat16's rounding flips experts, which moves the logits by units at those positions and
+hides every other error. Here every token id has one of ROUTE_TYPES types, each with its own hidden
+channel: the embedding holds TYPE_VALUE in its type's channel and 0 in the other type channels, and
+no layer writes those channels (the output projections' rows for them are zero), so the residual
+carries the type unchanged to every layer. Each layer's router gives each type's channel a large
+weight on a random top-k set of experts, scaled (from a first float32 pass) so that it adds about
+ROUTE_LOGIT to their logits for the prompt's weakest token; the rest of the router is random and
+orders the experts within the set. The seed is kept only if transformers' bfloat16 run chooses the
+same experts everywhere and the smallest top-k gap is at least ROUTE_SAFETY times the largest shift
+that run gave a router logit.
+
+Usage: python3 gen.py OUTDIR [SHAPE...]   (needs torch, safetensors, transformers >= 5.2; runs on CPU;
+GEN_THREADS sets torch's threads, a few each when several run at once)
 """
+import contextlib
 import copy
 import json
 import os
@@ -22,6 +36,7 @@ import importlib.util
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 # The reference must be the pure-torch code: the optimized kernels change the order of operations.
 for mod in ("fla", "causal_conv1d", "kernels"):
@@ -32,7 +47,7 @@ import transformers
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
 from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
 
-torch.set_num_threads(max(1, os.cpu_count() or 1))
+torch.set_num_threads(int(os.environ.get("GEN_THREADS", 0)) or max(1, os.cpu_count() or 1))
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
@@ -122,13 +137,77 @@ def quantize(w, bits):
 
 # ---------------------------------------------------------------------------------------------------
 
-MIN_ROUTER_GAP = 2e-4   # router logits
 MIN_GREEDY_GAP = 3e-3   # final logits
+ROUTE_TYPES = 8         # token types, each with its own top-k experts in every layer
+TYPE_VALUE = 4.0        # an embedding's value in its type's channel (the other channels are N(0, 1))
+ROUTE_LOGIT = 16.0      # router logit a type's channel adds to its experts, at the prompt's weakest token
+ROUTE_SAFETY = 6.0      # smallest router top-k gap / largest router logit shift of transformers' bfloat16 run
+
+
+def topk_gap(logits, k):
+    """The smallest gap between the k-th and the (k+1)-th router logit of any token."""
+    top = torch.topk(logits, k + 1, dim=-1).values
+    return float((top[:, k - 1] - top[:, k]).min())
+
+
+def shift(a, b):
+    """The largest change of a router logit between two runs, each row's mean removed (a shift shared
+    by every expert changes no choice)."""
+    d = a - b
+    return float((d - d.mean(dim=-1, keepdim=True)).abs().max())
+
+
+def same_experts(runs, ref, k):
+    """Whether every router call of a run chose the reference's top-k set for every token."""
+    pick = lambda r: torch.topk(r, k, dim=-1).indices.sort(dim=-1).values
+    return len(runs) == len(ref) and all(torch.equal(pick(a), pick(b)) for a, b in zip(runs, ref))
+
+
+def exact_rope(model, text):
+    """The rotary inverse frequencies of a float64 copy, computed in float64 (transformers computes
+    them in float32 at construction)."""
+    rope = text["rope_parameters"]
+    dim = int(text["head_dim"] * rope["partial_rotary_factor"])
+    inv = 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    rot = model.model.rotary_emb
+    rot.inv_freq, rot.original_inv_freq = inv, inv.clone()
+
+
+@contextlib.contextmanager
+def float64_casts(model):
+    """transformers computes norms, rope, the gated delta rule and softmax in float32 whatever the
+    model's dtype (.float(), .to(torch.float32), softmax(dtype=torch.float32)); for the float64
+    reference those casts go to float64. Every module's floating output is checked to be float64."""
+    to, flt, softmax = torch.Tensor.to, torch.Tensor.float, F.softmax
+    wide = lambda d: torch.float64 if d is torch.float32 else d
+
+    def to64(self, *args, **kw):
+        if "dtype" in kw:
+            kw["dtype"] = wide(kw["dtype"])
+        return to(self, *(wide(a) for a in args), **kw)
+
+    def softmax64(x, *args, dtype=None, **kw):
+        return softmax(x, *args, dtype=wide(dtype), **kw)
+
+    def check(mod, inp, out):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64:
+                raise RuntimeError(f"{type(mod).__name__} returned {t.dtype} in the float64 reference")
+
+    hooks = [m.register_forward_hook(check) for m in model.modules()]
+    torch.Tensor.to, torch.Tensor.float, F.softmax = to64, lambda self, *a, **kw: to(self, torch.float64), softmax64
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float, F.softmax = to, flt, softmax
+        for h in hooks:
+            h.remove()
 
 
 def build(name, spec, outdir):
-    """Retries seeds until no routing or greedy decision is a near-tie (those would make the comparison
-    depend on rounding rather than on correctness)."""
+    """Retries seeds until no routing decision is within reach of bfloat16's rounding and no greedy
+    decision is a near-tie (those would make the comparison depend on rounding rather than on
+    correctness)."""
     for attempt in range(40):
         seed = spec["seed"] + attempt
         if build_seed(name, spec, outdir, seed):
@@ -189,8 +268,20 @@ def build_seed(name, spec, outdir, seed):
         hf[hf_name] = torch.from_numpy(stored) - 1.0
 
     V = text["vocab_size"]
-    hf["model.embed_tokens.weight"] = torch.from_numpy(
-        put_q(prefix + "embed_tokens", rng.standard_normal((V, H)).astype(np.float32), 4))
+    E, top_k = text["num_experts"], text["num_experts_per_tok"]
+    # Token types for bfloat16-safe routing (the module's docstring): each type's channel, each token
+    # id's type; outputs() zeroes the type channels' rows of a layer's output projections.
+    channels = rng.choice(H, ROUTE_TYPES, replace=False)
+    token_type = rng.integers(0, ROUTE_TYPES, size=V)
+    embed = rng.standard_normal((V, H))
+    embed[:, channels] = 0
+    embed[np.arange(V), channels[token_type]] = TYPE_VALUE
+    routers = []  # (MLX name, HF name, random part, each type's experts) per layer
+
+    def outputs(w):
+        w[..., channels, :] = 0
+        return w
+    hf["model.embed_tokens.weight"] = torch.from_numpy(put_q(prefix + "embed_tokens", embed.astype(np.float32), 4))
     hf["lm_head.weight"] = torch.from_numpy(put_q(head, lin(V, H, 2.0), 4))
     zc_norm(prefix + "norm.weight", "model.norm.weight", H)
 
@@ -209,7 +300,7 @@ def build_seed(name, spec, outdir, seed):
             hf[hl + "in_proj_z.weight"] = torch.from_numpy(put_q(la + "in_proj_z", lin(nv * dv, H, 2.0), 4))
             hf[hl + "in_proj_b.weight"] = torch.from_numpy(put_q(la + "in_proj_b", lin(nv, H, 2.0), 4))
             hf[hl + "in_proj_a.weight"] = torch.from_numpy(put_q(la + "in_proj_a", lin(nv, H, 2.0), 4))
-            hf[hl + "out_proj.weight"] = torch.from_numpy(put_q(la + "out_proj", lin(H, nv * dv, 1.0), 4))
+            hf[hl + "out_proj.weight"] = torch.from_numpy(put_q(la + "out_proj", outputs(lin(H, nv * dv, 1.0)), 4))
             conv = (rng.standard_normal((conv_dim, 1, K)) * 0.5).astype(np.float32)
             conv_f = put_bf16(la + "conv1d.weight", np.ascontiguousarray(np.moveaxis(conv, 2, 1)))  # [C,K,1]
             hf[hl + "conv1d.weight"] = torch.from_numpy(np.ascontiguousarray(np.moveaxis(conv_f, 1, 2)))
@@ -228,23 +319,34 @@ def build_seed(name, spec, outdir, seed):
             hf[hs + "q_proj.weight"] = torch.from_numpy(put_q(sa + "q_proj", lin(nh * hd * 2, H, 2.0), 4))
             hf[hs + "k_proj.weight"] = torch.from_numpy(put_q(sa + "k_proj", lin(nkv * hd, H, 2.0), 4))
             hf[hs + "v_proj.weight"] = torch.from_numpy(put_q(sa + "v_proj", lin(nkv * hd, H, 2.0), 4))
-            hf[hs + "o_proj.weight"] = torch.from_numpy(put_q(sa + "o_proj", lin(H, nh * hd, 1.0), 4))
+            hf[hs + "o_proj.weight"] = torch.from_numpy(put_q(sa + "o_proj", outputs(lin(H, nh * hd, 1.0)), 4))
             zc_norm(sa + "q_norm.weight", hs + "q_norm.weight", hd)
             zc_norm(sa + "k_norm.weight", hs + "k_norm.weight", hd)
-        E, I, S = text["num_experts"], text["moe_intermediate_size"], text["shared_expert_intermediate_size"]
+        I, S = text["moe_intermediate_size"], text["shared_expert_intermediate_size"]
         m, hm = p + "mlp.", hp + "mlp."
-        # A strong router so that routing decisions matter and top-k boundaries are far from ties.
-        hf[hm + "gate.weight"] = torch.from_numpy(put_q(m + "gate", lin(E, H, 4.0), 8))
+        # A random router plus each type channel's weight on that type's k experts (set_routers):
+        # the top-k set follows the token's type, the order and the weights within it the random part.
+        router = lin(E, H, 1.0)
+        router[:, channels] = 0
+        routers.append((m + "gate", hm + "gate.weight", router, [rng.choice(E, top_k, replace=False) for _ in channels]))
         gate = put_q(m + "switch_mlp.gate_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
         up = put_q(m + "switch_mlp.up_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
-        down = put_q(m + "switch_mlp.down_proj", np.stack([lin(H, I, 1.0) for _ in range(E)]), 4)
+        down = put_q(m + "switch_mlp.down_proj", outputs(np.stack([lin(H, I, 1.0) for _ in range(E)])), 4)
         hf[hm + "experts.gate_up_proj"] = torch.from_numpy(np.concatenate([gate, up], axis=1))
         hf[hm + "experts.down_proj"] = torch.from_numpy(down)
         hf[hm + "shared_expert.gate_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.gate_proj", lin(S, H, 2.0), 4))
         hf[hm + "shared_expert.up_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.up_proj", lin(S, H, 2.0), 4))
-        hf[hm + "shared_expert.down_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.down_proj", lin(H, S, 1.0), 4))
+        hf[hm + "shared_expert.down_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.down_proj", outputs(lin(H, S, 1.0)), 4))
         hf[hm + "shared_expert_gate.weight"] = torch.from_numpy(put_q(m + "shared_expert_gate", lin(1, H, 2.0), 8))
 
+    def set_routers(weights):
+        for (mlx_name, hf_name, random, experts), weight in zip(routers, weights):
+            w = random.copy()
+            for channel, chosen in zip(channels, experts):
+                w[chosen, channel] = weight
+            hf[hf_name] = torch.from_numpy(put_q(mlx_name, w, 8))
+
+    set_routers([ROUTE_LOGIT / TYPE_VALUE] * len(routers))
     sd = model.state_dict()
     missing = sorted(set(sd) - set(hf))
     unexpected = sorted(set(hf) - set(sd))
@@ -259,27 +361,43 @@ def build_seed(name, spec, outdir, seed):
         mlx["vision_tower.patch_embed.proj.weight"] = bf16_round(rng.standard_normal((8, 3, 2, 2)).astype(np.float32))[1]
         dtypes["vision_tower.patch_embed.proj.weight"] = "BF16"
 
-    # ---- reference run: HF prefill (chunked GDN), then HF cached decode (recurrent GDN).
-    router_gaps = []
+    # ---- reference run: HF prefill (chunked GDN), then HF cached decode (recurrent GDN). Each run's
+    # router logits are recorded (recomputed from the router's input with its own weight, in the
+    # run's dtype: the values transformers chose the experts from).
+    routes = {}   # run -> [router logits [tokens, E] as float64, one per router call, in call order]
+    run = [None]  # the run being recorded; "calibrate" records the routers' inputs instead
 
     def router_hook(mod, inp, out):
-        # Softmax is monotonic: the gap between the k-th and (k+1)-th router logit says how safe the
-        # top-k choice is against last-bit differences.
-        top = torch.topk(out[0].float(), mod.top_k + 1, dim=-1).values
-        router_gaps.append(float((top[:, -2] - top[:, -1]).min()))
+        if run[0] is not None:
+            x = inp[0].reshape(-1, mod.weight.shape[1])
+            y = x if run[0] == "calibrate" else F.linear(x, mod.weight)
+            routes.setdefault(run[0], []).append(y.detach().double())
 
     for layer in model.model.layers:
         layer.mlp.gate.register_forward_hook(router_hook)
 
+    # Scale each router's type weights so that they add ROUTE_LOGIT at the prompt's weakest token:
+    # its type channel at the router's input, from a first float32 pass (the rms of the residual,
+    # which divides it, grows from layer to layer).
     T = spec["prompt_len"]
     prompt = rng.integers(0, V, size=T).tolist()
+    types = channels[token_type[prompt]]
     with torch.no_grad():
+        run[0] = "calibrate"
+        model(input_ids=torch.tensor([prompt]))
+        weakest = [float(x[torch.arange(T), torch.as_tensor(types)].min()) for x in routes.pop("calibrate")]
+    set_routers([ROUTE_LOGIT / x for x in weakest])
+    model.load_state_dict({k: v.float() for k, v in hf.items()}, strict=True)
+
+    with torch.no_grad():
+        run[0] = "f32"
         out = model(input_ids=torch.tensor([prompt]), use_cache=True, output_hidden_states=True)
         prefill_logits = out.logits[0].float().numpy()
         hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
         pkv = out.past_key_values
         ids = [int(np.argmax(prefill_logits[-1]))]
         decode_logits = []
+        run[0] = "f32-decode"
         for _ in range(spec["decode_steps"]):
             o = model(input_ids=torch.tensor([[ids[-1]]]), past_key_values=pkv, use_cache=True)
             pkv = o.past_key_values
@@ -292,23 +410,41 @@ def build_seed(name, spec, outdir, seed):
         s = np.sort(rows, axis=-1)
         return float((s[:, -1] - s[:, -2]).min())
 
-    # ---- HF's own bfloat16 inference of the same model and prompt (weights and activations in
-    # bfloat16): how far bfloat16 moves the logits from the float32 reference, the yardstick for
-    # Lily's routes that round activations to bfloat16 (the tensor-op prefill).
-    router_gap = min(router_gaps)  # the float32 run's: the copy below carries the router hooks too
+    # ---- the same model and prompt in float64 (the reference of the bfloat16 routes), and in
+    # bfloat16, weights and activations (how far bfloat16 alone moves the logits: their yardstick).
     model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
     with torch.no_grad():
+        run[0] = "bf16"
         prefill_bf16 = model_bf16(input_ids=torch.tensor([prompt])).logits[0].float().numpy()
     del model_bf16
+    if not same_experts(routes["bf16"], routes["f32"], top_k):  # no float64 run needed to reject the seed
+        print(name, "seed", seed, "bfloat16 changes the routing; router top-k gaps by layer:",
+              [round(topk_gap(r, top_k), 3) for r in routes["f32"]], flush=True)
+        return False
+    model_f64 = copy.deepcopy(model).double()
+    exact_rope(model_f64, text)
+    with torch.no_grad(), float64_casts(model_f64):
+        run[0] = "f64"
+        prefill_f64 = model_f64(input_ids=torch.tensor([prompt])).logits[0].numpy()
+    del model_f64
+    run[0] = None
 
     greedy_rows = np.concatenate([prefill_logits[-1:], decode_logits])
     stats = dict(
-        min_router_topk_gap=router_gap, min_greedy_top2_gap=top2_gap(greedy_rows),
+        min_router_topk_gap=min(topk_gap(r, top_k) for r in routes["f64"] + routes["f32-decode"]),
+        router_topk_gap_by_layer=[round(topk_gap(r, top_k), 3) for r in routes["f64"]],
+        max_router_bf16_shift=max(shift(a, b) for a, b in zip(routes["bf16"], routes["f64"])),
+        routing_agrees={r: same_experts(routes[r], routes["f64"], top_k) for r in ("f32", "bf16")},
+        min_greedy_top2_gap=top2_gap(greedy_rows),
         logit_std=float(prefill_logits.std()), distinct_greedy_ids=len(set(ids)),
-        bf16_prefill_max_abs_diff=float(np.abs(prefill_bf16 - prefill_logits).max()),
+        f32_prefill_max_abs_diff=float(np.abs(prefill_logits - prefill_f64).max()),
+        bf16_prefill_max_abs_diff=float(np.abs(prefill_bf16 - prefill_f64).max()),
+        bf16_prefill_mean_abs_diff=float(np.abs(prefill_bf16 - prefill_f64).max(axis=-1).mean()),
     )
     print(name, "seed", seed, json.dumps(stats), flush=True)
-    if stats["min_router_topk_gap"] < MIN_ROUTER_GAP or stats["min_greedy_top2_gap"] < MIN_GREEDY_GAP:
+    safe = (all(stats["routing_agrees"].values())
+            and stats["min_router_topk_gap"] >= ROUTE_SAFETY * stats["max_router_bf16_shift"])
+    if not safe or stats["min_greedy_top2_gap"] < MIN_GREEDY_GAP:
         return False
 
     # ---- write the checkpoint (MLX layout) and the goldens.
@@ -344,14 +480,16 @@ def build_seed(name, spec, outdir, seed):
 
     prefill_logits.astype("<f4").tofile(os.path.join(d, "prefill_logits.f32"))
     prefill_bf16.astype("<f4").tofile(os.path.join(d, "prefill_logits_bf16.f32"))
+    prefill_f64.astype("<f8").tofile(os.path.join(d, "prefill_logits_f64.f64"))
     decode_logits.astype("<f4").tofile(os.path.join(d, "decode_logits.f32"))
     hidden.astype("<f4").tofile(os.path.join(d, "prefill_hidden.f32"))
     golden = dict(
         prompt_ids=prompt, greedy_ids=ids, vocab_size=V, prompt_len=T, decode_steps=spec["decode_steps"],
         hidden_size=H, hidden_states=list(hidden.shape), stats=stats,
-        seed=seed,
+        seed=seed, route_types=ROUTE_TYPES, type_value=TYPE_VALUE, route_logit=ROUTE_LOGIT, route_safety=ROUTE_SAFETY,
         generator=dict(torch=torch.__version__, transformers=transformers.__version__, device="cpu", dtype="float32",
-                       attn_implementation="eager", experts_implementation="eager", gdn="torch chunked prefill, torch recurrent decode"),
+                       attn_implementation="eager", experts_implementation="eager", gdn="torch chunked prefill, torch recurrent decode",
+                       references="float32 (prefill, decode), float64 (prefill: transformers' float32 casts widened), bfloat16 (prefill)"),
     )
     with open(os.path.join(d, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1)
