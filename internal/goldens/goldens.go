@@ -164,26 +164,23 @@ func (g *Golden) DecodeRow(s int) []float32 { return g.Decode[s*g.VocabSize : (s
 
 // ReadF32 reads a file of little-endian float32 values.
 func ReadF32(path string) ([]float32, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out, nil
+	return readFloats(path, 4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) })
 }
 
 // ReadF64 reads a file of little-endian float64 values.
 func ReadF64(path string) ([]float64, error) {
+	return readFloats(path, 8, func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) })
+}
+
+// readFloats decodes path as values of size bytes each.
+func readFloats[T any](path string, size int, decode func([]byte) T) ([]T, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float64, len(raw)/8)
+	out := make([]T, len(raw)/size)
 	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+		out[i] = decode(raw[size*i:])
 	}
 	return out, nil
 }
