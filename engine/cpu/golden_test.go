@@ -16,7 +16,7 @@ func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32
 
 var (
 	readF32    = goldens.MustReadF32
-	maxAbsDiff = goldens.MaxAbsDiff
+	maxAbsDiff = goldens.MaxAbsDiff[float32]
 )
 
 // tolerance is the acceptance bound of |logit − HF| at every position and step.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -31,13 +32,7 @@ type Golden struct {
 
 // BF16Deviation is max |PrefillBF16 − PrefillF64| over every prompt position: transformers' own
 // bfloat16 error on this checkpoint.
-func (g *Golden) BF16Deviation() float64 {
-	var worst float64
-	for p := range g.PromptIDs {
-		worst = max(worst, g.bf16Row(p))
-	}
-	return worst
-}
+func (g *Golden) BF16Deviation() float64 { return slices.Max(g.bf16Errors()) }
 
 // The bfloat16 yardstick: a batched prefill stores its activations as bfloat (metal/decode), so
 // its prompt logits sit at bfloat16's distance from the exact ones. It is held to transformers'
@@ -81,11 +76,12 @@ func (g *Golden) BF16Check(rows []float32) (mean, worst float64, errs []error) {
 	}
 	V := g.VocabSize
 	n := len(rows) / V
-	hfWorst := g.BF16Deviation()
+	hf := g.bf16Errors()
+	hfWorst := slices.Max(hf)
 	var hfMean float64
 	for p := range n {
-		d := g.F64Diff(p, rows[p*V:(p+1)*V])
-		mean, worst, hfMean = mean+d, max(worst, d), hfMean+g.bf16Row(p)
+		d := MaxAbsDiff(rows[p*V:(p+1)*V], g.f64Row(p))
+		mean, worst, hfMean = mean+d, max(worst, d), hfMean+hf[p]
 		if !(d <= BF16MaxFactor*hfWorst) {
 			errs = append(errs, fmt.Errorf("prompt position %d: max |logit − float64| = %.3g > %g × transformers' bfloat16 worst %.3g", p, d, float64(BF16MaxFactor), hfWorst))
 		}
@@ -101,31 +97,24 @@ func (g *Golden) BF16Check(rows []float32) (mean, worst float64, errs []error) {
 // float64 logit|.
 func (g *Golden) BF16Mean() float64 {
 	var m float64
-	for p := range g.PromptIDs {
-		m += g.bf16Row(p)
+	for _, d := range g.bf16Errors() {
+		m += d
 	}
 	return m / float64(len(g.PromptIDs))
 }
 
-// bf16Row is transformers' bfloat16 error at prompt position p: max |logit − float64 logit|.
-func (g *Golden) bf16Row(p int) float64 {
+// bf16Errors is transformers' bfloat16 error at each prompt position: max |logit − float64 logit|.
+func (g *Golden) bf16Errors() []float64 {
 	V := g.VocabSize
-	return g.F64Diff(p, g.PrefillBF16[p*V:(p+1)*V])
+	errs := make([]float64, len(g.PromptIDs))
+	for p := range errs {
+		errs[p] = MaxAbsDiff(g.PrefillBF16[p*V:(p+1)*V], g.f64Row(p))
+	}
+	return errs
 }
 
-// F64Diff is max |row[i] − float64 logit i| at prompt position p (infinite if any is NaN).
-func (g *Golden) F64Diff(p int, row []float32) float64 {
-	ref := g.PrefillF64[p*g.VocabSize : (p+1)*g.VocabSize]
-	var worst float64
-	for i, v := range row {
-		d := math.Abs(float64(v) - ref[i])
-		if math.IsNaN(d) {
-			return math.Inf(1)
-		}
-		worst = max(worst, d)
-	}
-	return worst
-}
+// f64Row is the float64 run's logits row of prompt position p.
+func (g *Golden) f64Row(p int) []float64 { return g.PrefillF64[p*g.VocabSize : (p+1)*g.VocabSize] }
 
 // Load reads dir's golden.json and logits files.
 func Load(dir string) (*Golden, error) {
@@ -186,7 +175,7 @@ func readFloats[T any](path string, size int, decode func([]byte) T) ([]T, error
 }
 
 // MaxAbsDiff is max |a[i] − b[i]| (infinite if any difference is NaN).
-func MaxAbsDiff(a, b []float32) float64 {
+func MaxAbsDiff[T float32 | float64](a []float32, b []T) float64 {
 	var worst float64
 	for i := range a {
 		d := math.Abs(float64(a[i]) - float64(b[i]))

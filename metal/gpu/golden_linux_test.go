@@ -35,7 +35,7 @@ func goldenWeights(t *testing.T, dir string) (*goldens.Golden, *model.Weights) {
 
 var (
 	readF32    = goldens.MustReadF32
-	maxAbsDiff = goldens.MaxAbsDiff
+	maxAbsDiff = goldens.MaxAbsDiff[float32]
 )
 
 // tolerance bounds max |logit − HF| at every position. The CPU reference (float32 everywhere)
