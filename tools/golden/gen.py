@@ -10,8 +10,8 @@ logits each token was chosen from; the prefill logits of the same model run in f
 for routes that round activations to bfloat16) and in bfloat16 (their yardstick).
 
 Routing is made safe for bfloat16. On plain random weights the router's smallest top-k gaps are
-1e-3 and less, so bfloat16's rounding flips experts, which moves the logits by units at those positions and
-hides every other error. Here every token id has one of ROUTE_TYPES types, each with its own hidden
+1e-3 and less, so bfloat16's rounding flips experts, which moves the logits by units at those
+positions and hides every other error. Here every token id has one of ROUTE_TYPES types, each with its own hidden
 channel: the embedding holds TYPE_VALUE in its type's channel and 0 in the other type channels, and
 no layer writes those channels (the output projections' rows for them are zero), so the residual
 carries the type unchanged to every layer. Each layer's router gives each type's channel a large
