@@ -23,6 +23,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/grammar"
+	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/runner"
 )
 
@@ -212,18 +213,18 @@ func (s *Server) batched() (steps, rows int64) {
 	return 0, 0
 }
 
-func (s *Server) cacheStats() runner.Stats {
+func (s *Server) cacheStats() prefixcache.Stats {
 	if m := s.model.Load(); m != nil && m.Runner != nil {
 		return m.Runner.Cache().Stats()
 	}
-	return runner.Stats{}
+	return prefixcache.Stats{}
 }
 
-func (s *Server) diskStats() runner.DiskStats {
+func (s *Server) diskStats() prefixcache.DiskStats {
 	if m := s.model.Load(); m != nil && m.Runner != nil && m.Runner.Disk() != nil {
 		return m.Runner.Disk().Stats()
 	}
-	return runner.DiskStats{}
+	return prefixcache.DiskStats{}
 }
 
 // ready returns the served model, held until the request ends (loaded again first if it was

@@ -200,16 +200,17 @@ func profileModel(ctx context.Context, o benchOptions, steps int, chip plan.Chip
 	// the timed ones.
 	seed := uint64(1)
 	params := sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.8, Seed: &seed}
+	generate := func(n int) error { // n steps: the greedy token Forward left, then n−1 more
+		_, err := g.ContinueRows(ctx, []backend.GenRow{{Session: s, Params: params, Prompt: prompt[:s.Pos()], Generated: []int{s.NextToken()}, Max: n - 1}})
+		return err
+	}
 	if warm > 0 {
-		if _, err := s.Continue(ctx, params, prompt[:s.Pos()], []int{s.NextToken()}, warm-1, nil, nil); err != nil {
+		if err := generate(warm); err != nil {
 			return nil, err
 		}
 	}
 	var out profileOutput
-	out.Profile, err = profileRun(g, s.Pos(), decode.ModeSample, func() error {
-		_, err := s.Continue(ctx, params, prompt[:s.Pos()], []int{s.NextToken()}, steps-1, nil, nil)
-		return err
-	}, s, chip)
+	out.Profile, err = profileRun(g, s.Pos(), decode.ModeSample, func() error { return generate(steps) }, s, chip)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
 	"github.com/lilyformac/lily/internal/wiredlimit"
@@ -530,7 +531,7 @@ func parameterCount(cfg *config.Config) string {
 
 // openDiskCache opens the prefix cache's disk tier for the checkpoint in dir on b (nil when
 // disabled): under the user cache directory, its files named by the checkpoint's identity.
-func openDiskCache(o serveOptions, dir string, b backend.Backend) (*runner.Disk, error) {
+func openDiskCache(o serveOptions, dir string, b backend.Backend) (*prefixcache.Disk, error) {
 	if o.diskCacheGB == 0 || o.cacheMB == 0 {
 		return nil, nil
 	}
@@ -542,7 +543,7 @@ func openDiskCache(o serveOptions, dir string, b backend.Backend) (*runner.Disk,
 		return nil, err
 	}
 	sum := sha256.Sum256(cfg)
-	id := runner.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: fmt.Sprintf("%s kv%d", b.Name(), cmp.Or(o.kvBits, 16))}
+	id := prefixcache.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: fmt.Sprintf("%s kv%d", b.Name(), cmp.Or(o.kvBits, 16))}
 	if m, err := hub.ReadMarker(dir); err == nil {
 		id.Model = m.Repo + "@" + m.Revision
 	}
@@ -550,7 +551,7 @@ func openDiskCache(o serveOptions, dir string, b backend.Backend) (*runner.Disk,
 	if err != nil {
 		root = os.TempDir()
 	}
-	return runner.OpenDisk(filepath.Join(root, "lily", "prefix-cache"), int64(o.diskCacheGB*(1<<30)), id)
+	return prefixcache.OpenDisk(filepath.Join(root, "lily", "prefix-cache"), int64(o.diskCacheGB*(1<<30)), id)
 }
 
 // demoDir builds (once) the demo checkpoint in the user cache directory.

@@ -58,40 +58,33 @@ type Persistent interface {
 	DecodeSnapshot(data []byte, pos int) (Snapshot, error)
 }
 
-// Generator is a Session that can run the rest of a generation on its device: the tokens and the
-// position stay there, two steps are in flight, and the host reads a few bytes per token instead
-// of a logits row.
+// Generator is a Backend that can run generations on its device: the tokens and the positions
+// stay there, two steps are in flight, and the host reads a few bytes per token instead of a
+// logits row. One row runs on its session alone; several run together, one multi-row step a token.
 type Generator interface {
-	// Continue goes on from generated, the tokens chosen so far by sample.New(p, prompt) (steps
-	// 0 … len−1; the session has consumed all but the last, which the host chose from its last
-	// logits row), choosing up to max more with p's procedure (p.Seed set; step k draws from
-	// (seed, k), so a generation paused and continued chooses what it would have in one go)
-	// and calling onToken for each (with its logprob and p.TopLogprobs alternatives when p asks
-	// for logprobs): stop=true or an error ends it. Every token passed on, and the last of
-	// generated, is consumed (Pos grows by their number). It returns the logits row after the
-	// last one. ErrNotOnDevice: p needs something the device cannot do; nothing was consumed.
-	Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(c sample.Choice) (stop bool, err error)) (logits []float32, err error)
-}
-
-// RowsGenerator is a Stepper that can run several sequences' generations together on its device,
-// as Generator does one's: one multi-row step a token, the tokens on the device.
-type RowsGenerator interface {
-	// ContinueRows goes on with every row as Continue would with it alone (the same tokens:
-	// each row's choices do not depend on the others), until any row's OnToken stops or fails,
-	// a row's stop id or limit comes, or ctx is done; every token passed on is consumed. It
-	// returns each row's logits after its last token. ErrNotOnDevice: some row cannot run there
-	// (nothing consumed).
+	// ContinueRows goes on with each row's generation from its Generated tokens, the tokens chosen
+	// so far by sample.New(Params, Prompt) (steps 0 … len−1; the session has consumed all but the
+	// last, which the host chose from its last logits row), choosing up to Max more with Params'
+	// procedure (Params.Seed set; step k draws from (seed, k), so a generation paused and continued
+	// chooses what it would have in one go, and a row's choices do not depend on the other rows)
+	// and passing each to the row's OnToken (with its logprob and Params.TopLogprobs alternatives
+	// when Params asks for logprobs). It ends when any row's OnToken stops or fails, a row's Max
+	// or the end of its context comes, or ctx is done. Every token passed on, and the last of
+	// Generated, is consumed (Pos grows by their number); it returns each row's logits after its
+	// last token. ErrNotOnDevice: some row cannot run there (its settings, or rows that cannot
+	// step together); nothing was consumed.
 	ContinueRows(ctx context.Context, rows []GenRow) ([][]float32, error)
 }
 
-// GenRow is one sequence of ContinueRows: Continue's arguments.
+// GenRow is one sequence of ContinueRows.
 type GenRow struct {
 	Session           Session
 	Params            sample.Params
 	Prompt, Generated []int
 	Max               int
-	StopIDs           []int
-	OnToken           func(c sample.Choice) (stop bool, err error)
+	// OnToken sees each token chosen (nil: none does); stop=true or an error ends the run. Stop
+	// ids are the caller's to check here.
+	OnToken func(c sample.Choice) (stop bool, err error)
 }
 
 // Admitter is a Backend whose sessions share a fixed memory pool (a GPU's KV pages): Fits says
@@ -140,7 +133,7 @@ func Step(b Backend, rows []Row) []RowResult {
 	return out
 }
 
-// ErrNotOnDevice is Continue's answer for sampling settings the device does not run (candidates
-// beyond what its sampler sorts, or more logprob alternatives than it reports); the host then
-// samples from Forward's logits.
+// ErrNotOnDevice is ContinueRows' answer for rows the device does not run (sampling candidates
+// beyond what its sampler sorts, more logprob alternatives than it reports, sessions that cannot
+// share a step); the host then samples from the logits of Forward or a Stepper's step.
 var ErrNotOnDevice = errors.New("backend: these sampling settings run on the host")

@@ -72,15 +72,15 @@ func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
 	c := m.cfg
 	T, H := len(tokens), c.HiddenSize
 	if T == 0 {
-		return nil, fmt.Errorf("forward: no tokens")
+		return nil, fmt.Errorf("cpu: no tokens")
 	}
 	for _, id := range tokens {
 		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("forward: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
+			return nil, fmt.Errorf("cpu: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
 		}
 	}
 	if c.MaxPositions > 0 && s.Pos+T > c.MaxPositions {
-		return nil, fmt.Errorf("forward: %d positions exceed the model's context of %d", s.Pos+T, c.MaxPositions)
+		return nil, fmt.Errorf("cpu: %d positions exceed the model's context of %d", s.Pos+T, c.MaxPositions)
 	}
 	x := rows(T, H)
 	for t, id := range tokens {

@@ -4,17 +4,20 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/sample"
 )
 
-var testIdentity = Identity{Model: "org/tiny-a@v1", Config: "c0ffee", Backend: "cpu"}
+// The disk tier's file names: a snapshot's suffix, a half-written file's prefix.
+const snapSuffix, tmpPrefix = ".snap", ".tmp-"
 
-func openDisk(t *testing.T, dir string, budget int64, id Identity) *Disk {
+var testIdentity = prefixcache.Identity{Model: "org/tiny-a@v1", Config: "c0ffee", Backend: "cpu"}
+
+func openDisk(t *testing.T, dir string, budget int64, id prefixcache.Identity) *prefixcache.Disk {
 	t.Helper()
-	d, err := OpenDisk(dir, budget, id)
+	d, err := prefixcache.OpenDisk(dir, budget, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +106,7 @@ func TestDiskRefusesBadFiles(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "notes.txt")); err != nil {
 		t.Fatal("a file Lily did not write was deleted")
 	}
-	foreign := openDisk(t, dir, 1<<30, Identity{Model: testIdentity.Model, Config: testIdentity.Config, Backend: "emu"})
+	foreign := openDisk(t, dir, 1<<30, prefixcache.Identity{Model: testIdentity.Model, Config: testIdentity.Config, Backend: "emu"})
 	if st := foreign.Stats(); st.Files != 0 || len(snapFiles(t, dir)) != 0 {
 		t.Fatalf("a file of another backend survived: %+v", st)
 	}
@@ -118,7 +121,8 @@ func TestDiskBudget(t *testing.T) {
 	collect(t, r, Request{Prompt: prompt(20, 0), MaxTokens: 1, Checkpoints: []int{19}})
 	probe.Flush()
 	one := probe.Stats().Bytes
-	d := openDisk(t, t.TempDir(), 2*one+one/2, testIdentity)
+	small := t.TempDir()
+	d := openDisk(t, small, 2*one+one/2, testIdentity)
 	r = New(m, Options{Disk: d, CheckpointEvery: -1})
 	for salt := range 4 {
 		collect(t, r, Request{Prompt: prompt(20, salt), MaxTokens: 1, Checkpoints: []int{19}})
@@ -128,10 +132,10 @@ func TestDiskBudget(t *testing.T) {
 	if st.Files != 2 || st.Bytes > st.Budget {
 		t.Fatalf("%+v: want the 2 newest files within the budget", st)
 	}
-	if d.longest(prompt(20, 3)) == nil || d.longest(prompt(20, 0)) != nil {
+	if d.Longest(prompt(20, 3)) == nil || d.Longest(prompt(20, 0)) != nil {
 		t.Fatal("kept the wrong files")
 	}
-	if !strings.HasSuffix(fileName([]int{1}), snapSuffix) {
-		t.Fatal("file name")
+	if n := len(snapFiles(t, small)); n != 2 {
+		t.Fatalf("%d snapshot files, want 2", n)
 	}
 }

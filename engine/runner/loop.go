@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/sample"
 )
 
@@ -16,8 +17,9 @@ import (
 // and runs one step: a row per decoding sequence plus a slice of the oldest unfinished prefill,
 // so a stream waits at most one slice. A slice has the same size whether or not others run (a
 // prefill's rounding may depend on where its slices end, and a request's tokens must not depend
-// on what else runs). Sequences that all decode, and whose sessions can generate on their device
-// (alone, or together in one multi-row step), do so until something arrives or one ends.
+// on what else runs). When every running sequence decodes and the backend can generate on its
+// device (backend.Generator: one alone, or several in one multi-row step), they do so there until
+// something arrives or one ends.
 func (r *Runner) loop() {
 	var run []*seq
 	for {
@@ -28,10 +30,8 @@ func (r *Runner) loop() {
 		run = r.reap(run)
 		decoding := r.choose(run)
 		run = slices.DeleteFunc(run, (*seq).over)
-		switch g, rows := r.b.(backend.RowsGenerator); {
-		case len(run) == 1 && len(decoding) == 1 && r.burstable(decoding[0]):
-			r.burst(decoding[0])
-		case rows && len(decoding) > 1 && len(decoding) == len(run) && all(decoding, r.burstable) && r.burstRows(g, decoding):
+		switch g, ok := r.b.(backend.Generator); {
+		case ok && len(decoding) > 0 && len(decoding) == len(run) && all(decoding, r.burstable) && r.burst(g, decoding):
 		default:
 			r.step(decoding, r.prefillNext(run))
 		}
@@ -99,21 +99,21 @@ func (r *Runner) start(s *seq) error {
 		s.marks = r.marks(s.req, 0)
 		return nil
 	}
-	sess, err := hit.snap.Restore()
+	sess, err := hit.Snap.Restore()
 	if fromDisk { // memory keeps it for the next turn
-		if r.cache.Wants(hit.tokens) {
-			r.cache.Store(hit.tokens, hit.snap, hit.logits)
+		if r.cache.Wants(hit.Tokens) {
+			r.cache.Store(hit.Tokens, hit.Snap, hit.Logits)
 		} else {
-			hit.snap.Close()
+			hit.Snap.Close()
 		}
 	}
 	if err != nil {
 		return err
 	}
-	s.sess, s.done, s.res.CachedTokens = sess, len(hit.tokens), len(hit.tokens)
+	s.sess, s.done, s.res.CachedTokens = sess, len(hit.Tokens), len(hit.Tokens)
 	s.marks = r.marks(s.req, s.done)
 	if s.done == len(s.req.Prompt) {
-		s.logits = hit.logits
+		s.logits = hit.Logits
 		s.res.Prefill = time.Since(s.started)
 	}
 	return nil
@@ -149,19 +149,25 @@ func (r *Runner) choose(run []*seq) []*seq {
 			r.end(s, err)
 			continue
 		}
-		last := s.res.Tokens[len(s.res.Tokens)-1]
-		switch {
-		case slices.Contains(s.req.StopIDs, last):
-			s.res.FinishReason = "stop"
+		if s.res.FinishReason = finish(s.req, s.res.Tokens); s.res.FinishReason != "" {
 			r.end(s, nil)
-		case len(s.res.Tokens) == s.req.MaxTokens:
-			s.res.FinishReason = "length"
-			r.end(s, nil)
-		default:
-			decoding = append(decoding, s)
+			continue
 		}
+		decoding = append(decoding, s)
 	}
 	return decoding
+}
+
+// finish is the stop policy: why a request whose generated tokens are toks ends now ("stop": its
+// last is a stop id; "length": it has its MaxTokens), or "" when it goes on.
+func finish(req Request, toks []int) string {
+	switch {
+	case slices.Contains(req.StopIDs, toks[len(toks)-1]):
+		return "stop"
+	case len(toks) == req.MaxTokens:
+		return "length"
+	}
+	return ""
 }
 
 // pickAll picks every sequence's next token (pick), each on its own goroutine when there are
@@ -287,65 +293,29 @@ func (r *Runner) prefilled(pf *prefill, res backend.RowResult) {
 	}
 }
 
-// burstable reports whether s, running alone, can go on on its device (backend.Generator): the
-// device samples, so nothing may need each logits row on the host. The device chooses exactly the
-// host's tokens, but its logprobs may differ in the last bits, so with others possibly running
-// beside it (Parallel > 1) a request that asks for logprobs stays on the host, alone or not.
+// burstable reports whether s can go on on the device: the device samples, so nothing may need
+// each logits row on the host. The device chooses exactly the host's tokens, but its logprobs may
+// differ in the last bits, so with others possibly running beside it (Parallel > 1) a request that
+// asks for logprobs stays on the host, alone or not.
 func (r *Runner) burstable(s *seq) bool {
-	_, ok := s.sess.(backend.Generator)
 	logprobs := s.params.Logprobs || s.params.TopLogprobs > 0
-	return ok && !s.onHost && s.req.Steer == nil && s.req.OnLogits == nil && r.waiting.Load() == 0 && (r.parallel == 1 || !logprobs)
+	return !s.onHost && s.req.Steer == nil && s.req.OnLogits == nil && r.waiting.Load() == 0 && (r.parallel == 1 || !logprobs)
 }
 
-// burst lets s's device generate, a token at a time through the same stop and limit rules,
-// until the sequence ends or another request arrives (it then goes on in the loop's steps,
-// where its device draws the same numbers the host would: see backend.Generator).
-func (r *Runner) burst(s *seq) {
-	g := s.sess.(backend.Generator)
-	last, err := g.Continue(s.ctx, s.params, s.req.Prompt, s.res.Tokens, s.req.MaxTokens-len(s.res.Tokens), s.req.StopIDs, r.onDevice(s))
-	switch {
-	case errors.Is(err, backend.ErrNotOnDevice): // nothing consumed: the next step runs it on the host
-		s.onHost = true
-		r.step([]*seq{s}, nil)
-	case err != nil:
-		r.end(s, err)
-	default:
-		s.logits, s.consumed = last, len(s.res.Tokens)
-		if s.res.FinishReason != "" {
-			r.end(s, nil)
-		}
-	}
-}
-
-// onDevice is what a device generation calls with each token it chose for s: the token is posted
-// under the engine loop's stop and limit rules, and the generation stops when s ends, its caller
-// stops it or goes away, or another request arrives.
-func (r *Runner) onDevice(s *seq) func(c sample.Choice) (bool, error) {
-	return func(c sample.Choice) (bool, error) {
-		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
-		s.res.Tokens = append(s.res.Tokens, c.ID)
-		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
-		switch {
-		case slices.Contains(s.req.StopIDs, c.ID):
-			s.res.FinishReason = "stop"
-		case len(s.res.Tokens) == s.req.MaxTokens:
-			s.res.FinishReason = "length"
-		}
-		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0, nil
-	}
-}
-
-// burstRows lets the decoding sequences' device generate together (backend.RowsGenerator), as
-// burst does one, until one ends or another request arrives; false when the device cannot run
-// them (nothing consumed: the loop steps them instead).
-func (r *Runner) burstRows(g backend.RowsGenerator, ss []*seq) bool {
+// burst lets the device generate for ss (every running sequence), a token at a time through the
+// loop's stop and limit rules (onDevice), until one ends or another request arrives; they then go
+// on in the loop's steps, where the device draws the same numbers the host would (see
+// backend.Generator). False when the device cannot run them: nothing was consumed, the loop steps
+// them instead (a sequence alone stays on the host from then on: its settings need it).
+func (r *Runner) burst(g backend.Generator, ss []*seq) bool {
 	rows := make([]backend.GenRow, len(ss))
 	for i, s := range ss {
 		rows[i] = backend.GenRow{Session: s.sess, Params: s.params, Prompt: s.req.Prompt, Generated: s.res.Tokens,
-			Max: s.req.MaxTokens - len(s.res.Tokens), StopIDs: s.req.StopIDs, OnToken: r.onDevice(s)}
+			Max: s.req.MaxTokens - len(s.res.Tokens), OnToken: r.onDevice(s)}
 	}
-	last, err := g.ContinueRows(context.Background(), rows) // each row's context: onDevice
+	last, err := g.ContinueRows(context.Background(), rows) // each sequence's context: onDevice
 	if errors.Is(err, backend.ErrNotOnDevice) {
+		ss[0].onHost = len(ss) == 1
 		return false
 	}
 	for i, s := range ss {
@@ -360,6 +330,19 @@ func (r *Runner) burstRows(g backend.RowsGenerator, ss []*seq) bool {
 		}
 	}
 	return true
+}
+
+// onDevice is what a device generation calls with each token it chose for s: the token is posted
+// under the engine loop's stop and limit rules, and the generation stops when s ends, its caller
+// stops it or goes away, or another request arrives.
+func (r *Runner) onDevice(s *seq) func(c sample.Choice) (bool, error) {
+	return func(c sample.Choice) (bool, error) {
+		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
+		s.res.Tokens = append(s.res.Tokens, c.ID)
+		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
+		s.res.FinishReason = finish(s.req, s.res.Tokens)
+		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0, nil
+	}
 }
 
 // all reports whether f holds for every one of ss.
@@ -404,7 +387,7 @@ func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []
 	if req.NoCache {
 		return
 	}
-	toDisk := persist && r.disk != nil && r.disk.wants(tokens)
+	toDisk := persist && r.disk != nil && r.disk.Wants(tokens)
 	if !r.cache.Wants(tokens) && !toDisk {
 		return
 	}
@@ -414,7 +397,7 @@ func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []
 	}
 	if toDisk {
 		if data, err := r.codec.EncodeSnapshot(snap); err == nil {
-			r.disk.put(tokens, data, logits)
+			r.disk.Put(tokens, data, logits)
 		}
 	}
 	if r.cache.Wants(tokens) {
@@ -444,7 +427,7 @@ func (r *Runner) marks(req Request, cached int) []int {
 
 // lookup finds the longest cached prefix of the prompt: in memory, or on disk when the disk
 // holds a longer one (fromDisk: the entry is loaded, not yet in memory).
-func (r *Runner) lookup(req Request) (hit *entry, fromDisk bool) {
+func (r *Runner) lookup(req Request) (hit *prefixcache.Entry, fromDisk bool) {
 	if req.NoCache {
 		return nil, false
 	}
@@ -452,13 +435,13 @@ func (r *Runner) lookup(req Request) (hit *entry, fromDisk bool) {
 	if r.disk == nil {
 		return hit, false
 	}
-	de := r.disk.longest(req.Prompt)
-	if de == nil || hit != nil && len(de.tokens) <= len(hit.tokens) {
+	de := r.disk.Longest(req.Prompt)
+	if de == nil || hit != nil && len(de.Tokens) <= len(hit.Tokens) {
 		return hit, false
 	}
-	snap, logits, err := r.disk.load(de, r.codec)
+	snap, logits, err := r.disk.Load(de, r.codec)
 	if err != nil {
 		return hit, false // the file is gone; memory's hit, if any, still serves
 	}
-	return &entry{tokens: de.tokens, snap: snap, logits: logits}, true
+	return &prefixcache.Entry{Tokens: de.Tokens, Snap: snap, Logits: logits}, true
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/sample"
 )
 
@@ -69,12 +70,12 @@ type Result struct {
 // run at once; later requests wait in arrival order.
 type Runner struct {
 	b         backend.Backend
-	cache     *Cache
+	cache     *prefixcache.Cache
 	slice     int // prompt tokens per step
 	every     int // checkpoint spacing inside long prefills (0: none)
 	parallel  int
 	hold      func(string) func()
-	disk      *Disk
+	disk      *prefixcache.Disk
 	codec     backend.Persistent // the backend, when it can write snapshots to disk
 	ctxLength int
 	release   func() // the hold's, while sequences run (the loop's)
@@ -102,7 +103,7 @@ type Options struct {
 	CheckpointEvery int
 	// Disk, when set, is the prefix cache's tier on disk (see Disk); it is used only with a
 	// backend that implements backend.Persistent.
-	Disk *Disk
+	Disk *prefixcache.Disk
 	// Hold, when set, is called when the loop starts running sequences; the function it returns
 	// when none is left. lily passes mtl.BeginActivity: macOS keeps GPU clocks up and the Mac
 	// awake only while something generates.
@@ -136,7 +137,7 @@ func New(b backend.Backend, o Options) *Runner {
 	case o.CheckpointEvery < 0:
 		o.CheckpointEvery = 0
 	}
-	r := &Runner{b: b, cache: NewCache(o.CacheBytes), slice: o.PrefillSlice, every: o.CheckpointEvery, parallel: max(o.Parallel, 1), ctxLength: o.Context, hold: o.Hold}
+	r := &Runner{b: b, cache: prefixcache.NewCache(o.CacheBytes), slice: o.PrefillSlice, every: o.CheckpointEvery, parallel: max(o.Parallel, 1), ctxLength: o.Context, hold: o.Hold}
 	if codec, ok := b.(backend.Persistent); ok && o.Disk != nil {
 		r.disk, r.codec = o.Disk, codec
 	}
@@ -164,10 +165,10 @@ func (r *Runner) Load() (running, waiting int) {
 }
 
 // Cache exposes the prefix cache (for metrics).
-func (r *Runner) Cache() *Cache { return r.cache }
+func (r *Runner) Cache() *prefixcache.Cache { return r.cache }
 
 // Disk exposes the prefix cache's disk tier, or nil (for metrics).
-func (r *Runner) Disk() *Disk { return r.disk }
+func (r *Runner) Disk() *prefixcache.Disk { return r.disk }
 
 // Generate runs req, calling emit for each token. emit returning stop=true ends the generation
 // with finish reason "stop"; an error from emit or a cancelled ctx ends it with that error. emit

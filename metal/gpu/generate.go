@@ -11,236 +11,171 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// The decode loop keeps the token ids and the position on the GPU: the step's selection
-// (argmax_final or sample_final) writes {pos+1, token} into the step buffer and the next step's
-// embed_q4 reads it, so step t+1 can be committed before step t has finished (Metal runs the
-// command buffers of one queue in commit order). The host must then not read the step buffer
-// after waiting for step t: step t+1 may already have overwritten it. Each session's plan
-// therefore ends with a readback dispatch, step_copy, which copies the step buffer into one of
-// two 8-byte slots of a readback buffer, alternating per step. decode.Step t writes slot t%2, which
-// step t+2 (the next writer) is only committed after the host has waited for step t and read it.
+// The generation loop keeps the token ids and the positions on the GPU: the step's selection
+// (argmax_final or sample_final) writes each row's {pos+1, token} into the step buffer and the
+// next step's embed_q4 reads it, so step k+1 can be committed before step k has finished (Metal
+// runs the command buffers of one queue in commit order). The host must then not read the step
+// buffer after waiting for step k: step k+1 may already have overwritten it. A lane's plan
+// therefore ends with one step_copy per row, copying the row's step entry into half k%2 of a
+// [2][R]{pos, token} readback buffer (the logprob records alternate the same way): step k+2, the
+// next writer of that half, is committed only after the host has waited for step k and read it.
 
-// withReadback copies the step's plan (sharing the unchanged dispatches) and appends the
-// readback buffer and dispatch; it returns the copy and the readback dispatch's index.
-// (logprob_final's record, rebound per step too, is found by logprobDispatch.)
-func withReadback(s *decode.Step) (*plan.Plan, int) {
-	p := s.Plan
-	q := &plan.Plan{Buffers: slices.Clone(p.Buffers), Dispatches: slices.Clone(p.Dispatches)}
-	buf := len(q.Buffers)
-	q.Buffers = append(q.Buffers, plan.Buffer{Name: "readback", Size: 16, Kind: plan.Control})
-	d := decode.Dispatch(kernels.StepCopyCall(s.Config.VocabSize, kernels.ArgmaxDefaultGroups, kernels.StepCopyBuffers[int]{Step: s.StepBuf, Slot: buf}),
-		[]plan.Range{{Buffer: s.StepBuf, Len: 8}}, []plan.Range{{Buffer: buf, Len: 16}})
-	d.Barrier = true // after the selection wrote the step buffer
-	q.Dispatches = append(q.Dispatches, d)
-	return q, len(q.Dispatches) - 1
+// lane is an executor over the R rows of a decode step's plan with the readback the generation
+// loop reads: R = 1 for a session's own executor (over its row of the rows' buffers, or buffers of
+// its own), R ≥ 2 for the multi-row steps over rows 0 … R−1.
+type lane struct {
+	x        *exec.Executor
+	st       *decode.Step // the step x runs (its buffers; st.Rows rows)
+	plan     *plan.Plan   // x's plan: st.Plan and the readback, its bindings rebound per step
+	copies   int          // the first step_copy dispatch; row r's is copies+r
+	readback int          // the readback buffer
+	logprob  int          // logprob_final's dispatch
+	row      int          // a one-row lane's row of the rows' buffers (rowSet); -1: buffers of its own
 }
 
-// logprobDispatch is the index of logprob_final in p.
-func logprobDispatch(p *plan.Plan) int {
-	return slices.IndexFunc(p.Dispatches, func(d plan.Dispatch) bool { return d.Kernel == "logprob_final" })
+// withReadback copies st's plan (sharing the unchanged dispatches) and appends the readback buffer
+// and a step_copy per row; it returns the copy, the first step_copy's index and the buffer's.
+func withReadback(st *decode.Step) (p *plan.Plan, copies, readback int) {
+	R := st.Rows
+	p = &plan.Plan{Buffers: slices.Clone(st.Plan.Buffers), Dispatches: slices.Clone(st.Plan.Dispatches)}
+	readback, copies = len(p.Buffers), len(p.Dispatches)
+	p.Buffers = append(p.Buffers, plan.Buffer{Name: "readback", Size: 16 * int64(R), Kind: plan.Control})
+	for r := range int64(R) {
+		d := decode.Dispatch(kernels.StepCopyCall(st.Config.VocabSize, kernels.ArgmaxDefaultGroups, kernels.StepCopyBuffers[int]{Step: st.StepBuf, Slot: readback}),
+			[]plan.Range{{Buffer: st.StepBuf, Offset: 8 * r, Len: 8}},
+			[]plan.Range{{Buffer: readback, Offset: 8 * r, Len: 8}, {Buffer: readback, Offset: 8 * (int64(R) + r), Len: 8}})
+		d.Buffers[0] = plan.Binding{Buffer: st.StepBuf, Offset: 8 * r}
+		d.Barrier = r == 0 // the first copy waits for the selection to write the step entries
+		p.Dispatches = append(p.Dispatches, d)
+	}
+	return p, copies, readback
 }
 
-// ErrContextFull is returned by Generate when the KV cache ends the generation.
-var ErrContextFull = errors.New("generate: the KV cache is full")
-
-// Generate continues the sequence with greedy tokens chosen on the GPU. The prompt must have been
-// fed with Forward, which leaves the next greedy token in the step buffer: that is the first
-// token returned. Each later token costs one step (one command buffer); the step consuming token
-// t is committed before the host waits for the step that produced it, so two are in flight and
-// the host reads only the 8 bytes {pos, token} of each finished step, never the logits.
-//
-// onToken (may be nil) sees every token in order, the stopping one included, and stops the
-// generation by returning true. Generation also stops after a token in stopIDs (returned), after
-// maxTokens tokens, or when ctx is done (checked after each token: Generate then returns the
-// tokens so far and ctx.Err()). It returns ErrContextFull with the tokens when the KV cache ends
-// it first.
-//
-// State rule: when Generate returns without a step error, the session has consumed every
-// returned token (Pos grows by len(tokens)) and NextToken is the greedy continuation of the last
-// one, as after Forward(tokens). The step in flight when a stop is seen is the one consuming the
-// last returned token, so it is waited for, not discarded; only when nothing is in flight (the
-// maxTokens limit) does Generate commit that one step itself. A stop id is thus consumed too,
-// as a chat's next turn needs. If a step fails, the session is left unusable (its state is
-// unknown) and every later call returns the error.
-//
-// Generate holds the backend's step lock for its whole run.
-func (s *Session) Generate(ctx context.Context, maxTokens int, stopIDs []int, onToken func(id int) (stop bool)) ([]int, error) {
-	if err := s.lock(); err != nil {
+// newLane makes a lane running st over dev: e.dev for a session with buffers of its own, a
+// rowDevice for a row's or for rows 0 … R−1.
+func (e *GPU) newLane(dev exec.Device, st *decode.Step, row int) (*lane, error) {
+	p, copies, readback := withReadback(st)
+	x, err := exec.New(dev, p)
+	if err != nil {
 		return nil, err
 	}
-	defer s.e.mu.Unlock()
-	if s.pos == 0 {
-		return nil, errors.New("generate: no prompt (feed it with Forward first)")
-	}
-	if maxTokens <= 0 {
-		return nil, nil
-	}
-	s.x.Mode = decode.ModeGreedy
-	var notify func(sample.Choice) (bool, error)
-	if onToken != nil {
-		notify = func(c sample.Choice) (bool, error) { return onToken(c.ID), nil }
-	}
-	return s.loop(ctx, s.NextToken(), true, maxTokens, 0, stopIDs, notify)
+	x.Budget = e.budget
+	lp := slices.IndexFunc(p.Dispatches, func(d plan.Dispatch) bool { return d.Kernel == "logprob_final" })
+	return &lane{x: x, st: st, plan: p, copies: copies, readback: readback, logprob: lp, row: row}, nil
 }
 
-// loop runs the pipelined steps: tokens[0] is first (passed to onToken when notify is set), each
-// step consumes the last token and produces the next, two steps in flight; in a logprobs mode
-// each token comes with its logprob and the first topN alternatives. It returns the tokens,
-// first included, under Generate's stop and state rules. The caller holds the step lock.
-func (s *Session) loop(ctx context.Context, first int, notify bool, maxTokens, topN int, stopIDs []int, onToken func(c sample.Choice) (bool, error)) ([]int, error) {
-	room := s.e.step.MaxCtx - s.pos // positions left: each returned token takes one
-	if room <= 0 {
-		return nil, ErrContextFull
-	}
-	limit := min(maxTokens, room)
-	start := s.pos
-	slots := s.x.Bytes(s.plan.Dispatches[s.readback].Buffers[1].Buffer)
-	logprobs := s.x.Mode == decode.ModeGreedyLogprobs || s.x.Mode == decode.ModeSampleLogprobs
-	lpd := &s.plan.Dispatches[s.logprob]
-	records := s.x.Bytes(lpd.Buffers[4].Buffer)
-	const recBytes = 4 * kernels.LogprobRecordLen
-	var queue []inflight
-	submitted := 0 // steps committed; step k consumes token k-1 at position start+k-1
-	step := s.x.Bytes(s.e.step.StepBuf)
-	binary.LittleEndian.PutUint32(step[0:], uint32(start))
-	binary.LittleEndian.PutUint32(step[4:], uint32(first))
-	submit := func() error {
-		k := submitted + 1
-		// The page step k writes into: a new one, or (only before the first step, with nothing
-		// in flight) a copy of a shared one; the table entry it sets is one no step in flight reads.
-		if err := s.ensure(start + k - 1); err != nil {
-			return err
-		}
-		off := 8 * int64(k%2)
-		binary.LittleEndian.PutUint32(slots[off:], uint32(start+k-1))
-		binary.LittleEndian.PutUint32(slots[off+4:], ^uint32(0))
-		s.plan.Dispatches[s.readback].Buffers[1] = plan.Binding{Buffer: s.plan.Dispatches[s.readback].Buffers[1].Buffer, Offset: off}
-		lpd.Buffers[4] = plan.Binding{Buffer: lpd.Buffers[4].Buffer, Offset: int64(k%2) * recBytes}
-		p, err := s.x.Submit()
-		if err != nil {
-			return err
-		}
-		submitted = k
-		queue = append(queue, inflight{p, k})
-		return nil
-	}
-	// drain waits for what is in flight; fail also marks the session unusable.
-	drain := func() {
-		for _, f := range queue {
-			_ = f.p.Wait()
-		}
-		queue = nil
-	}
-	fail := func(err error) error {
-		drain()
-		s.err = fmt.Errorf("generate: step failed, session unusable: %w", err)
-		return s.err
-	}
+// recordBytes is a row's logprob record.
+const recordBytes = 4 * kernels.LogprobRecordLen
 
-	tokens := []int{first}
-	byStop := false // onToken or a stop id ended it
-	var cbErr error
-	stopped := func(c sample.Choice) bool {
-		if onToken != nil {
-			var stop bool
-			if stop, cbErr = onToken(c); stop || cbErr != nil {
-				byStop = true
-			}
-		}
-		if slices.Contains(stopIDs, c.ID) {
-			byStop = true
-		}
-		return byStop
+// bind points step k's readback copies and logprob records at half k%2 and returns the halves'
+// offsets in the readback and record buffers.
+func (l *lane) bind(k int) (entries, records int64) {
+	R := int64(l.st.Rows)
+	entries, records = int64(k%2)*8*R, int64(k%2)*R*recordBytes
+	for r := range R {
+		d := &l.plan.Dispatches[l.copies+int(r)]
+		d.Buffers[1] = plan.Binding{Buffer: l.readback, Offset: entries + 8*r}
 	}
-	done := notify && stopped(sample.Choice{ID: first}) || !notify && slices.Contains(stopIDs, first) || ctx.Err() != nil
-	for !done && len(tokens) < limit {
-		// Keep two steps in flight: the one producing the next token and the one consuming it.
-		for len(queue) < 2 && submitted < limit {
-			if err := submit(); err != nil {
-				return tokens, fail(err)
-			}
-		}
-		f := queue[0]
-		queue = queue[1:]
-		if err := f.p.Wait(); err != nil {
-			return tokens, fail(err)
-		}
-		off := 8 * (f.step % 2)
-		pos := int(binary.LittleEndian.Uint32(slots[off:]))
-		id := int(binary.LittleEndian.Uint32(slots[off+4:]))
-		if pos != start+f.step {
-			return tokens, fail(fmt.Errorf("readback of step %d: position %d, want %d", f.step, pos, start+f.step))
-		}
-		c := sample.Choice{ID: id}
-		if logprobs {
-			rec := decode.FloatsOf(records[int64(f.step%2)*recBytes:][:recBytes])
-			var tok int
-			tok, c.Logprob, c.Top = kernels.LogprobRecord(rec, topN)
-			if tok != id {
-				return tokens, fail(fmt.Errorf("logprobs of step %d are for token %d, not %d", f.step, tok, id))
-			}
-		}
-		tokens = append(tokens, id)
-		done = stopped(c) || ctx.Err() != nil
-	}
-	// Consume every returned token: the step for the last one is in flight unless the limit
-	// kept it from being committed.
-	for submitted < len(tokens) {
-		if err := submit(); err != nil {
-			return tokens, fail(err)
-		}
-	}
-	for _, f := range queue {
-		if err := f.p.Wait(); err != nil {
-			queue = nil
-			return tokens, fail(err)
-		}
-	}
-	queue = nil
-	s.pos = start + len(tokens)
-	switch {
-	case cbErr != nil:
-		return tokens, cbErr
-	case ctx.Err() != nil:
-		return tokens, ctx.Err()
-	case !byStop && len(tokens) < maxTokens:
-		return tokens, ErrContextFull
-	}
-	return tokens, nil
+	lp := &l.plan.Dispatches[l.logprob]
+	lp.Buffers[4] = plan.Binding{Buffer: lp.Buffers[4].Buffer, Offset: records}
+	return entries, records
 }
 
-// Continue implements backend.Generator: the request's selection runs in the step (greedy:
-// argmax of the penalised logits; sampling: sample_select + sample_final), bit for bit
-// engine/sample's, with the token state (prompt ids seen, the generated ones counted), logit
-// bias, the vocabulary limit (as a bias of -inf on the ids past it) and the penalty table written
-// into the step's sampler buffers first. The sampler's step 0 sat at position pos−len(generated),
-// so a paused generation's draws go on where they stopped.
-func (s *Session) Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
-	if err := s.lock(); err != nil {
+// rowLogits copies each row's logits after the last step out of the scratch every step shares.
+func (l *lane) rowLogits() [][]float32 {
+	V := l.st.Config.VocabSize
+	all := decode.FloatsOf(l.x.Bytes(l.st.Logits))
+	out := make([][]float32, l.st.Rows)
+	for r := range out {
+		out[r] = slices.Clone(all[r*V : (r+1)*V])
+	}
+	return out
+}
+
+// ContinueRows implements backend.Generator: each row's generation goes on on the device, the
+// rows together in one multi-row step a token (one row: on its session's own executor), each row
+// selecting with its own settings (greedy: the argmax of the penalised logits; sampling:
+// sample_select + sample_final, bit for bit engine/sample's; greedy rows beside sampling ones as a
+// top-k of 1, the same choice), two steps in flight, the host reading 8 bytes a row a step (and
+// the logprob records when a row asks). Each row's sampler buffers are written first from its
+// token state (prompt ids seen, the generated ones counted), logit bias, vocabulary limit (a bias
+// of -inf past it) and penalty table; its draws go on from step len(Generated)−1, so a paused
+// generation chooses what it would have in one go.
+func (e *GPU) ContinueRows(ctx context.Context, rows []backend.GenRow) ([][]float32, error) {
+	ss, err := e.genSessions(rows)
+	if err != nil {
 		return nil, err
 	}
-	defer s.e.mu.Unlock()
-	if !onDevice(p) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, err := e.laneFor(ss)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range ss {
+		if err := s.setSampler(rowParams(rows, i), rows[i].Prompt, rows[i].Generated); err != nil {
+			return nil, err
+		}
+	}
+	l.x.Mode = modeFor(rows)
+	g := &generation{e: e, l: l, ss: ss, rows: rows}
+	steps, err := g.run(ctx)
+	if steps == 0 {
+		return nil, err
+	}
+	return l.rowLogits(), err
+}
+
+// genSessions checks that rows can run here: 1 to the rows' number of this backend's sessions,
+// distinct, each with settings the device reproduces and a generated token to go on from that its
+// session has not consumed yet.
+func (e *GPU) genSessions(rows []backend.GenRow) ([]*Session, error) {
+	if len(rows) == 0 || len(rows) > 1 && (e.rows == nil || len(rows) > len(e.rows.ones)) {
 		return nil, backend.ErrNotOnDevice
 	}
-	if s.pos == 0 {
-		return nil, errors.New("generate: no prompt (feed it with Forward first)")
+	ss := make([]*Session, len(rows))
+	for i, r := range rows {
+		s, ok := r.Session.(*Session)
+		if !ok || s.e != e || !onDevice(r.Params) || slices.Contains(ss[:i], s) {
+			return nil, backend.ErrNotOnDevice
+		}
+		if len(r.Generated) == 0 {
+			return nil, fmt.Errorf("gpu: row %d has no generated token to go on from", i)
+		}
+		ss[i] = s
 	}
-	if len(generated) == 0 || len(generated) > s.pos {
-		return nil, fmt.Errorf("generate: %d generated tokens at position %d", len(generated), s.pos)
+	return ss, nil
+}
+
+// laneFor is the lane that runs ss: one session's own, or the multi-row lane of their number with
+// the sessions moved into its rows (ErrNotOnDevice when one lives outside the rows or cannot run:
+// each then goes on alone, where its Forward says why). The caller holds the step lock.
+func (e *GPU) laneFor(ss []*Session) (*lane, error) {
+	for _, s := range ss {
+		bad := s.err
+		if bad == nil && s.lane == nil {
+			bad = errClosed
+		}
+		if bad == nil && s.pos == 0 {
+			bad = errors.New("gpu: no prompt to generate from (feed it with Forward first)")
+		}
+		switch {
+		case bad != nil && len(ss) == 1:
+			return nil, bad
+		case bad != nil || len(ss) > 1 && s.row < 0:
+			return nil, backend.ErrNotOnDevice
+		}
 	}
-	if err := s.setSampler(p, prompt, generated); err != nil {
-		return nil, err
+	if len(ss) == 1 {
+		return ss[0].lane, nil
 	}
-	tokens, err := s.loop(ctx, generated[len(generated)-1], false, 1+max, p.TopLogprobs, stopIDs, onToken)
-	if len(tokens) == 0 {
-		return nil, err
-	}
-	return s.logits(), err
+	e.arrange(ss)
+	return e.rows.multi[len(ss)], nil
 }
 
 // onDevice reports whether the step reproduces p: greedy or a top-k the sampler sorts whole (with
@@ -251,23 +186,52 @@ func onDevice(p sample.Params) bool {
 		(p.Temperature == 0 || p.TopK > 0 && p.TopK <= kernels.SampleMaxK)
 }
 
-// setSampler writes the request's sampler buffers and chooses the step's mode.
+// modeFor is the step's selection mode for rows: sampling when any row samples, with logprobs
+// when any row asks for them.
+func modeFor(rows []backend.GenRow) string {
+	sampling, lp := false, false
+	for _, r := range rows {
+		sampling = sampling || r.Params.Temperature != 0
+		lp = lp || r.Params.Logprobs || r.Params.TopLogprobs > 0
+	}
+	switch {
+	case sampling && lp:
+		return decode.ModeSampleLogprobs
+	case sampling:
+		return decode.ModeSample
+	case lp:
+		return decode.ModeGreedyLogprobs
+	}
+	return decode.ModeGreedy
+}
+
+// rowParams is row i's settings in the mode of rows: a greedy row beside sampling ones takes a
+// top-k of 1 (the penalised logits' largest, ties to the lowest id: argmax's choice).
+func rowParams(rows []backend.GenRow, i int) sample.Params {
+	p := rows[i].Params
+	if m := modeFor(rows); p.Temperature == 0 && (m == decode.ModeSample || m == decode.ModeSampleLogprobs) {
+		p.Temperature, p.TopK, p.TopP, p.MinP = 1, 1, 0, 0
+	}
+	return p
+}
+
+// setSampler writes the session's sampler buffers for p: the token state of the prompt and the
+// tokens generated so far (each recorded as the selection records its choice, kernels.ArgmaxRecord),
+// the bias with the vocabulary limit, the penalty table. The sampler's step 0 chose the token at
+// position pos−len(generated), so a paused generation's draws go on where they stopped.
 func (s *Session) setSampler(p sample.Params, prompt, generated []int) error {
 	V := s.e.w.Config.VocabSize
+	if len(generated) > s.pos {
+		return fmt.Errorf("gpu: %d generated tokens at position %d", len(generated), s.pos)
+	}
 	setup, err := kernels.NewSampleSetup(p, prompt, V, s.pos-len(generated), s.e.step.MaxCtx)
 	if err != nil {
 		return err
 	}
 	pr := &setup.Params
 	for _, id := range generated {
-		if id < 0 || id >= V {
-			continue
-		}
-		if pr.Flags&kernels.SampleFlagCount != 0 {
-			setup.State[id]++
-		}
-		if pr.Flags&kernels.SampleFlagSeen != 0 {
-			setup.State[id] |= kernels.TokenSeen
+		if id >= 0 {
+			kernels.ArgmaxRecord(setup.State, id, pr.Flags)
 		}
 	}
 	if p.VocabLimit > 0 && p.VocabLimit < V { // padding rows are never chosen
@@ -288,16 +252,183 @@ func (s *Session) setSampler(p sample.Params, prompt, generated []int) error {
 	if setup.Pen != nil {
 		copy(s.x.Bytes(sb.Pen), decode.BytesOf(setup.Pen))
 	}
-	lp := p.Logprobs || p.TopLogprobs > 0
-	switch {
-	case p.Temperature == 0 && lp:
-		s.x.Mode = decode.ModeGreedyLogprobs
-	case p.Temperature == 0:
-		s.x.Mode = decode.ModeGreedy
-	case lp:
-		s.x.Mode = decode.ModeSampleLogprobs
-	default:
-		s.x.Mode = decode.ModeSample
-	}
 	return nil
+}
+
+// generation is one run of the pipelined loop over a lane's rows: step k consumes each row's token
+// k−1 (token 0: the last generated) at position start+k−1 and produces its token k.
+type generation struct {
+	e         *GPU
+	l         *lane
+	ss        []*Session
+	rows      []backend.GenRow
+	starts    []int // each row's position before the run
+	queue     []inflight
+	submitted int // steps committed
+}
+
+// inflight is a submitted step.
+type inflight struct {
+	p    exec.Pending
+	step int
+}
+
+// run goes on until a row's OnToken stops or fails, a row's limit (Max, or the end of its KV
+// cache) comes, or ctx is done, and returns the steps run: every token handed on has been consumed
+// (each session's Pos grows by that many), as has the last generated one. The step in flight when a
+// stop comes is the one consuming the last token handed on, so it is waited for, not discarded.
+// If a step fails, the sessions are left unusable (their state is unknown).
+func (g *generation) run(ctx context.Context) (int, error) {
+	limit := g.limit()
+	if limit <= 0 {
+		return 0, fmt.Errorf("%w: a row's KV cache is full", backend.ErrNotOnDevice)
+	}
+	g.start()
+	var cbErr error
+	read, stop := 0, false
+	for !stop && read+1 < limit && ctx.Err() == nil {
+		for len(g.queue) < 2 && g.submitted < limit {
+			if err := g.submit(); err != nil {
+				return g.fail(err)
+			}
+		}
+		f := g.queue[0]
+		g.queue = g.queue[1:]
+		choices, err := g.read(f)
+		if err != nil {
+			return g.fail(err)
+		}
+		read++
+		stop, cbErr = g.hand(choices)
+	}
+	for g.submitted < read+1 { // the step for the last tokens, unless the limit kept it back
+		if err := g.submit(); err != nil {
+			return g.fail(err)
+		}
+	}
+	for len(g.queue) > 0 {
+		f := g.queue[0]
+		g.queue = g.queue[1:]
+		if err := f.p.Wait(); err != nil {
+			return g.fail(err)
+		}
+	}
+	g.finish()
+	if cbErr != nil {
+		return g.submitted, cbErr
+	}
+	return g.submitted, ctx.Err()
+}
+
+// limit is the steps the run may take: each row's Max tokens and the one it goes on from, within
+// its KV cache.
+func (g *generation) limit() int {
+	limit := math.MaxInt
+	for i, s := range g.ss {
+		limit = min(limit, g.rows[i].Max+1, g.e.step.MaxCtx-s.pos)
+	}
+	return limit
+}
+
+// start writes each row's step entry: its position and the token it goes on from.
+func (g *generation) start() {
+	entries := make([]uint32, 0, 2*len(g.ss))
+	for i, s := range g.ss {
+		g.starts = append(g.starts, s.pos)
+		entries = append(entries, uint32(s.pos), uint32(g.rows[i].Generated[len(g.rows[i].Generated)-1]))
+	}
+	copy(g.l.x.Bytes(g.l.st.StepBuf), decode.BytesOf(entries))
+}
+
+// submit commits the next step: each row's page for the position it writes (a new one, or before
+// the first step, with nothing in flight, a copy of a shared one: the table entry it sets is one no
+// step in flight reads), and its readback half marked unwritten.
+func (g *generation) submit() error {
+	k := g.submitted + 1
+	for i, s := range g.ss {
+		if err := s.ensure(g.starts[i] + k - 1); err != nil {
+			return err
+		}
+	}
+	off, _ := g.l.bind(k)
+	half := g.l.x.Bytes(g.l.readback)[off:]
+	for i := range g.ss {
+		binary.LittleEndian.PutUint32(half[8*i:], uint32(g.starts[i]+k-1))
+		binary.LittleEndian.PutUint32(half[8*i+4:], ^uint32(0))
+	}
+	p, err := g.l.x.Submit()
+	if err != nil {
+		return err
+	}
+	g.submitted = k
+	g.queue = append(g.queue, inflight{p, k})
+	return nil
+}
+
+// read waits for step f and returns each row's choice, with its logprob and alternatives when the
+// row asks for them.
+func (g *generation) read(f inflight) ([]sample.Choice, error) {
+	if err := f.p.Wait(); err != nil {
+		return nil, err
+	}
+	entries, records := int64(f.step%2)*8*int64(len(g.ss)), int64(f.step%2)*int64(len(g.ss))*recordBytes
+	half := g.l.x.Bytes(g.l.readback)[entries:]
+	out := make([]sample.Choice, len(g.ss))
+	for i := range g.ss {
+		pos := int(binary.LittleEndian.Uint32(half[8*i:]))
+		if want := g.starts[i] + f.step; pos != want {
+			return nil, fmt.Errorf("readback of row %d, step %d: position %d, want %d", i, f.step, pos, want)
+		}
+		out[i].ID = int(binary.LittleEndian.Uint32(half[8*i+4:]))
+		p := g.rows[i].Params
+		if !p.Logprobs && p.TopLogprobs == 0 {
+			continue
+		}
+		rec := decode.FloatsOf(g.l.x.Bytes(g.l.st.Logprobs)[records+int64(i)*recordBytes:][:recordBytes])
+		tok, lp, top := kernels.LogprobRecord(rec, p.TopLogprobs)
+		if tok != out[i].ID {
+			return nil, fmt.Errorf("logprobs of row %d, step %d are for token %d, not %d", i, f.step, tok, out[i].ID)
+		}
+		out[i].Logprob, out[i].Top = lp, top
+	}
+	return out, nil
+}
+
+// hand passes each row its token; stop when any row's OnToken stops or fails (the first error).
+func (g *generation) hand(choices []sample.Choice) (stop bool, err error) {
+	for i, c := range choices {
+		if g.rows[i].OnToken == nil {
+			continue
+		}
+		s, e := g.rows[i].OnToken(c)
+		if e != nil && err == nil {
+			err = e
+		}
+		stop = stop || s || e != nil
+	}
+	return stop, err
+}
+
+// finish records what the run consumed.
+func (g *generation) finish() {
+	for i, s := range g.ss {
+		s.pos = g.starts[i] + g.submitted
+	}
+	if R := len(g.ss); R > 1 {
+		g.e.rows.steps.Add(int64(g.submitted))
+		g.e.rows.rowsRun.Add(int64(g.submitted * R))
+	}
+}
+
+// fail waits for what is in flight and marks every row's session unusable.
+func (g *generation) fail(err error) (int, error) {
+	for _, f := range g.queue {
+		_ = f.p.Wait()
+	}
+	g.queue = nil
+	err = fmt.Errorf("gpu: a %d-row generation step failed, session unusable: %w", len(g.ss), err)
+	for _, s := range g.ss {
+		s.err = err
+	}
+	return 0, err
 }

@@ -49,8 +49,8 @@ type GPU struct {
 	why  string     // why the context is below the model's, if it is
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
 
-	poolMu sync.Mutex // the idle slot and, with rows, which session owns which row
-	idle   []*slot
+	poolMu sync.Mutex // the idle lane and, with rows, which session owns which row
+	idle   []*lane
 	rows   *rowSet // the multi-row plans (nil: Parallel 1)
 
 	pagesMu sync.Mutex
@@ -284,55 +284,35 @@ func (e *GPU) Close() {
 	}
 }
 
-// slot is one session's device state: a one-row executor over the shared weights, with its own
-// copy of the plan (Generate rebinds the readback dispatch at every step).
-type slot struct {
-	x        *exec.Executor
-	plan     *plan.Plan
-	readback int // index of the readback dispatch in plan
-	logprob  int // index of logprob_final in plan
-	row      int // the row of the multi-row buffers it runs (rowSet); -1: buffers of its own
-}
-
-// newSlot makes a slot over dev: e.dev for one with buffers of its own, a rowDevice for a row's.
-func (e *GPU) newSlot(dev exec.Device, row int) (*slot, error) {
-	p, rb := withReadback(e.step)
-	x, err := exec.New(dev, p)
-	if err != nil {
-		return nil, err
-	}
-	x.Budget = e.budget
-	return &slot{x: x, plan: p, readback: rb, logprob: logprobDispatch(p), row: row}, nil
-}
-
-// take returns a free row's slot (the lowest), else an idle slot, else a new one.
-func (e *GPU) take() (*slot, error) {
+// take returns a free row's lane (the lowest), else an idle lane, else a new one with buffers of
+// its own: a session's one-row executor over the shared weights.
+func (e *GPU) take() (*lane, error) {
 	e.poolMu.Lock()
-	if sl := e.rows.take(); sl != nil {
+	if l := e.rows.take(); l != nil {
 		e.poolMu.Unlock()
-		return sl, nil
+		return l, nil
 	}
 	if n := len(e.idle); n > 0 {
-		sl := e.idle[n-1]
+		l := e.idle[n-1]
 		e.idle = e.idle[:n-1]
 		e.poolMu.Unlock()
-		return sl, nil
+		return l, nil
 	}
 	e.poolMu.Unlock()
-	return e.newSlot(e.dev, -1)
+	return e.newLane(e.dev, e.step, -1)
 }
 
-// give frees sl's row, or keeps sl for the next session, or frees it when one is kept already.
-func (e *GPU) give(sl *slot) {
+// give frees l's row, or keeps l for the next session, or frees it when one is kept already.
+func (e *GPU) give(l *lane) {
 	e.poolMu.Lock()
 	defer e.poolMu.Unlock()
 	switch {
-	case sl.row >= 0:
-		e.rows.owner[sl.row] = nil
+	case l.row >= 0:
+		e.rows.owner[l.row] = nil
 	case len(e.idle) == 0:
-		e.idle = append(e.idle, sl)
+		e.idle = append(e.idle, l)
 	default:
-		sl.x.Close()
+		l.x.Close()
 	}
 }
 
@@ -348,16 +328,16 @@ func (e *GPU) NewSession() backend.Session {
 func (e *GPU) newSession() (*Session, error) {
 	e.mu.Lock() // Init writes the shared constants, and a row is reserved until its owner is set
 	defer e.mu.Unlock()
-	sl, err := e.take()
+	l, err := e.take()
 	if err != nil {
 		return nil, err
 	}
-	e.step.Init(sl.x.Bytes)       // a row's executor: that row only
-	sl.x.Mode = decode.ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
-	s := &Session{e: e, slot: sl}
-	if sl.row >= 0 {
+	e.step.Init(l.x.Bytes)       // a row's executor: that row only
+	l.x.Mode = decode.ModeGreedy // Forward leaves the greedy token in the step buffer (NextToken)
+	s := &Session{e: e, lane: l}
+	if l.row >= 0 {
 		e.poolMu.Lock()
-		e.rows.owner[sl.row] = s
+		e.rows.owner[l.row] = s
 		e.poolMu.Unlock()
 	}
 	return s, nil
@@ -366,10 +346,10 @@ func (e *GPU) newSession() (*Session, error) {
 // Session is one sequence on a GPU backend.
 type Session struct {
 	e *GPU
-	*slot
+	*lane // its one-row executor; nil once closed
 	pos   int
 	pages []int32 // the KV pool pages of positions 0, PageSize, 2·PageSize, ... (the block table)
-	err   error   // the session could not be created, or a step of Generate failed
+	err   error   // the session could not be created, or a generation step failed
 }
 
 var errClosed = errors.New("gpu: the session is closed")
@@ -382,7 +362,7 @@ func (s *Session) lock() error {
 		return s.err
 	}
 	s.e.mu.Lock()
-	if s.slot == nil {
+	if s.lane == nil {
 		s.e.mu.Unlock()
 		return errClosed
 	}
@@ -398,15 +378,15 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	defer s.e.mu.Unlock()
 	c := s.e.w.Config
 	if len(tokens) == 0 {
-		return nil, fmt.Errorf("forward: no tokens")
+		return nil, fmt.Errorf("gpu: no tokens")
 	}
 	for _, id := range tokens {
 		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("forward: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
+			return nil, fmt.Errorf("gpu: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
 		}
 	}
 	if s.pos+len(tokens) > s.e.step.MaxCtx {
-		return nil, fmt.Errorf("forward: %d positions exceed the backend's KV cache of %d", s.pos+len(tokens), s.e.step.MaxCtx)
+		return nil, fmt.Errorf("gpu: %d positions exceed the backend's KV cache of %d", s.pos+len(tokens), s.e.step.MaxCtx)
 	}
 	// The greedy mode leaves its token in the step buffer (NextToken); tokens whose logits are
 	// not returned skip the LM head and the selection, and go through the batched prefill kernels
@@ -440,14 +420,14 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
 		keep := all || i == len(tokens)-1
 		if err := s.ensure(s.pos); err != nil {
-			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
+			return nil, fmt.Errorf("gpu: position %d: %w", s.pos, err)
 		}
 		s.x.Mode = decode.ModePrefill
 		if keep {
 			s.x.Mode = decode.ModeGreedy
 		}
 		if err := s.x.Step(); err != nil {
-			return nil, fmt.Errorf("forward: position %d: %w", s.pos, err)
+			return nil, fmt.Errorf("gpu: position %d: %w", s.pos, err)
 		}
 		s.pos++
 		if keep {
@@ -500,7 +480,7 @@ func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
 func (s *Session) chunk(tokens []int, mode string) error {
 	for p := s.pos; p < s.pos+len(tokens); p++ {
 		if err := s.ensure(p); err != nil {
-			return fmt.Errorf("forward: position %d: %w", p, err)
+			return fmt.Errorf("gpu: position %d: %w", p, err)
 		}
 	}
 	ids := make([]uint32, len(tokens))
@@ -511,7 +491,7 @@ func (s *Session) chunk(tokens []int, mode string) error {
 	copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
 	s.x.Mode = mode
 	if err := s.x.Step(); err != nil {
-		return fmt.Errorf("forward: the chunk at position %d: %w", s.pos, err)
+		return fmt.Errorf("gpu: the chunk at position %d: %w", s.pos, err)
 	}
 	s.pos += len(tokens)
 	return nil
@@ -539,13 +519,13 @@ func (s *Session) Close() {
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	if s.slot != nil {
+	if s.lane != nil {
 		s.e.pagesMu.Lock()
 		s.e.pages.release(s.pages)
 		s.e.pagesMu.Unlock()
 		s.pages = nil
-		s.e.give(s.slot)
-		s.slot = nil
+		s.e.give(s.lane)
+		s.lane = nil
 	}
 }
 

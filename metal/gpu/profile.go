@@ -25,7 +25,7 @@ func (s *Session) StartProfile() error {
 // StopProfile ends the profiling mode and returns the timings of the dispatches run since
 // StartProfile; their Dispatch indices are those of ModelPlan's plan.
 func (s *Session) StopProfile() []exec.Timing {
-	if s.slot == nil {
+	if s.lane == nil {
 		return nil
 	}
 	s.e.mu.Lock()
@@ -49,8 +49,8 @@ func (e *GPU) ModelPlan(ctx int) (p *plan.Plan, step *decode.Step, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	p, _ = withReadback(step)
-	run, _ := withReadback(s)
+	p, _, _ = withReadback(step)
+	run, _, _ := withReadback(s)
 	if len(p.Dispatches) != len(run.Dispatches) {
 		return nil, nil, fmt.Errorf("gpu: the modelled plan has %d dispatches, the running one %d", len(p.Dispatches), len(run.Dispatches))
 	}

@@ -22,13 +22,11 @@ import (
 // (decode.Options.Rows), so a session's logits do not depend on what runs beside it or in which
 // row.
 type rowSet struct {
-	slots []*slot          // slots[r]: the one-row executor over row r
-	owner []*Session       // owner[r]: the session living in row r; nil: free (GPU.poolMu)
-	multi []*exec.Executor // multi[R]: the R-row plan's executor, R ≥ 2 (StepRows)
-	loops []*rowsLoop      // loops[R]: its pipelined loop's (ContinueRows)
-	plans []*decode.Step   // plans[R]: their step
-	bufs  []rowBuffer      // the per-row buffers
-	tmp   []byte           // a row of the largest per-row buffer, for swapping two rows
+	ones  []*lane     // ones[r]: the one-row lane over row r
+	owner []*Session  // owner[r]: the session living in row r; nil: free (GPU.poolMu)
+	multi []*lane     // multi[R]: the R-row plan's lane over rows 0 … R−1, R ≥ 2 (StepRows, ContinueRows)
+	bufs  []rowBuffer // the per-row buffers
+	tmp   []byte      // a row of the largest per-row buffer, for swapping two rows
 
 	steps, rowsRun atomic.Int64 // multi-row steps run, and their rows (Batched)
 }
@@ -76,10 +74,10 @@ func multiSteps(one *decode.Step, parallel int) ([]*decode.Step, error) {
 }
 
 // newRowSet allocates the per-row buffers for len(steps)−1 rows and makes every row's one-row
-// executor and every multi-row plan's.
+// lane and every multi-row plan's.
 func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 	n := len(steps) - 1
-	rs := &rowSet{owner: make([]*Session, n), multi: make([]*exec.Executor, n+1), loops: make([]*rowsLoop, n+1), plans: steps}
+	rs := &rowSet{owner: make([]*Session, n), multi: make([]*lane, n+1)}
 	var largest int64
 	for _, i := range e.step.PerRow() {
 		b := e.step.Plan.Buffers[i]
@@ -97,40 +95,35 @@ func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 	}
 	rs.tmp = make([]byte, largest)
 	for r := range n {
-		sl, err := e.newSlot(rowDevice{e.dev, r, 1}, r)
+		l, err := e.newLane(rowDevice{e.dev, r, 1}, e.step, r)
 		if err != nil {
 			rs.close(e.dev)
 			return nil, err
 		}
-		rs.slots = append(rs.slots, sl)
+		rs.ones = append(rs.ones, l)
 	}
 	for R := 2; R <= n; R++ {
-		x, err := exec.New(rowDevice{e.dev, 0, R}, steps[R].Plan)
+		l, err := e.newLane(rowDevice{e.dev, 0, R}, steps[R], -1)
 		if err != nil {
 			rs.close(e.dev)
 			return nil, fmt.Errorf("gpu: the %d-row step: %w", R, err)
 		}
-		x.Budget, x.Mode = e.budget, decode.ModeGreedy
-		rs.multi[R] = x
-		if rs.loops[R], err = e.newRowsLoop(steps[R]); err != nil {
-			rs.close(e.dev)
-			return nil, fmt.Errorf("gpu: the %d-row loop: %w", R, err)
-		}
+		rs.multi[R] = l
 	}
 	return rs, nil
 }
 
-// take returns the lowest free row's slot, nil when none is free (or there are no rows). The
+// take returns the lowest free row's lane, nil when none is free (or there are no rows). The
 // caller holds GPU.poolMu, and the step lock until the session it starts records itself as the
 // row's owner (no step may move a session into the reserved row meanwhile).
-func (rs *rowSet) take() *slot {
+func (rs *rowSet) take() *lane {
 	if rs == nil {
 		return nil
 	}
 	for r, s := range rs.owner {
 		if s == nil && !rs.reserved(r) {
 			rs.owner[r] = reservedRow
-			return rs.slots[r]
+			return rs.ones[r]
 		}
 	}
 	return nil
@@ -146,24 +139,19 @@ func (rs *rowSet) close(d *sharedDevice) {
 	if rs == nil {
 		return
 	}
-	for _, x := range rs.multi {
-		if x != nil {
-			x.Close()
-		}
-	}
-	for _, l := range rs.loops {
+	for _, l := range rs.multi {
 		if l != nil {
 			l.x.Close()
 		}
 	}
-	for _, sl := range rs.slots {
-		sl.x.Close()
+	for _, l := range rs.ones {
+		l.x.Close()
 	}
 	for _, rb := range rs.bufs {
 		d.Free(rb.mem)
 	}
 	clear(d.rows)
-	rs.multi, rs.slots, rs.bufs = nil, nil, nil
+	rs.multi, rs.ones, rs.bufs = nil, nil, nil
 }
 
 // StepRows runs rows (backend.Stepper): the one-token rows of sessions living in rows together through one multi-row
@@ -205,25 +193,28 @@ func (e *GPU) stepRows(rows []backend.Row, out []backend.RowResult) []int {
 	}
 	e.arrange(ss)
 	R := len(ss)
-	st, x := e.rows.plans[R], e.rows.multi[R]
+	l := e.rows.multi[R]
 	entries := make([]uint32, 0, 2*R)
 	for i, s := range ss {
 		entries = append(entries, uint32(s.pos), uint32(rows[idx[i]].Tokens[0]))
 	}
-	copy(x.Bytes(st.StepBuf), decode.BytesOf(entries))
-	err := x.Step()
+	copy(l.x.Bytes(l.st.StepBuf), decode.BytesOf(entries))
+	l.x.Mode = decode.ModeGreedy // the logits are what a row's caller reads; ContinueRows may have left another mode
+	err := l.x.Step()
 	if err == nil {
 		e.rows.steps.Add(1)
 		e.rows.rowsRun.Add(int64(R))
 	}
-	V := e.w.Config.VocabSize
-	logits := decode.FloatsOf(x.Bytes(st.Logits))
+	var logits [][]float32
+	if err == nil {
+		logits = l.rowLogits()
+	}
 	for i, s := range ss {
 		if err != nil {
-			out[idx[i]].Err = fmt.Errorf("forward: a %d-row step at position %d: %w", R, s.pos, err)
+			out[idx[i]].Err = fmt.Errorf("gpu: a %d-row step at position %d: %w", R, s.pos, err)
 			continue
 		}
-		out[idx[i]].Logits = slices.Clone(logits[i*V : (i+1)*V])
+		out[idx[i]].Logits = logits[i]
 		s.pos++
 	}
 	return idx
@@ -242,7 +233,7 @@ func (e *GPU) Batched() (steps, rows int64) {
 // The caller holds the step lock.
 func (e *GPU) batchable(r backend.Row) *Session {
 	s, ok := r.Session.(*Session)
-	if !ok || s.e != e || s.err != nil || s.slot == nil || s.row < 0 || len(r.Tokens) != 1 {
+	if !ok || s.e != e || s.err != nil || s.lane == nil || s.row < 0 || len(r.Tokens) != 1 {
 		return nil
 	}
 	if id := r.Tokens[0]; id < 0 || id >= e.w.Config.VocabSize || s.pos >= e.step.MaxCtx || s.ensure(s.pos) != nil {
@@ -282,8 +273,8 @@ func (rs *rowSet) move(s *Session, r int) {
 		copy(a, t)
 	}
 	rs.owner[r], rs.owner[from] = s, other
-	s.slot = rs.slots[r]
+	s.lane = rs.ones[r]
 	if other != nil {
-		other.slot = rs.slots[from]
+		other.lane = rs.ones[from]
 	}
 }

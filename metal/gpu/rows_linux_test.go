@@ -337,7 +337,7 @@ func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Optio
 				t.Fatalf("row %d, step %d: position %d", r, k, steps[2*r])
 			}
 			tokens[r] = append(tokens[r], steps[2*r+1])
-			recs[r] = append(recs[r], all[r*rec:(r+1)*rec]...) // slot 0: the binding's offset stays 0
+			recs[r] = append(recs[r], all[r*rec:(r+1)*rec]...) // half 0: the binding's offset stays 0
 			if k == 0 {
 				logits := decode.FloatsOf(x.Bytes(st.Logits))[r*V : (r+1)*V]
 				if c := sample.New(params[r], prompts[r]).Next(logits); uint32(c.ID) != steps[2*r+1] {
@@ -349,9 +349,10 @@ func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Optio
 	return tokens, recs
 }
 
-// ContinueRows: sequences generating together on the device (greedy beside seeded sampling with
-// penalties) produce each the tokens, and end with the logits, it does alone through Continue;
-// when one row stops the batch, the others go on in a new batch from where they were.
+// ContinueRows: sequences generating together on the device (greedy with logprobs beside seeded
+// sampling with penalties) produce each the tokens, logprobs and final logits it does alone (one
+// row, on its session's own executor: the same loop); when one row stops the batch, the others go
+// on in a new batch from where they were.
 func TestContinueRowsLikeAlone(t *testing.T) {
 	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
 	e := newEmu(t, w, EmuOptions{MaxCtx: 32, PageSize: 16, Parallel: 3})
@@ -359,7 +360,7 @@ func TestContinueRowsLikeAlone(t *testing.T) {
 	seed := func(v uint64) *uint64 { return &v }
 	prompts := [][]int{g.PromptIDs[0:5], g.PromptIDs[20:27], g.PromptIDs[40:43]}
 	params := []sample.Params{
-		{Seed: seed(1)},
+		{Seed: seed(1), Logprobs: true, TopLogprobs: 3},
 		{Temperature: 0.8, TopK: 20, Seed: seed(5)},
 		{Temperature: 1, TopK: 40, TopP: 0.9, RepetitionPenalty: 1.2, PresencePenalty: 0.4, Seed: seed(9)},
 	}
@@ -375,18 +376,23 @@ func TestContinueRowsLikeAlone(t *testing.T) {
 	}
 	alone := make([][]int, len(prompts))
 	aloneLogits := make([][]float32, len(prompts))
+	var aloneChoices []sample.Choice // row 0's, with logprobs
 	for r := range prompts {
 		s, first := start(r)
 		alone[r] = []int{first}
-		last, err := s.(backend.Generator).Continue(context.Background(), params[r], prompts[r], []int{first}, K, nil, func(c sample.Choice) (bool, error) {
-			alone[r] = append(alone[r], c.ID)
-			return false, nil
-		})
+		last, err := e.ContinueRows(context.Background(), []backend.GenRow{{Session: s, Params: params[r], Prompt: prompts[r], Generated: []int{first}, Max: K,
+			OnToken: func(c sample.Choice) (bool, error) {
+				alone[r] = append(alone[r], c.ID)
+				if r == 0 {
+					aloneChoices = append(aloneChoices, c)
+				}
+				return false, nil
+			}}})
 		s.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		aloneLogits[r] = last
+		aloneLogits[r] = last[0]
 	}
 	together := make([][]int, len(prompts))
 	sess := make([]backend.Session, len(prompts))
@@ -395,6 +401,7 @@ func TestContinueRowsLikeAlone(t *testing.T) {
 		sess[r], first = start(r)
 		together[r] = []int{first}
 	}
+	var togetherChoices []sample.Choice
 	run := func(rs []int, stopRow, stopAt int) [][]float32 {
 		t.Helper()
 		var rows []backend.GenRow
@@ -402,6 +409,9 @@ func TestContinueRowsLikeAlone(t *testing.T) {
 			rows = append(rows, backend.GenRow{Session: sess[r], Params: params[r], Prompt: prompts[r], Generated: slices.Clone(together[r]),
 				Max: K + 1 - len(together[r]), OnToken: func(c sample.Choice) (bool, error) {
 					together[r] = append(together[r], c.ID)
+					if r == 0 {
+						togetherChoices = append(togetherChoices, c)
+					}
 					return r == stopRow && len(together[r]) == stopAt, nil
 				}})
 		}
@@ -440,6 +450,16 @@ func TestContinueRowsLikeAlone(t *testing.T) {
 	}
 	if !slices.Equal(together[1], alone[1][:3]) {
 		t.Fatalf("row 1: together %v, alone %v", together[1], alone[1])
+	}
+	// Row 0's logprobs, but for the token the host chose between the runs.
+	want := slices.Concat(aloneChoices[:2], aloneChoices[3:])
+	if len(togetherChoices) != len(want) {
+		t.Fatalf("row 0: %d choices together, %d alone", len(togetherChoices), len(want))
+	}
+	for i, c := range togetherChoices {
+		if w := want[i]; c.ID != w.ID || math.Float32bits(c.Logprob) != math.Float32bits(w.Logprob) || !slices.Equal(c.Top, w.Top) || len(c.Top) != 3 {
+			t.Fatalf("row 0, choice %d: together %+v, alone %+v", i, c, w)
+		}
 	}
 	sess[0].Close()
 	sess[2].Close()

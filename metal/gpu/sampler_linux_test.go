@@ -14,35 +14,23 @@ import (
 	"github.com/lilyformac/lily/engine/sample"
 )
 
-// counted wraps a backend to count the generations its sessions continued on the device.
+// counted wraps a GPU backend to count the generations it continued on the device.
 type counted struct {
-	backend.Backend
+	*GPU
 	continued *int
 }
 
-func (c counted) NewSession() backend.Session {
-	return countedSession{c.Backend.NewSession().(*Session), c.continued}
-}
-
-type countedSession struct {
-	*Session
-	continued *int
-}
-
-func (s countedSession) Continue(ctx context.Context, p sample.Params, prompt, generated []int, max int, stopIDs []int, onToken func(sample.Choice) (bool, error)) ([]float32, error) {
-	logits, err := s.Session.Continue(ctx, p, prompt, generated, max, stopIDs, onToken)
+func (c counted) ContinueRows(ctx context.Context, rows []backend.GenRow) ([][]float32, error) {
+	logits, err := c.GPU.ContinueRows(ctx, rows)
 	if err == nil {
-		*s.continued++
+		*c.continued++
 	}
 	return logits, err
 }
 
-// hostOnly hides a backend's device loop: its sessions are sampled on the host from the logits.
+// hostOnly hides a backend's device loop (it has only backend.Backend's methods): its sessions are
+// sampled on the host from the logits.
 type hostOnly struct{ backend.Backend }
-
-func (h hostOnly) NewSession() backend.Session { return plainSession{h.Backend.NewSession()} }
-
-type plainSession struct{ backend.Session }
 
 // TestDeviceSamplerMatchesCPU: through the runner, the emulated GPU's pipelined loop with its
 // sampler in the step chooses exactly what engine/sample chooses from the same GPU's logits

@@ -1,4 +1,4 @@
-package runner
+package prefixcache
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 )
 
-// Disk is the prefix cache's tier on disk, so conversations survive a restart. The snapshots a
-// runner saves where requests are likely to diverge (Request.Checkpoints, generation ends) are
+// Disk is the prefix cache's tier on disk, so conversations survive a restart. The snapshots the
+// engine loop saves where requests are likely to diverge (its checkpoints, generation ends) are
 // also written here, in the background; a prompt whose longest cached prefix is only on disk —
 // after a restart, or once memory evicted it — is restored from the file instead of prefilled.
 // A file is written to a temporary name, synced and renamed; it carries the model's identity and
@@ -33,7 +33,7 @@ type Disk struct {
 	identity [32]byte
 
 	mu      sync.Mutex
-	entries map[string]*diskEntry // by file name
+	entries map[string]*DiskEntry // by file name
 	used    int64
 
 	jobs                        chan diskJob
@@ -55,8 +55,9 @@ func (id Identity) sum() [32]byte {
 	return sha256.Sum256([]byte("lily prefix cache 1\n" + id.Model + "\n" + id.Config + "\n" + id.Backend))
 }
 
-type diskEntry struct {
-	tokens []int
+// DiskEntry is a snapshot file in the index.
+type DiskEntry struct {
+	Tokens []int // what the snapshot consumed
 	name   string
 	size   int64
 	used   time.Time
@@ -84,7 +85,7 @@ func OpenDisk(dir string, budget int64, id Identity) (*Disk, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("prefix cache on disk: %w", err)
 	}
-	d := &Disk{dir: dir, budget: budget, identity: id.sum(), entries: map[string]*diskEntry{},
+	d := &Disk{dir: dir, budget: budget, identity: id.sum(), entries: map[string]*DiskEntry{},
 		jobs: make(chan diskJob, maxQueued), done: make(chan struct{})}
 	if err := d.scan(); err != nil {
 		return nil, fmt.Errorf("prefix cache on disk: %w", err)
@@ -126,7 +127,7 @@ func (d *Disk) scan() error {
 
 // readHeader reads a file's identity and tokens, refusing one of another identity or whose
 // length does not match its header.
-func (d *Disk) readHeader(path string) (*diskEntry, error) {
+func (d *Disk) readHeader(path string) (*DiskEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -148,7 +149,7 @@ func (d *Disk) readHeader(path string) (*diskEntry, error) {
 	if _, err := io.ReadFull(f, raw); err != nil {
 		return nil, err
 	}
-	return &diskEntry{tokens: u32s(raw), name: filepath.Base(path), size: fi.Size(), used: fi.ModTime()}, nil
+	return &DiskEntry{Tokens: u32s(raw), name: filepath.Base(path), size: fi.Size(), used: fi.ModTime()}, nil
 }
 
 // checkHeader validates a header against the identity and the file's size.
@@ -165,22 +166,22 @@ func (d *Disk) checkHeader(h []byte, size int64) (tokens, logits int, payload in
 	return tokens, logits, payload, nil
 }
 
-// longest returns the entry with the longest token sequence that prefixes prompt, or nil.
-func (d *Disk) longest(prompt []int) *diskEntry {
+// Longest returns the entry with the longest token sequence that prefixes prompt, or nil.
+func (d *Disk) Longest(prompt []int) *DiskEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var best *diskEntry
+	var best *DiskEntry
 	for _, e := range d.entries {
-		if len(e.tokens) <= len(prompt) && (best == nil || len(e.tokens) > len(best.tokens)) && slices.Equal(e.tokens, prompt[:len(e.tokens)]) {
+		if len(e.Tokens) <= len(prompt) && (best == nil || len(e.Tokens) > len(best.Tokens)) && slices.Equal(e.Tokens, prompt[:len(e.Tokens)]) {
 			best = e
 		}
 	}
 	return best
 }
 
-// load reads e's file whole, checks it and decodes its snapshot with codec. A file that fails is
+// Load reads e's file whole, checks it and decodes its snapshot with codec. A file that fails is
 // deleted.
-func (d *Disk) load(e *diskEntry, codec backend.Persistent) (backend.Snapshot, []float32, error) {
+func (d *Disk) Load(e *DiskEntry, codec backend.Persistent) (backend.Snapshot, []float32, error) {
 	snap, logits, err := d.read(e, codec)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -198,7 +199,7 @@ func (d *Disk) load(e *diskEntry, codec backend.Persistent) (backend.Snapshot, [
 	return snap, logits, nil
 }
 
-func (d *Disk) read(e *diskEntry, codec backend.Persistent) (backend.Snapshot, []float32, error) {
+func (d *Disk) read(e *DiskEntry, codec backend.Persistent) (backend.Snapshot, []float32, error) {
 	raw, err := os.ReadFile(filepath.Join(d.dir, e.name))
 	if err != nil {
 		return nil, nil, err
@@ -216,7 +217,7 @@ func (d *Disk) read(e *diskEntry, codec backend.Persistent) (backend.Snapshot, [
 	}
 	pos := int(binary.LittleEndian.Uint32(body[48:]))
 	rest := body[snapHeader:]
-	if !slices.Equal(u32s(rest[:4*nt]), e.tokens) || pos != nt {
+	if !slices.Equal(u32s(rest[:4*nt]), e.Tokens) || pos != nt {
 		return nil, nil, errors.New("tokens differ from the index")
 	}
 	rest = rest[4*nt:]
@@ -228,9 +229,9 @@ func (d *Disk) read(e *diskEntry, codec backend.Persistent) (backend.Snapshot, [
 	return snap, logits, err
 }
 
-// wants reports whether a write of tokens would be taken now: not on disk yet, and the writer
+// Wants reports whether a write of tokens would be taken now: not on disk yet, and the writer
 // not behind (encoding a snapshot costs a copy of it, wasted on a write that would be dropped).
-func (d *Disk) wants(tokens []int) bool {
+func (d *Disk) Wants(tokens []int) bool {
 	if len(d.jobs) >= maxQueued {
 		d.dropped.Add(1)
 		return false
@@ -241,8 +242,8 @@ func (d *Disk) wants(tokens []int) bool {
 	return !ok
 }
 
-// put queues a write of a snapshot's encoding; it never blocks.
-func (d *Disk) put(tokens []int, data []byte, logits []float32) {
+// Put queues a write of a snapshot's encoding; it never blocks.
+func (d *Disk) Put(tokens []int, data []byte, logits []float32) {
 	d.pending.Add(1)
 	select {
 	case d.jobs <- diskJob{slices.Clone(tokens), data, slices.Clone(logits)}:
@@ -315,7 +316,7 @@ func (d *Disk) write(j diskJob) error {
 		d.used -= old.size
 	}
 	size := int64(len(hdr)) + int64(len(j.data)) + sha256.Size
-	d.entries[name] = &diskEntry{tokens: j.tokens, name: name, size: size, used: time.Now()}
+	d.entries[name] = &DiskEntry{Tokens: j.tokens, name: name, size: size, used: time.Now()}
 	d.used += size
 	d.evictLocked()
 	return nil
@@ -324,7 +325,7 @@ func (d *Disk) write(j diskJob) error {
 // evictLocked deletes least recently used files until the rest fit the budget.
 func (d *Disk) evictLocked() {
 	for d.used > d.budget && len(d.entries) > 0 {
-		var oldest *diskEntry
+		var oldest *DiskEntry
 		for _, e := range d.entries {
 			if oldest == nil || e.used.Before(oldest.used) {
 				oldest = e

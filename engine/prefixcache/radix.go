@@ -1,4 +1,4 @@
-package runner
+package prefixcache
 
 // radix is a radix tree over token sequences: each edge holds a run of tokens, a node the cache
 // entry (if any) whose sequence ends there. The longest cached prefix of a prompt is found in one
@@ -10,7 +10,7 @@ type rnode struct {
 	edge     []int          // tokens from the parent to this node
 	children map[int]*rnode // by the first token of the child's edge
 	parent   *rnode
-	entry    *entry // the entry whose tokens end here, or nil
+	entry    *Entry // the entry whose tokens end here, or nil
 }
 
 // common is the length of the longest common prefix of a and b.
@@ -23,7 +23,7 @@ func common(a, b []int) int {
 }
 
 // longest returns the entry with the longest token sequence that prefixes prompt, or nil.
-func (t *radix) longest(prompt []int) *entry {
+func (t *radix) longest(prompt []int) *Entry {
 	n, rest := &t.root, prompt
 	best := n.entry
 	for len(rest) > 0 {
@@ -53,7 +53,7 @@ func (t *radix) find(tokens []int) *rnode {
 }
 
 // get returns the entry for exactly tokens, or nil.
-func (t *radix) get(tokens []int) *entry {
+func (t *radix) get(tokens []int) *Entry {
 	if n := t.find(tokens); n != nil {
 		return n.entry
 	}
@@ -62,7 +62,7 @@ func (t *radix) get(tokens []int) *entry {
 
 // put attaches e to tokens' node, splitting an edge or adding a leaf as needed; it returns the
 // entry it replaces, if any.
-func (t *radix) put(tokens []int, e *entry) *entry {
+func (t *radix) put(tokens []int, e *Entry) *Entry {
 	n, rest := &t.root, tokens
 	for len(rest) > 0 {
 		c := n.children[rest[0]]

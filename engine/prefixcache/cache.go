@@ -1,4 +1,7 @@
-package runner
+// Package prefixcache keeps sequence states for reuse by later prompts that start the same way:
+// snapshots in memory under a budget, keyed by the tokens they consumed in a radix tree, and a
+// tier of snapshot files on disk that survives a restart.
+package prefixcache
 
 import (
 	"slices"
@@ -12,23 +15,24 @@ import (
 // budget with least-recently-used eviction. A snapshot is reusable for any prompt it prefixes:
 // the KV cache could be cut anywhere, but DeltaNet's recurrent state only exists at the snapshot's
 // own boundary, so reuse happens at entry boundaries: the checkpoints a prefill saves (see
-// Request.Checkpoints), ends of prompts and ends of generations. The entries hang off a radix
+// the engine loop's checkpoints), ends of prompts and ends of generations. The entries hang off a radix
 // tree of their token sequences (radix.go), so a lookup walks the prompt once.
 type Cache struct {
 	mu      sync.Mutex
 	budget  int64
 	used    int64
 	clock   uint64
-	entries []*entry // for least-recently-used eviction
+	entries []*Entry // for least-recently-used eviction
 	tree    radix
 
 	hits, misses, hitTokens, evictions atomic.Int64
 }
 
-type entry struct {
-	tokens  []int
-	snap    backend.Snapshot
-	logits  []float32 // the row predicting the token after tokens
+// Entry is a cached state: the snapshot after Tokens and the logits row predicting the next token.
+type Entry struct {
+	Tokens  []int
+	Snap    backend.Snapshot
+	Logits  []float32
 	bytes   int64
 	lastUse uint64
 }
@@ -37,7 +41,7 @@ type entry struct {
 func NewCache(budget int64) *Cache { return &Cache{budget: budget} }
 
 // Lookup returns the entry with the longest token sequence that prefixes prompt, or nil.
-func (c *Cache) Lookup(prompt []int) *entry {
+func (c *Cache) Lookup(prompt []int) *Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	best := c.tree.longest(prompt)
@@ -48,7 +52,7 @@ func (c *Cache) Lookup(prompt []int) *entry {
 	c.clock++
 	best.lastUse = c.clock
 	c.hits.Add(1)
-	c.hitTokens.Add(int64(len(best.tokens)))
+	c.hitTokens.Add(int64(len(best.Tokens)))
 	return best
 }
 
@@ -74,9 +78,9 @@ func (c *Cache) Store(tokens []int, snap backend.Snapshot, logits []float32) {
 	if old := c.tree.get(tokens); old != nil { // same state: keep one copy
 		c.drop(slices.Index(c.entries, old))
 	}
-	e := &entry{tokens: slices.Clone(tokens), snap: snap, logits: slices.Clone(logits), bytes: size, lastUse: c.clock}
+	e := &Entry{Tokens: slices.Clone(tokens), Snap: snap, Logits: slices.Clone(logits), bytes: size, lastUse: c.clock}
 	c.entries = append(c.entries, e)
-	c.tree.put(e.tokens, e)
+	c.tree.put(e.Tokens, e)
 	c.used += size
 	for c.used > c.budget {
 		oldest := 0
@@ -93,8 +97,8 @@ func (c *Cache) Store(tokens []int, snap backend.Snapshot, logits []float32) {
 // drop removes entry i and frees its snapshot.
 func (c *Cache) drop(i int) {
 	c.used -= c.entries[i].bytes
-	c.entries[i].snap.Close()
-	c.tree.remove(c.entries[i].tokens)
+	c.entries[i].Snap.Close()
+	c.tree.remove(c.entries[i].Tokens)
 	c.entries = slices.Delete(c.entries, i, i+1)
 }
 

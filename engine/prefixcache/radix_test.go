@@ -1,4 +1,4 @@
-package runner
+package prefixcache
 
 import (
 	"math/rand/v2"
@@ -12,7 +12,7 @@ import (
 func TestRadixMatchesScan(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var tr radix
-	live := map[*entry]bool{}
+	live := map[*Entry]bool{}
 	seq := func() []int {
 		// three-token alphabet and a common stem: many shared prefixes, splits and merges
 		s := []int{7, 7}
@@ -21,10 +21,10 @@ func TestRadixMatchesScan(t *testing.T) {
 		}
 		return s
 	}
-	scan := func(prompt []int) *entry {
-		var best *entry
+	scan := func(prompt []int) *Entry {
+		var best *Entry
 		for e := range live {
-			if len(e.tokens) <= len(prompt) && slices.Equal(e.tokens, prompt[:len(e.tokens)]) && (best == nil || len(e.tokens) > len(best.tokens)) {
+			if len(e.Tokens) <= len(prompt) && slices.Equal(e.Tokens, prompt[:len(e.Tokens)]) && (best == nil || len(e.Tokens) > len(best.Tokens)) {
 				best = e
 			}
 		}
@@ -34,7 +34,7 @@ func TestRadixMatchesScan(t *testing.T) {
 		s := seq()
 		switch r.IntN(3) {
 		case 0, 1:
-			e := &entry{tokens: s}
+			e := &Entry{Tokens: s}
 			if old := tr.put(s, e); old != nil {
 				delete(live, old)
 			}
@@ -51,10 +51,10 @@ func TestRadixMatchesScan(t *testing.T) {
 		}
 	}
 	for e := range live {
-		if tr.get(e.tokens) != e {
-			t.Fatalf("entry %v not found", e.tokens)
+		if tr.get(e.Tokens) != e {
+			t.Fatalf("entry %v not found", e.Tokens)
 		}
-		tr.remove(e.tokens)
+		tr.remove(e.Tokens)
 	}
 	if len(tr.root.children) != 0 || tr.root.entry != nil {
 		t.Fatalf("root after removing every entry: %d children", len(tr.root.children))
@@ -69,7 +69,7 @@ func TestRadixMatchesScan(t *testing.T) {
 func TestRadixCompact(t *testing.T) {
 	var tr radix
 	for _, s := range [][]int{{1, 2, 3, 4}, {1, 2, 3, 5}, {1, 2}, {1, 2, 3, 4, 6}, {9}} {
-		tr.put(s, &entry{tokens: s})
+		tr.put(s, &Entry{Tokens: s})
 	}
 	tr.remove([]int{1, 2, 3, 5}) // {1,2,3} is left with one child: it merges into {4}
 	var walk func(n *rnode, depth int)
@@ -90,7 +90,7 @@ func TestRadixCompact(t *testing.T) {
 	if nodes != 5 { // root, {1,2}, {3,4}, {6}, {9}
 		t.Fatalf("%d nodes, want 5", nodes)
 	}
-	if e := tr.longest([]int{1, 2, 3, 4, 6, 0}); e == nil || !slices.Equal(e.tokens, []int{1, 2, 3, 4, 6}) {
+	if e := tr.longest([]int{1, 2, 3, 4, 6, 0}); e == nil || !slices.Equal(e.Tokens, []int{1, 2, 3, 4, 6}) {
 		t.Fatalf("longest: %v", e)
 	}
 }
