@@ -345,7 +345,7 @@ func (e *GPU) newSession() (*Session, error) {
 
 // Session is one sequence on a GPU backend.
 type Session struct {
-	e *GPU
+	e     *GPU
 	*lane // its one-row executor; nil once closed
 	pos   int
 	pages []int32 // the KV pool pages of positions 0, PageSize, 2·PageSize, ... (the block table)
