@@ -125,9 +125,10 @@ func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []pl
 		w = append(w, b.whole(buf))
 	}
 	r, w = append(r, extraReads...), append(w, extraWrites...)
-	k, tensor := b.form(c.actTypes(k, r, w))
+	k, tensor, fallback := b.form(c.actTypes(k, r, w))
 	b.call(k, r, w, c.modes...)
-	b.p.Dispatches[len(b.p.Dispatches)-1].Tensor = tensor
+	d := &b.p.Dispatches[len(b.p.Dispatches)-1]
+	d.Tensor, d.Fallback = tensor, fallback
 }
 
 // actTypes is k with its activations' storage as the buffers it reads (r) and writes (w) have
@@ -223,7 +224,7 @@ func (c *chunkBufs) attnLayer(l attnWeights, first bool, inNorm, postNorm int) {
 	c.callRanges(kernels.AttnPrefillCall(as, c.n, kernels.AttnPrefillBuffers[int]{
 		Q: c.qrot, KCache: l.kc, VCache: l.vc, Step: s.StepBuf, Table: s.Table, QG: c.qg, Out: c.ao}),
 		[]int{c.qrot, s.StepBuf, s.Table, c.qg}, reads, []int{c.ao}, nil)
-	b.flops(b.attnPrefillFLOPs(as, c.n, tctx))
+	b.flops(attnPrefillFLOPs(as, c.n, tctx, b.p.Dispatches[len(b.p.Dispatches)-1].Tensor))
 	c.qmm([]qmat{l.o}, c.ao, c.o)
 	c.norm(c.o, postNorm, eps)
 }

@@ -56,6 +56,10 @@ type Dispatch struct {
 	// Chip.TensorFLOPs) rather than on the shader ALUs: the kernel is a tensor-op form, which only
 	// a chip with neural accelerators runs.
 	Tensor bool
+	// Fallback, on the tensor route, is why a dispatch of a kernel with a tensor-op form runs its
+	// simdgroup form instead: a shape the tensor form cannot run (kernels.TensorFits). Empty
+	// elsewhere.
+	Fallback string
 	// Modes, when set, make the dispatch run only in those modes of the step (exec.Executor's
 	// Mode): one plan holds alternative tails, e.g. greedy selection, sampling, or none for a
 	// prefill token whose logits nobody reads. Barriers are derived as if every dispatch ran; a
@@ -67,6 +71,29 @@ type Dispatch struct {
 type Plan struct {
 	Buffers    []Buffer
 	Dispatches []Dispatch
+}
+
+// Fallbacks are the reasons dispatches running in mode kept their simdgroup form on the tensor
+// route (Dispatch.Fallback), one line per kernel and reason: "attn_prefill ×10: why".
+func (p *Plan) Fallbacks(mode string) []string {
+	type key struct{ kernel, why string }
+	var order []key
+	count := map[key]int{}
+	for _, d := range p.Dispatches {
+		if d.Fallback == "" || !d.RunsIn(mode) {
+			continue
+		}
+		k := key{d.Kernel, d.Fallback}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, fmt.Sprintf("%s ×%d: %s", k.kernel, count[k], k.why))
+	}
+	return out
 }
 
 // Stats summarise a plan's cost per token.
