@@ -1,8 +1,14 @@
-// Package decode builds the static single-token decode step of the model as a plan.Plan over the
-// metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
-// one since the last barrier), with an optional batched prefill chunk mode over the same state
-// (chunk.go), describes what holds a sequence's state in it, uploads a checkpoint's weights into
-// it, and models its memory and a prefill chunk's cost; metal/gpu runs it.
+// Package decode builds the model's GPU step as one plan.Plan over the metal/kernels kernels —
+// the decode step of one to MaxRows sequences, each choosing its next token on the GPU, and
+// the prefill chunk modes of one sequence on either route over the same state — and around it
+// says which buffers hold a sequence's state, uploads a checkpoint's weights, and models the
+// step's memory, a prefill chunk's cost and a multi-row step's, and how many sequences fit;
+// metal/gpu runs it.
+//
+// The plan allocates every buffer once and sets a barrier only where a dispatch depends on one
+// since the last barrier. Build adds it block by block (layers.go: the embedding, each DeltaNet
+// or attention layer, each MoE block; select.go: the LM head and the selection), each block's
+// decode dispatches followed by each chunk size's (chunk.go).
 //
 // One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
 // in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added

@@ -1,3 +1,8 @@
+// Package plan describes a GPU step as buffers allocated once and a static list of dispatches
+// over them, in order, with their barriers and the modes each runs in (decode tails, prefill
+// chunks, on the simdgroup or the tensor route), and models its cost: each dispatch's DRAM
+// traffic and FLOPs, a decode token's ideal traffic (each byte it needs moved once), and the
+// time on Apple's chips.
 package plan
 
 import (
