@@ -72,8 +72,9 @@ type Options struct {
 	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
 	// PrefillRoute is how the chunk modes run their matrix work: plan.Simdgroup (the zero value)
-	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (tensorForms) runs
-	// that form instead. The decode step is the same on both.
+	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (TensorKernels) runs
+	// that form instead where the form runs the model's shape, and its simdgroup form elsewhere
+	// (plan.Dispatch.Fallback says why). The decode step is the same on both.
 	PrefillRoute plan.Route
 }
 
