@@ -359,6 +359,9 @@ type prefillPlanOutput struct {
 		PeakTFLOPs map[string]float64 `json:"peak_tflops"`
 		BytesRatio float64            `json:"bytes_ratio_to_ideal"`
 		FLOPsRatio float64            `json:"flops_ratio_to_ideal"`
+		// TensorFallbacks are the tensor route's dispatches that keep their simdgroup form (a
+		// shape their tensor form cannot run), by kernel and why; none at production.
+		TensorFallbacks []string `json:"tensor_fallbacks,omitempty"`
 	} `json:"prefill"`
 }
 
@@ -381,6 +384,7 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	q.BytesRatio = math.Round(float64(p.Bytes)/float64(p.IdealBytes)*1e4) / 1e4
 	q.FLOPsRatio = math.Round(p.FLOPs/p.IdealFLOPs*1e4) / 1e4
 	q.ModeledTokS, q.Route, q.PeakTFLOPs = map[string]float64{}, map[string]string{}, map[string]float64{}
+	q.TensorFallbacks = t.Fallbacks
 	for _, chip := range prefillChips {
 		cost := prefillRoute(chip, p, t)
 		tps, err := cost.TokS(chip)
@@ -400,8 +404,11 @@ func runBenchPrefillPlan(cmd *cobra.Command, o benchOptions) error {
 	for _, chip := range prefillChips {
 		fmt.Fprintf(w, " %s %.0f (%s, %.3g)", chip.Name, q.ModeledTokS[chip.Name], q.Route[chip.Name], q.PeakTFLOPs[chip.Name])
 	}
-	_, err = fmt.Fprintln(w)
-	return err
+	fmt.Fprintln(w)
+	for _, f := range q.TensorFallbacks {
+		fmt.Fprintf(w, "tensor route keeps the simdgroup form: %s\n", f)
+	}
+	return nil
 }
 
 // prefillRoute is the chunk's cost on the route chip takes: the tensor route's (tensor) where the

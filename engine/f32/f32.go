@@ -1,5 +1,6 @@
-// Package f32 holds the float32 operations of the reference forward pass, written once for the CPU
-// backend and the Go references of the Metal kernels so both compute exactly the same thing.
+// Package f32 holds the float32 helpers the CPU backend and the Metal kernels' Go references
+// share — RMS, gated and L2 norms, an in-order dot product, rsqrt, sigmoid, SiLU and softplus —
+// written once so that both round the same way where they use them.
 package f32
 
 import "math"

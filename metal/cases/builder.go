@@ -73,10 +73,3 @@ func (b *Builder) AddBound(call kernels.Call[plan.Binding], barrier bool) {
 		Threadgroups: call.Threadgroups, Group: call.Group, Barrier: barrier,
 	})
 }
-
-// AddModes is Add for a dispatch that runs only in the given modes of the plan (SetMode chooses
-// a step's): a case whose steps bind different buffers, or dispatch in a different order.
-func (b *Builder) AddModes(call kernels.Call[int], barrier bool, modes ...string) {
-	b.Add(call, barrier)
-	b.Plan.Dispatches[len(b.Plan.Dispatches)-1].Modes = modes
-}

@@ -336,8 +336,5 @@ func (c *Ctx) ID(what string, got, want int) error {
 	return nil
 }
 
-// SetMode makes the next steps run the dispatches of mode m (and those of every mode).
-func (c *Ctx) SetMode(m string) { c.x.Mode = m }
-
 // Bytes is buffer i's contents (the device's memory: a copy is needed to keep them).
 func (c *Ctx) Bytes(i int) []byte { return c.x.Bytes(i) }

@@ -41,11 +41,11 @@ type gdnEdge struct {
 	nsg, steps int
 }
 
-// gdnEdges are the edge shapes of gdn_step and gdn_conv_step.
+// gdnEdges are the edge shapes of gdn_step.
 var gdnEdges = []gdnEdge{
 	{kernels.GDNShape{HK: 1, HV: 1, DK: 32, DV: 8}, 1, 3},
 	{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 16}, 3, 3},  // pairs; columns do not divide evenly
-	{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, 3},  // gdn_conv_step's conv loop wraps (168 channels, 96 threads)
+	{kernels.GDNShape{HK: 2, HV: 4, DK: 64, DV: 40}, 3, 3},  // 40 columns over three simdgroups
 	{kernels.GDNShape{HK: 2, HV: 2, DK: 96, DV: 16}, 4, 3},  // three key rows per lane
 	{kernels.GDNShape{HK: 1, HV: 3, DK: 32, DV: 33}, 2, 3},  // three heads share a key head
 	{kernels.GDNShape{HK: 2, HV: 4, DK: 128, DV: 8}, 16, 3}, // more simdgroups than columns, more threads than channels

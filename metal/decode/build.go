@@ -1,8 +1,14 @@
-// Package decode builds the static single-token decode step of the model as a plan.Plan over the
-// metal/kernels kernels (every buffer allocated once, barriers only where a dispatch depends on
-// one since the last barrier), with an optional batched prefill chunk mode over the same state
-// (chunk.go), describes what holds a sequence's state in it, uploads a checkpoint's weights into
-// it, and models its memory and a prefill chunk's cost; metal/gpu runs it.
+// Package decode builds the model's GPU step as one plan.Plan over the metal/kernels kernels —
+// the decode step of one to MaxRows sequences, each choosing its next token on the GPU, and
+// the prefill chunk modes of one sequence on either route over the same state — and around it
+// says which buffers hold a sequence's state, uploads a checkpoint's weights, and models the
+// step's memory, a prefill chunk's cost and a multi-row step's, and how many sequences fit;
+// metal/gpu runs it.
+//
+// The plan allocates every buffer once and sets a barrier only where a dispatch depends on one
+// since the last barrier. Build adds it block by block (layers.go: the embedding, each DeltaNet
+// or attention layer, each MoE block; select.go: the LM head and the selection), each block's
+// decode dispatches followed by each chunk size's (chunk.go).
 //
 // One step: embed_q4 (token from the step buffer) → per layer: the mixer (GDN: qmv_multi_norm_q4
 // in_proj_qkv/z/b/a with the input norm folded in, conv1d_step, gdn_step, qmv_q4 out_proj added
@@ -66,8 +72,9 @@ type Options struct {
 	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
 	// PrefillRoute is how the chunk modes run their matrix work: plan.Simdgroup (the zero value)
-	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (tensorForms) runs
-	// that form instead. The decode step is the same on both.
+	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (TensorKernels) runs
+	// that form instead where the form runs the model's shape, and its simdgroup form elsewhere
+	// (plan.Dispatch.Fallback says why). The decode step is the same on both.
 	PrefillRoute plan.Route
 }
 
@@ -164,6 +171,17 @@ type builder struct {
 	rows    int          // the decode step's rows (Options.Rows, at least 1)
 	route   plan.Route   // the chunk modes' route (Options.PrefillRoute)
 	bf16    map[int]bool // buffers of bfloat elements (the chunk mode's activations; others float32)
+
+	o      Options
+	c      *config.Config
+	tctx   int // the traffic model's cached positions (Options.TrafficCtx resolved)
+	eps    float32
+	gs     kernels.GDNShape
+	as     kernels.AttnShape // Step.Attn
+	ms     kernels.MoEShape
+	splits int          // attention's split count (kernels.AttnSplits)
+	bufs   stepBufs     // the decode step's activations
+	chs    []*chunkBufs // the chunk sizes, largest first, over one set of buffers
 }
 
 // batch is the qmv variant's Batch for the decode step's rows: 0 (QMV_BATCH unset, the one-row
@@ -372,6 +390,27 @@ func Check(c *config.Config) error {
 // Build makes the decode step for configuration c. It needs shapes only; Upload fills the
 // weight buffers from a checkpoint.
 func Build(c *config.Config, o Options) (*Step, error) {
+	b, err := newBuilder(c, o)
+	if err != nil {
+		return nil, err
+	}
+	b.stepBuffers()
+	// The decode step's dispatches run in every mode but the chunk's.
+	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
+	b.chunkSets()
+	b.embedding()
+	b.layers()
+	pl := b.selection(b.head())
+	b.logprobs(pl)
+	if err := b.p.Validate(); err != nil {
+		return nil, err
+	}
+	return b.s, nil
+}
+
+// newBuilder checks c and o and starts the step: its shapes, the KV pool's pages and the
+// traffic model's context.
+func newBuilder(c *config.Config, o Options) (*builder, error) {
 	if o.MaxCtx <= 0 {
 		return nil, fmt.Errorf("decode: max context %d: want at least 1", o.MaxCtx)
 	}
@@ -404,17 +443,41 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	}
 	s.Attn = kernels.AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim,
 		MaxCtx: o.MaxCtx, KVBits: s.KVBits, PageSize: ps, Pages: pages}
-	b := &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute, bf16: map[int]bool{}}
-	H, V, eps := c.HiddenSize, c.VocabSize, c.RMSNormEps
-	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
-	as := s.Attn
-	if err := as.Validate(); err != nil {
+	if err := s.Attn.Validate(); err != nil {
 		return nil, err
 	}
-	ms := kernels.MoEShape{H: H, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}
-	splits := kernels.AttnSplits(o.MaxCtx)
+	return &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute, bf16: map[int]bool{},
+		o: o, c: c, tctx: tctx, eps: c.RMSNormEps, as: s.Attn, splits: kernels.AttnSplits(o.MaxCtx),
+		gs: kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim},
+		ms: kernels.MoEShape{H: c.HiddenSize, E: c.NumExperts, K: c.TopK, I: c.MoEIntermediate, SI: c.SharedIntermed}}, nil
+}
 
-	// Control and activations, shared by all layers. Per-sequence buffers hold R rows.
+// stepBufs are the decode step's control buffers beyond Step's and its activations, shared by
+// every layer, each holding a row per sequence (zero: the model has no layer of that kind).
+type stepBufs struct {
+	res     int // [R][H] float32 residual stream
+	gdn     gdnActs
+	attn    attnActs
+	moe     moeActs
+	partial int // argmax_partial's [R][groups] (value, index) pairs
+}
+
+// gdnActs are a DeltaNet layer's activations: the in-projections' qkv (before the conv), z, a
+// and b, the conv's output u, and the recurrence's output y.
+type gdnActs struct{ qkv, u, z, ga, gb, y int }
+
+// attnActs are an attention layer's activations (q with its gates, k, v, the rotated q, the
+// split-context partials, the gated output) and the RoPE table.
+type attnActs struct{ qg, k, v, qrot, opart, mlpart, out, invFreq int }
+
+// moeActs are the MoE block's chosen experts, their weights and the gate/up activations.
+type moeActs struct{ ids, weights, act int }
+
+// stepBuffers declares the decode step's per-sequence control buffers (step entry, block table,
+// the sampler's) and its activations (b.bufs), in the plan's buffer order.
+func (b *builder) stepBuffers() {
+	s, c, R := b.s, b.c, b.rows
+	H, V, as, ms := c.HiddenSize, c.VocabSize, b.as, b.ms
 	s.StepBuf = b.buffer("step", 8*int64(R), plan.Control)
 	s.Table = b.buffer("kv.table", 4*int64(R*as.TableLen()), plan.Control)
 	s.consts = append(s.consts, constSrc{s.Table, BytesOf(rowTables(as, R))}) // until a session sets its pages
@@ -422,331 +485,65 @@ func Build(c *config.Config, o Options) (*Step, error) {
 		Params: b.buffer("sample.params", 4*16*int64(R), plan.Control),
 		State:  b.buffer("sample.state", 4*int64(R*V), plan.Control), // per request: count | seen<<31
 		Bias:   b.floats("sample.bias", R*V, plan.Control),
-		Pen:    b.floats("sample.pen", R*(o.MaxCtx+1), plan.Control),
+		Pen:    b.floats("sample.pen", R*(b.o.MaxCtx+1), plan.Control),
 		Status: b.buffer("sample.status", 4*int64(R), plan.Control),
 	}
-	params, sampState := s.Sampler.Params, s.Sampler.State
-	res := b.floats("residual", R*H, plan.Activations)
-	s.consts = append(s.consts, constSrc{params, BytesOf(repeatRows(kernels.SampleParams{}.Words(), R))})
-
-	var qkv, u, z, ga, gb, y int
-	if gs.HV > 0 && hasKind(c, config.LinearAttention) {
-		qkv = b.floats("gdn.qkv", R*gs.Channels(), plan.Activations)
-		u = b.floats("gdn.conv_out", R*gs.Channels(), plan.Activations)
-		z = b.floats("gdn.z", R*gs.HV*gs.DV, plan.Activations)
-		ga = b.floats("gdn.a", R*gs.HV, plan.Activations)
-		gb = b.floats("gdn.b", R*gs.HV, plan.Activations)
-		y = b.floats("gdn.y", R*gs.HV*gs.DV, plan.Activations)
+	b.bufs.res = b.floats("residual", R*H, plan.Activations)
+	s.consts = append(s.consts, constSrc{s.Sampler.Params, BytesOf(repeatRows(kernels.SampleParams{}.Words(), R))})
+	if gs := b.gs; gs.HV > 0 && hasKind(c, config.LinearAttention) {
+		b.bufs.gdn = gdnActs{
+			qkv: b.floats("gdn.qkv", R*gs.Channels(), plan.Activations),
+			u:   b.floats("gdn.conv_out", R*gs.Channels(), plan.Activations),
+			z:   b.floats("gdn.z", R*gs.HV*gs.DV, plan.Activations),
+			ga:  b.floats("gdn.a", R*gs.HV, plan.Activations),
+			gb:  b.floats("gdn.b", R*gs.HV, plan.Activations),
+			y:   b.floats("gdn.y", R*gs.HV*gs.DV, plan.Activations),
+		}
 	}
-	var qg, ak, av, qrot, opart, mlpart, attnOut, invFreq int
 	if hasKind(c, config.FullAttention) {
-		qd := as.Heads * as.HeadDim
-		qg = b.floats("attn.qg", R*2*qd, plan.Activations)
-		ak = b.floats("attn.k", R*as.KVHeads*as.HeadDim, plan.Activations)
-		av = b.floats("attn.v", R*as.KVHeads*as.HeadDim, plan.Activations)
-		qrot = b.floats("attn.q_rot", R*qd, plan.Activations)
-		ol, mll := as.AttnPartialLens(splits)
-		opart = b.floats("attn.o_part", R*ol, plan.Activations)
-		mlpart = b.floats("attn.ml_part", R*mll, plan.Activations)
-		attnOut = b.floats("attn.out", R*qd, plan.Activations)
-		invFreq = b.floats("rope.inv_freq", c.RotaryDim/2, plan.Weights)
-		s.consts = append(s.consts, constSrc{invFreq, BytesOf(kernels.RopeInvFreq(c.RotaryDim, c.RopeTheta))})
+		b.bufs.attn = b.attnActs()
 	}
-	ids := b.buffer("moe.ids", int64(4*R*ms.K), plan.Activations)
-	weights := b.floats("moe.weights", R*(ms.K+1), plan.Activations)
-	act := b.floats("moe.act", R*ms.ActLen(), plan.Activations)
+	b.bufs.moe = moeActs{
+		ids:     b.buffer("moe.ids", int64(4*R*ms.K), plan.Activations),
+		weights: b.floats("moe.weights", R*(ms.K+1), plan.Activations),
+		act:     b.floats("moe.act", R*ms.ActLen(), plan.Activations),
+	}
 	s.Logits = b.floats("logits", R*V, plan.Activations)
-	partial := b.buffer("argmax.partial", 8*int64(R*kernels.ArgmaxDefaultGroups), plan.Activations)
-
-	// The decode step's dispatches run in every mode but the chunk's.
-	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs, ModePrefill}
-	var chs []*chunkBufs // the chunk sizes, largest first, over one set of buffers
-	if sizes := ChunkSizes(o.Chunks); len(sizes) > 0 {
-		s.Chunks = sizes
-		big := b.chunkBuffers(sizes[0], gs, as, ms, o.ChunkLogits)
-		chs = append(chs, big)
-		for _, n := range sizes[1:] {
-			chs = append(chs, big.bucket(n, ms))
-		}
-	}
-
-	// embed_q4: the token's row into the residual stream.
-	emb := b.matrix("embed_tokens", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.Embed })
-	s.embed = emb.buffers()
-	b.call(kernels.EmbedRowsCall(H, V, R, kernels.EmbedBuffers[int]{Embed: emb.bufs(), Step: s.StepBuf, Out: res}),
-		append(emb.rowsRange(0, R), b.whole(s.StepBuf)), []plan.Range{b.whole(res)})
-	for _, ch := range chs {
-		ch.call(kernels.EmbedChunkCall(H, V, ch.n, kernels.EmbedChunkBuffers[int]{Embed: emb.bufs(), Tokens: s.ChunkTokens, Out: ch.res}),
-			[]int{s.ChunkTokens}, emb.all(), ch.res)
-	}
-
-	// The input norms first: a chunk's MoE combine normalises the residual for the next layer.
-	inNorms := make([]int, len(c.Layers))
-	for li := range c.Layers {
-		inNorms[li] = b.vector(fmt.Sprintf("layers.%d.input_layernorm", li), H, true, func(w *model.Weights) []float32 { return w.Layers[li].InputNorm })
-	}
-	for li, kind := range c.Layers {
-		p := fmt.Sprintf("layers.%d.", li)
-		layer := func(w *model.Weights) *model.Layer { return &w.Layers[li] }
-		inNorm := inNorms[li]
-		next := -1 // the next layer's input norm, for the chunk's combine (none after the last)
-		if li+1 < len(c.Layers) {
-			next = inNorms[li+1]
-		}
-		postNorm := b.vector(p+"post_attention_layernorm", H, true, func(w *model.Weights) []float32 { return layer(w).PostNorm })
-
-		if kind == config.LinearAttention {
-			g := func(w *model.Weights) *model.GDN { return layer(w).GDN }
-			a := p + "linear_attn."
-			C, vd := gs.Channels(), gs.HV*gs.DV
-			wqkv := b.matrix(a+"in_proj_qkv", C, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjQKV })
-			wz := b.matrix(a+"in_proj_z", vd, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjZ })
-			wb := b.matrix(a+"in_proj_b", gs.HV, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjB })
-			wa := b.matrix(a+"in_proj_a", gs.HV, H, 4, func(w *model.Weights) *quant.Matrix { return g(w).InProjA })
-			wo := b.matrix(a+"out_proj", H, vd, 4, func(w *model.Weights) *quant.Matrix { return g(w).OutProj })
-			taps := b.vector(a+"conv1d", C*kernels.ConvKernel, false, func(w *model.Weights) []float32 { return g(w).Conv })
-			aLog := b.vector(a+"A_log", gs.HV, false, func(w *model.Weights) []float32 { return g(w).ALog })
-			dtBias := b.vector(a+"dt_bias", gs.HV, false, func(w *model.Weights) []float32 { return g(w).DtBias })
-			normW := b.vector(a+"norm", gs.DV, false, func(w *model.Weights) []float32 { return g(w).Norm })
-			win := b.floats(a+"conv_window", R*(kernels.ConvKernel-1)*C, plan.State)
-			state := b.floats(a+"state", R*gs.StateLen(), plan.State)
-			s.Session = append(s.Session, win, state)
-
-			b.qmvMultiNorm([]qmat{wqkv, wz, wb, wa}, []int{qkv, z, gb, ga}, res, inNorm, eps)
-			b.call(kernels.Conv1DStepRowsCall(C, kernels.ConvThreads, R, kernels.Conv1DStepBuffers[int]{X: qkv, Taps: taps, Window: win, U: u}),
-				[]plan.Range{b.whole(qkv), b.whole(taps), b.whole(win)}, []plan.Range{b.whole(win), b.whole(u)})
-			b.flops(convFLOPs(C, R), convFLOPs(C, R))
-			b.call(kernels.GDNStepRowsCall(gs, eps, kernels.GDNSimdgroups, R, kernels.GDNStepBuffers[int]{
-				QKV: u, Z: z, A: ga, Beta: gb, ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Y: y}),
-				[]plan.Range{b.whole(u), b.whole(z), b.whole(ga), b.whole(gb), b.whole(aLog), b.whole(dtBias), b.whole(normW), b.whole(state)},
-				[]plan.Range{b.whole(state), b.whole(y)})
-			b.flops(gdnFLOPs(gs, R), gdnFLOPs(gs, R))
-			b.qmv(wo, y, res, true)
-			for _, ch := range chs {
-				if li == 0 { // later layers' input norm is the previous combine's
-					ch.norm(ch.zero, inNorm, eps)
-				}
-				ch.qmm([]qmat{wqkv, wz, wb, wa}, ch.xn, ch.qkv, ch.z, ch.gb, ch.ga)
-				ch.gdn(gs, eps, kernels.GDNChunkBuffers[int]{ALog: aLog, DtBias: dtBias, NormW: normW, State: state, Taps: taps, Window: win})
-				ch.qmm([]qmat{wo}, ch.y, ch.o)
-				ch.norm(ch.o, postNorm, eps)
-			}
-		} else {
-			at := func(w *model.Weights) *model.Attention { return layer(w).Attn }
-			a := p + "self_attn."
-			qd, kvd := as.Heads*as.HeadDim, as.KVHeads*as.HeadDim
-			wq := b.matrix(a+"q_proj", 2*qd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).Q })
-			wk := b.matrix(a+"k_proj", kvd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).K })
-			wv := b.matrix(a+"v_proj", kvd, H, 4, func(w *model.Weights) *quant.Matrix { return at(w).V })
-			wo := b.matrix(a+"o_proj", H, qd, 4, func(w *model.Weights) *quant.Matrix { return at(w).O })
-			qNorm := b.vector(a+"q_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).QNorm })
-			kNorm := b.vector(a+"k_norm", as.HeadDim, false, func(w *model.Weights) []float32 { return at(w).KNorm })
-			kc := b.buffer(a+"k_cache", int64(as.CacheBytes()), plan.KVCache)
-			vc := b.buffer(a+"v_cache", int64(as.CacheBytes()), plan.KVCache)
-			s.Session = append(s.Session, kc, vc)
-			s.KV = append(s.KV, kc, vc)
-
-			b.qmvMultiNorm([]qmat{wq, wk, wv}, []int{qg, ak, av}, res, inNorm, eps)
-			// The traffic model's sequences hold the pages Init gives them (rowTables): the
-			// one-row plan's pool pages 0, 1, ... in order.
-			var kvWrites, kvReads []plan.Range
-			id := as.IdentityTable()
-			tables := rowTables(as, R)
-			for r := range R {
-				t := tables[r*len(id) : (r+1)*len(id)]
-				for _, cache := range []int{kc, vc} {
-					as.SeqSpans(t, tctx, 1, func(off, n int64) {
-						kvWrites = append(kvWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
-					})
-					as.SeqSpans(t, 0, tctx+1, func(off, n int64) {
-						kvReads = append(kvReads, plan.Range{Buffer: cache, Offset: off, Len: n})
-					})
-				}
-			}
-			table := b.whole(s.Table)
-			bufs := kernels.AttnQKRopeKVBuffers[int]{
-				QG: qg, K: ak, V: av, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: qrot,
-				KCache: kc, VCache: vc, Table: s.Table}
-			rope := kernels.AttnQKRopeKVCall(as, eps, kernels.AttnRopeThreads, bufs)
-			if R > 1 { // ATTN_SEQ_ROWS: unset keeps the one-row plan's pipeline
-				rope = kernels.AttnQKRopeKVRowsCall(as, eps, kernels.AttnRopeThreads, R, bufs)
-			}
-			b.call(rope,
-				[]plan.Range{b.whole(qg), b.whole(ak), b.whole(av), b.whole(qNorm), b.whole(kNorm), b.whole(invFreq),
-					b.whole(s.StepBuf), table},
-				append([]plan.Range{b.whole(qrot)}, kvWrites...))
-			b.call(kernels.AttnDecodePartialRowsCall(as, splits, R, kernels.AttnDecodePartialBuffers[int]{
-				Q: qrot, KCache: kc, VCache: vc, Step: s.StepBuf, OPart: opart, MLPart: mlpart, Table: s.Table}),
-				append([]plan.Range{b.whole(qrot), b.whole(s.StepBuf), table}, kvReads...),
-				[]plan.Range{b.whole(opart), b.whole(mlpart)})
-			b.flops(b.perRow(attnDecodeFLOPs(as, tctx+1)), b.perRow(attnDecodeFLOPs(as, tctx+1)))
-			b.call(kernels.AttnDecodeCombineRowsCall(as, splits, R, kernels.AttnDecodeCombineBuffers[int]{
-				OPart: opart, MLPart: mlpart, QG: qg, Step: s.StepBuf, Out: attnOut}),
-				[]plan.Range{b.whole(opart), b.whole(mlpart), b.whole(qg), b.whole(s.StepBuf)},
-				[]plan.Range{b.whole(attnOut)})
-			b.qmv(wo, attnOut, res, true)
-			for _, ch := range chs {
-				if li == 0 { // later layers' input norm is the previous combine's
-					ch.norm(ch.zero, inNorm, eps)
-				}
-				ch.qmm([]qmat{wq, wk, wv}, ch.xn, ch.qg, ch.k, ch.v)
-				// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
-				var chunkWrites, chunkReads []plan.Range
-				for _, cache := range []int{kc, vc} {
-					as.SeqSpans(id, tctx, min(ch.n, o.MaxCtx-tctx), func(off, n int64) {
-						chunkWrites = append(chunkWrites, plan.Range{Buffer: cache, Offset: off, Len: n})
-					})
-					as.SeqSpans(id, 0, min(tctx+ch.n, o.MaxCtx), func(off, n int64) {
-						chunkReads = append(chunkReads, plan.Range{Buffer: cache, Offset: off, Len: n})
-					})
-				}
-				ch.callRanges(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, ch.n, kernels.AttnQKRopeKVBuffers[int]{
-					QG: ch.qg, K: ch.k, V: ch.v, QNorm: qNorm, KNorm: kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: ch.qrot,
-					KCache: kc, VCache: vc, Table: s.Table}),
-					[]int{ch.qg, ch.k, ch.v, qNorm, kNorm, invFreq, s.StepBuf, s.Table}, nil, []int{ch.qrot}, chunkWrites)
-				ch.callRanges(kernels.AttnPrefillCall(as, ch.n, kernels.AttnPrefillBuffers[int]{
-					Q: ch.qrot, KCache: kc, VCache: vc, Step: s.StepBuf, Table: s.Table, QG: ch.qg, Out: ch.ao}),
-					[]int{ch.qrot, s.StepBuf, s.Table, ch.qg}, chunkReads, []int{ch.ao}, nil)
-				b.flops(b.attnPrefillFLOPs(as, ch.n, tctx))
-				ch.qmm([]qmat{wo}, ch.ao, ch.o)
-				ch.norm(ch.o, postNorm, eps)
-			}
-		}
-
-		// The MoE block: router and gate/up normalise the residual themselves (post norm), down
-		// adds into the residual in place.
-		mo := func(w *model.Weights) *model.MoE { return &layer(w).MoE }
-		m := p + "mlp."
-		router := b.matrix(m+"gate", ms.E, H, 8, func(w *model.Weights) *quant.Matrix { return mo(w).Router })
-		seg := b.matrix(m+"shared_expert_gate", 1, H, 8, func(w *model.Weights) *quant.Matrix { return mo(w).SharedExpertGate })
-		gate := b.matrix(m+"switch_mlp.gate_proj", ms.E*ms.I, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Gate })
-		up := b.matrix(m+"switch_mlp.up_proj", ms.E*ms.I, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Up })
-		down := b.matrix(m+"switch_mlp.down_proj", ms.E*H, ms.I, 4, func(w *model.Weights) *quant.Matrix { return mo(w).Down })
-		shGate := b.matrix(m+"shared_expert.gate_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedGate })
-		shUp := b.matrix(m+"shared_expert.up_proj", ms.SI, H, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedUp })
-		shDown := b.matrix(m+"shared_expert.down_proj", H, ms.SI, 4, func(w *model.Weights) *quant.Matrix { return mo(w).SharedDown })
-		s.routed = slices.Concat(s.routed, gate.buffers(), up.buffers(), down.buffers())
-
-		b.call(b.moeRouter(ms, eps, kernels.MoERouterBuffers[int]{
-			Router: router.bufs(), SharedGate: seg.bufs(), X: res, IDs: ids, Weights: weights, Gain: postNorm}),
-			append(append(router.all(), seg.all()...), b.whole(res), b.whole(postNorm)),
-			[]plan.Range{b.whole(ids), b.whole(weights)})
-		fl := b.perRow(gemvFLOPs(ms.E, H) + gemvFLOPs(1, H))
-		b.flops(fl, fl)
-		// Which experts run is known only on the GPU: the traffic model counts K expert-sized
-		// ranges per row, at most E (experts 0, 1, ... stand for the chosen ones), as
-		// kernels.MoEShape.Bytes does for one row.
-		var guReads, dReads []plan.Range
-		for e := range min(R*ms.K, ms.E) {
-			guReads = append(guReads, gate.rowsRange(e*ms.I, ms.I)...)
-			guReads = append(guReads, up.rowsRange(e*ms.I, ms.I)...)
-			dReads = append(dReads, down.rowsRange(e*H, H)...)
-		}
-		guReads = append(guReads, shGate.all()...)
-		guReads = append(guReads, shUp.all()...)
-		b.call(b.moeGateUp(ms, eps, kernels.MoEGateUpBuffers[int]{
-			IDs: ids, Gate: gate.bufs(), Up: up.bufs(), SharedGate: shGate.bufs(), SharedUp: shUp.bufs(), X: res, Act: act, Gain: postNorm}),
-			append(guReads, b.whole(ids), b.whole(res), b.whole(postNorm)),
-			[]plan.Range{b.whole(act)})
-		fl = b.perRow(float64(ms.K)*2*gemvFLOPs(ms.I, H) + 2*gemvFLOPs(ms.SI, H))
-		b.flops(fl, fl)
-		dReads = append(dReads, shDown.all()...)
-		b.call(b.moeDownCombine(ms, kernels.MoEDownCombineBuffers[int]{
-			IDs: ids, Weights: weights, Down: down.bufs(), SharedDown: shDown.bufs(), Act: act, Res: res}),
-			append(dReads, b.whole(ids), b.whole(weights), b.whole(act), b.whole(res)),
-			[]plan.Range{b.whole(res)})
-		fl = b.perRow(float64(ms.K)*gemvFLOPs(H, ms.I) + gemvFLOPs(H, ms.SI))
-		b.flops(fl, fl)
-		for _, ch := range chs {
-			ch.moe(ms, router, seg, gate, up, down, shGate, shUp, shDown, next, eps)
-		}
-	}
-
-	finalNorm := b.vector("norm", H, true, func(w *model.Weights) []float32 { return w.FinalNorm })
-	head := b.matrix("lm_head", V, H, 4, func(w *model.Weights) *quant.Matrix { return w.LMHead })
-	for _, ch := range chs {
-		if o.ChunkLogits {
-			ch.logitsRows(head, finalNorm, eps)
-		}
-	}
-	// LM head with the final norm folded in, then the next token's selection in one of two modes
-	// (plan.Dispatch.Modes): greedy (argmax) or sampling (engine/sample's procedure). Both select
-	// from sample_penalties' output (bias, repetition, frequency and presence; a copy when none is
-	// set), so the logits buffer keeps what the model produced for a host that reads it. A
-	// prefill token whose logits nobody reads runs in ModePrefill, which ends after the layers.
-	// Every row of a multi-row step selects with its own settings, as the one-row step would.
-	b.modes = []string{ModeGreedy, ModeSample, ModeGreedyLogprobs, ModeSampleLogprobs}
-	b.qmvNorm(head, res, finalNorm, s.Logits, eps)
-	lastModes := []string{ModeGreedy, ModeGreedyLogprobs}
-	for _, ch := range chs {
-		// a chunk's +last mode: the LM head on its last row, then the greedy selection (NextToken)
-		ch.lastRowLogits(head, finalNorm, eps)
-		b.modes = append(b.modes, ChunkModes(ch.n).Last)
-		lastModes = append(lastModes, ChunkModes(ch.n).Last)
-	}
-	pl := b.floats("sample.logits", R*V, plan.Activations)
-	chunk := kernels.SampleDefaultChunk
-	sb := s.Sampler
-	b.call(kernels.SamplePenaltiesRowsCall(V, chunk, o.MaxCtx+1, R, kernels.SamplePenaltiesBuffers[int]{
-		Logits: s.Logits, Params: params, State: sampState, Bias: sb.Bias, Pen: sb.Pen, Out: pl}),
-		[]plan.Range{b.whole(s.Logits), b.whole(params), b.whole(sampState), b.whole(sb.Bias), b.whole(sb.Pen)},
-		[]plan.Range{b.whole(pl)})
-	groups := kernels.ArgmaxDefaultGroups
-	b.call(kernels.ArgmaxPartialRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxPartialBuffers[int]{Logits: pl, Partial: partial}),
-		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(partial)}, lastModes...)
-	b.call(kernels.ArgmaxFinalRowsCall(V, groups, kernels.ArgmaxThreads, R, kernels.ArgmaxFinalBuffers[int]{
-		Partial: partial, Step: s.StepBuf, Params: params, State: sampState}),
-		[]plan.Range{b.whole(partial), b.whole(s.StepBuf), b.whole(params)},
-		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState)}, lastModes...)
-	cand := b.buffer("sample.cand", 8*int64(R*kernels.SampleCandLen(V, chunk)), plan.Activations)
-	b.call(kernels.SampleSelectRowsCall(V, chunk, kernels.SampleThreads, R, kernels.SampleSelectBuffers[int]{Logits: pl, Params: params, Cand: cand}),
-		[]plan.Range{b.whole(pl), b.whole(params)}, []plan.Range{b.whole(cand)}, ModeSample, ModeSampleLogprobs)
-	b.call(kernels.SampleFinalRowsCall(V, chunk, kernels.SampleThreads, R, kernels.SampleFinalBuffers[int]{
-		Params: params, Cand: cand, Step: s.StepBuf, State: sampState, Status: sb.Status}),
-		[]plan.Range{b.whole(params), b.whole(cand), b.whole(s.StepBuf), b.whole(sampState)},
-		[]plan.Range{b.whole(s.StepBuf), b.whole(sampState), b.whole(sb.Status)}, ModeSample, ModeSampleLogprobs)
-	// Logprobs, after the selection wrote the token: the record a step's host reads instead of
-	// the logits (kernels.LogprobRecordLen words a row; two slots of R rows, the binding's offset
-	// chooses the slot).
-	lpGroups := kernels.SampleGroups(V, chunk)
-	lpMS := b.buffer("logprob.ms", 8*int64(R*lpGroups), plan.Activations)
-	lpTop := b.buffer("logprob.top", 8*int64(R*lpGroups*kernels.LogprobTopN), plan.Activations)
-	s.Logprobs = b.buffer("logprob.record", 2*4*int64(R*kernels.LogprobRecordLen), plan.Control)
-	lpModes := []string{ModeGreedyLogprobs, ModeSampleLogprobs}
-	b.call(kernels.LogprobPartialRowsCall(V, chunk, R, kernels.LogprobPartialBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop}),
-		[]plan.Range{b.whole(pl)}, []plan.Range{b.whole(lpMS), b.whole(lpTop)}, lpModes...)
-	b.call(kernels.LogprobFinalRowsCall(V, chunk, R, kernels.LogprobFinalBuffers[int]{Logits: pl, MS: lpMS, Top: lpTop, Step: s.StepBuf, Out: s.Logprobs}),
-		[]plan.Range{b.whole(pl), b.whole(lpMS), b.whole(lpTop), b.whole(s.StepBuf)},
-		[]plan.Range{{Buffer: s.Logprobs, Len: 4 * int64(R*kernels.LogprobRecordLen)}}, lpModes...)
-	if err := s.Plan.Validate(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	b.bufs.partial = b.buffer("argmax.partial", 8*int64(R*kernels.ArgmaxDefaultGroups), plan.Activations)
 }
 
-// moeRouter is moe_router_norm over the step's rows (MOE_BATCH unset for one row: the one-row
-// plan's pipeline).
-func (b *builder) moeRouter(ms kernels.MoEShape, eps float32, bufs kernels.MoERouterBuffers[int]) kernels.Call[int] {
-	if b.rows == 1 {
-		return kernels.MoERouterNormCall(ms, eps, kernels.MoERouterThreads, bufs)
+// attnActs declares the attention layers' activations and the RoPE table.
+func (b *builder) attnActs() attnActs {
+	as, R := b.as, b.rows
+	qd := as.Heads * as.HeadDim
+	a := attnActs{
+		qg:   b.floats("attn.qg", R*2*qd, plan.Activations),
+		k:    b.floats("attn.k", R*as.KVHeads*as.HeadDim, plan.Activations),
+		v:    b.floats("attn.v", R*as.KVHeads*as.HeadDim, plan.Activations),
+		qrot: b.floats("attn.q_rot", R*qd, plan.Activations),
 	}
-	return kernels.MoERouterNormRowsCall(ms, b.rows, eps, kernels.MoERouterThreads, bufs)
+	ol, mll := as.AttnPartialLens(b.splits)
+	a.opart = b.floats("attn.o_part", R*ol, plan.Activations)
+	a.mlpart = b.floats("attn.ml_part", R*mll, plan.Activations)
+	a.out = b.floats("attn.out", R*qd, plan.Activations)
+	a.invFreq = b.floats("rope.inv_freq", b.c.RotaryDim/2, plan.Weights)
+	b.s.consts = append(b.s.consts, constSrc{a.invFreq, BytesOf(kernels.RopeInvFreq(b.c.RotaryDim, b.c.RopeTheta))})
+	return a
 }
 
-// moeGateUp is moe_gate_up_norm over the step's rows (as moeRouter).
-func (b *builder) moeGateUp(ms kernels.MoEShape, eps float32, bufs kernels.MoEGateUpBuffers[int]) kernels.Call[int] {
-	if b.rows == 1 {
-		return kernels.MoEGateUpNormCall(ms, eps, bufs)
+// chunkSets declares the chunk modes' buffers (Options.Chunks): the sizes, largest first, over
+// one set of buffers sized for the largest.
+func (b *builder) chunkSets() {
+	sizes := ChunkSizes(b.o.Chunks)
+	if len(sizes) == 0 {
+		return
 	}
-	return kernels.MoEGateUpNormRowsCall(ms, b.rows, eps, bufs)
-}
-
-// moeDownCombine is moe_down_combine over the step's rows (as moeRouter).
-func (b *builder) moeDownCombine(ms kernels.MoEShape, bufs kernels.MoEDownCombineBuffers[int]) kernels.Call[int] {
-	if b.rows == 1 {
-		return kernels.MoEDownCombineCall(ms, bufs)
+	b.s.Chunks = sizes
+	big := b.chunkBuffers(sizes[0], b.gs, b.as, b.ms, b.o.ChunkLogits)
+	b.chs = append(b.chs, big)
+	for _, n := range sizes[1:] {
+		b.chs = append(b.chs, big.bucket(n, b.ms))
 	}
-	return kernels.MoEDownCombineRowsCall(ms, b.rows, bufs)
 }
 
 // rowTables is the block tables Init gives rows sequences ([rows][TableLen]): row r the pool

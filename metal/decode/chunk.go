@@ -125,9 +125,10 @@ func (c *chunkBufs) callRanges(k kernels.Call[int], reads []int, extraReads []pl
 		w = append(w, b.whole(buf))
 	}
 	r, w = append(r, extraReads...), append(w, extraWrites...)
-	k, tensor := b.form(c.actTypes(k, r, w))
+	k, tensor, fallback := b.form(c.actTypes(k, r, w))
 	b.call(k, r, w, c.modes...)
-	b.p.Dispatches[len(b.p.Dispatches)-1].Tensor = tensor
+	d := &b.p.Dispatches[len(b.p.Dispatches)-1]
+	d.Tensor, d.Fallback = tensor, fallback
 }
 
 // actTypes is k with its activations' storage as the buffers it reads (r) and writes (w) have
@@ -188,6 +189,46 @@ func (c *chunkBufs) qmm(ms []qmat, x int, ys ...int) {
 	c.b.flops(executed, ideal)
 }
 
+// gdnLayer adds DeltaNet layer l over the chunk: (on the first layer, the input norm, which
+// later layers get from the previous combine) the in-projections, the recurrence with the conv,
+// out_proj, and the residual add with the post norm.
+func (c *chunkBufs) gdnLayer(l gdnWeights, first bool, inNorm, postNorm int) {
+	eps := c.b.eps
+	if first {
+		c.norm(c.zero, inNorm, eps)
+	}
+	c.qmm([]qmat{l.qkv, l.z, l.b, l.a}, c.xn, c.qkv, c.z, c.gb, c.ga)
+	c.gdn(c.b.gs, eps, kernels.GDNChunkBuffers[int]{ALog: l.aLog, DtBias: l.dtBias, NormW: l.norm, State: l.state, Taps: l.taps, Window: l.window})
+	c.qmm([]qmat{l.out}, c.y, c.o)
+	c.norm(c.o, postNorm, eps)
+}
+
+// attnLayer adds attention layer l over the chunk: (on the first layer, the input norm) q/k/v,
+// the norms, RoPE and the chunk's KV rows, causal attention over the cache, o_proj, and the
+// residual add with the post norm.
+func (c *chunkBufs) attnLayer(l attnWeights, first bool, inNorm, postNorm int) {
+	b, s := c.b, c.b.s
+	as, eps, tctx, invFreq := b.as, b.eps, b.tctx, b.bufs.attn.invFreq
+	if first {
+		c.norm(c.zero, inNorm, eps)
+	}
+	c.qmm([]qmat{l.q, l.k, l.v}, c.xn, c.qg, c.k, c.v)
+	// The traffic model's chunk follows tctx cached positions in pool pages 0, 1, ...
+	id := as.IdentityTable()
+	writes := b.kvRanges(id, tctx, min(c.n, b.o.MaxCtx-tctx), l.kc, l.vc)
+	reads := b.kvRanges(id, 0, min(tctx+c.n, b.o.MaxCtx), l.kc, l.vc)
+	c.callRanges(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, c.n, kernels.AttnQKRopeKVBuffers[int]{
+		QG: c.qg, K: c.k, V: c.v, QNorm: l.qNorm, KNorm: l.kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: c.qrot,
+		KCache: l.kc, VCache: l.vc, Table: s.Table}),
+		[]int{c.qg, c.k, c.v, l.qNorm, l.kNorm, invFreq, s.StepBuf, s.Table}, nil, []int{c.qrot}, writes)
+	c.callRanges(kernels.AttnPrefillCall(as, c.n, kernels.AttnPrefillBuffers[int]{
+		Q: c.qrot, KCache: l.kc, VCache: l.vc, Step: s.StepBuf, Table: s.Table, QG: c.qg, Out: c.ao}),
+		[]int{c.qrot, s.StepBuf, s.Table, c.qg}, reads, []int{c.ao}, nil)
+	b.flops(attnPrefillFLOPs(as, c.n, tctx, b.p.Dispatches[len(b.p.Dispatches)-1].Tensor))
+	c.qmm([]qmat{l.o}, c.ao, c.o)
+	c.norm(c.o, postNorm, eps)
+}
+
 // gdn is a DeltaNet layer's recurrence over the chunk, from the in-projections' rows (qkv, z, b,
 // a) to y, the causal conv folded in (so its output never goes through memory): p carries the
 // layer's parameters, state and conv window; gdn_chunk reads the window as it was before the
@@ -214,8 +255,9 @@ func (c *chunkBufs) norm(d, gain int, eps float32) {
 // moe is the chunk's MoE block on xn, added into the residual: the router and shared gate
 // logits, routing, grouping by expert, the grouped GEMMs, the shared expert, the combine, which
 // also writes xn normalised with gain next (the next layer's input norm; -1: none).
-func (c *chunkBufs) moe(ms kernels.MoEShape, router, seg, gate, up, down, shGate, shUp, shDown qmat, next int, eps float32) {
+func (c *chunkBufs) moe(ms kernels.MoEShape, l moeWeights, next int, eps float32) {
 	n, pairs := c.n, c.n*ms.K
+	router, seg, gate, up, down, shGate, shUp, shDown := l.router, l.seg, l.gate, l.up, l.down, l.shGate, l.shUp, l.shDown
 	c.qmm([]qmat{router, seg}, c.xn, c.logits, c.seg)
 	c.call(kernels.MoETopKChunkCall(ms, n, kernels.MoETopKBuffers[int]{Logits: c.logits, Shared: c.seg, IDs: c.ids, Weights: c.weights}),
 		[]int{c.logits, c.seg}, nil, c.ids, c.weights)

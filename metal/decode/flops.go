@@ -24,13 +24,19 @@ func TensorKernels() []string { return slices.Clone(tensorKernels) }
 
 var tensorKernels = slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
 
-// form is the call a chunk mode runs for k on the builder's route, and whether its FLOPs run on
-// tensor ops (plan.Dispatch.Tensor).
-func (b *builder) form(k kernels.Call[int]) (kernels.Call[int], bool) {
+// form is the call a chunk mode runs for k on the builder's route, whether its FLOPs run on
+// tensor ops (plan.Dispatch.Tensor), and why, on the tensor route, k keeps its simdgroup form
+// although it has a tensor form (plan.Dispatch.Fallback): a shape that form cannot run
+// (kernels.TensorFits; prefill attention with query heads per kv head not dividing 32).
+func (b *builder) form(k kernels.Call[int]) (out kernels.Call[int], tensor bool, fallback string) {
 	if b.route != plan.Tensor || !slices.Contains(tensorKernels, k.Kernel) {
-		return k, false
+		return k, false, ""
 	}
-	return kernels.TensorForm(k)
+	if err := kernels.TensorFits(k); err != nil {
+		return k, false, err.Error()
+	}
+	out, tensor = kernels.TensorForm(k)
+	return out, tensor, ""
 }
 
 // flops sets the last added dispatch's executed and useful FLOPs.
@@ -81,11 +87,12 @@ func attnDecodeFLOPs(as kernels.AttnShape, keys int) float64 {
 	return 4 * float64(as.HeadDim*as.Heads) * float64(keys)
 }
 
-// attnPrefillFLOPs is causal attention for a chunk of m queries after n cached positions on
-// the builder's route (attnPrefillTiles): query t sees n + t + 1 keys; the kernel runs whole
-// blocks of bq queries against whole bk-key tiles up to its last query's keys, dim columns wide.
-func (b *builder) attnPrefillFLOPs(as kernels.AttnShape, m, n int) (executed, ideal float64) {
-	bq, bk, dim := b.attnPrefillTiles(as)
+// attnPrefillFLOPs is causal attention for a chunk of m queries after n cached positions in
+// attn_prefill's form (tensor: its tensor form; attnPrefillTiles): query t sees n + t + 1 keys;
+// the kernel runs whole blocks of bq queries against whole bk-key tiles up to its last query's
+// keys, dim columns wide.
+func attnPrefillFLOPs(as kernels.AttnShape, m, n int, tensor bool) (executed, ideal float64) {
+	bq, bk, dim := attnPrefillTiles(as, tensor)
 	per, useful := 4*float64(dim*as.Heads), 4*float64(as.HeadDim*as.Heads)
 	for t0 := 0; t0 < m; t0 += bq {
 		last := min(t0+bq, m) - 1
@@ -97,13 +104,12 @@ func (b *builder) attnPrefillFLOPs(as kernels.AttnShape, m, n int) (executed, id
 	return executed, ideal
 }
 
-// attnPrefillTiles are the query blocks, key tiles and tile width prefill attention runs in on
-// the builder's route: attn_prefill's (AttnPrefillBlock tokens, 8 keys, the head dim) on the
-// simdgroup route; on the tensor route its tensor form's (AttnPrefillTensorBlock tokens of the G
-// heads, AttnPrefillTensorKeys keys, AttnPrefillTensorDim columns: head dims below it are
-// zero-padded).
-func (b *builder) attnPrefillTiles(as kernels.AttnShape) (bq, bk, dim int) {
-	if b.route != plan.Tensor {
+// attnPrefillTiles are the query blocks, key tiles and tile width prefill attention runs in:
+// attn_prefill's (AttnPrefillBlock tokens, 8 keys, the head dim); with tensor its tensor form's
+// (AttnPrefillTensorBlock tokens of the G heads, AttnPrefillTensorKeys keys,
+// AttnPrefillTensorDim columns: head dims below it are zero-padded).
+func attnPrefillTiles(as kernels.AttnShape, tensor bool) (bq, bk, dim int) {
+	if !tensor {
 		return kernels.AttnPrefillBlock, 8, as.HeadDim
 	}
 	return kernels.AttnPrefillTensorBlock(as.Heads / as.KVHeads), kernels.AttnPrefillTensorKeys, kernels.AttnPrefillTensorDim

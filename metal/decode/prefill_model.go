@@ -25,6 +25,9 @@ type PrefillCost struct {
 	// IdealBytes each weight the chunk uses read once, the KV cache read once and the chunk's
 	// rows written, the recurrent state read and written once.
 	Bytes, IdealBytes int64
+	// Fallbacks are the chunk's dispatches that keep their simdgroup form on the tensor route, by
+	// kernel and why (plan.Plan.Fallbacks): shapes their tensor forms cannot run.
+	Fallbacks []string
 }
 
 // PrefillModel models a chunk of m tokens after n cached positions for configuration c with a
@@ -45,7 +48,8 @@ func PrefillRouteModel(c *config.Config, m, n, kvBits int, route plan.Route) (Pr
 	}
 	st := s.Plan.Stats(ChunkModes(m).Run)
 	out := PrefillCost{Chunk: m, Context: n, Route: route, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes,
-		FLOPs: st.FLOPs, IdealFLOPs: st.IdealFLOPs, TensorFLOPs: st.TensorFLOPs} // the dispatches' own FLOPs (flops.go), summed
+		FLOPs: st.FLOPs, IdealFLOPs: st.IdealFLOPs, TensorFLOPs: st.TensorFLOPs, // the dispatches' own FLOPs (flops.go), summed
+		Fallbacks: s.Plan.Fallbacks(ChunkModes(m).Run)}
 	out.IdealBytes = s.idealChunkBytes(ChunkModes(m).Run)
 	return out, nil
 }

@@ -127,6 +127,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if err != nil {
 		return nil, err
 	}
+	routeWhy = withFallbacks(routeWhy, step)
 	multi, err := multiSteps(step, o.Parallel)
 	if err != nil {
 		return nil, err

@@ -102,6 +102,20 @@ func decideRoute(forced, blocked, can string) (plan.Route, string, error) {
 	return plan.Tensor, can, nil
 }
 
+// withFallbacks is why with, on the tensor route, the chunk dispatches that keep their simdgroup
+// form because their tensor form cannot run the model's shape (plan.Plan.Fallbacks), so
+// PrefillRoute says so.
+func withFallbacks(why string, step *decode.Step) string {
+	if step.LargestChunk() == 0 {
+		return why
+	}
+	fb := step.Plan.Fallbacks(decode.ChunkModes(step.LargestChunk()).Run)
+	if len(fb) == 0 {
+		return why
+	}
+	return why + "; the simdgroup form where a tensor form cannot run the shape: " + strings.Join(fb, "; ")
+}
+
 // tensorBlocker is why the tensor route cannot run, or "" where it can: the GPU and macOS as
 // mtl.TensorOps judges them (the gate the Metal device compiles tensor-op kernels behind), then
 // this build's kernels.

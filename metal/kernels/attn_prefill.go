@@ -72,16 +72,31 @@ func AttnPrefillTensorBlock(g int) int {
 	return AttnPrefillTensorRows / g
 }
 
+// attnPrefillTensorFits is nil when attn_prefill_tensor runs attn_prefill's constants c, else
+// why not: its 32 rows must be whole tokens' query heads (G = heads per kv head dividing
+// AttnPrefillTensorRows), and its tiles hold head dims up to AttnPrefillTensorDim, multiples of 8.
+func attnPrefillTensorFits(c map[int]any) error {
+	nq, nkv, hd := c[AttnHeads].(int), c[AttnKVHeads].(int), c[AttnHeadDim].(int)
+	switch {
+	case nkv <= 0 || nq%nkv != 0:
+		return fmt.Errorf("attn_prefill_tensor cannot run %d query heads over %d kv heads", nq, nkv)
+	case hd > AttnPrefillTensorDim || hd%8 != 0:
+		return fmt.Errorf("attn_prefill_tensor cannot run head dim %d (multiples of 8 up to %d)", hd, AttnPrefillTensorDim)
+	case AttnPrefillTensorRows%(nq/nkv) != 0:
+		return fmt.Errorf("attn_prefill_tensor needs query heads per kv head dividing %d, not %d", AttnPrefillTensorRows, nq/nkv)
+	}
+	return nil
+}
+
 // attnPrefillTensorGrid is attn_prefill_tensor's grid for attn_prefill's constants c: (kv heads,
 // blocks of AttnPrefillTensorBlock tokens), and its threadgroup. It panics for a shape the
-// kernel cannot run (GQA groups not dividing 32, head dims past AttnPrefillTensorDim).
+// kernel cannot run (attnPrefillTensorFits; TensorFits says so without panicking).
 func attnPrefillTensorGrid(c map[int]any) (groups, threads [3]int) {
-	nq, nkv, hd := c[AttnHeads].(int), c[AttnKVHeads].(int), c[AttnHeadDim].(int)
-	if nq%nkv != 0 || hd > AttnPrefillTensorDim || hd%8 != 0 {
-		panic(fmt.Sprintf("kernels: attn_prefill_tensor cannot run %d heads over %d kv heads of dim %d", nq, nkv, hd))
+	if err := attnPrefillTensorFits(c); err != nil {
+		panic("kernels: " + err.Error())
 	}
-	block := AttnPrefillTensorBlock(nq / nkv)
-	return [3]int{nkv, groupsFor(c[AttnTokens].(int), block), 1}, grid(AttnPrefillTensorThreads)
+	block := AttnPrefillTensorBlock(c[AttnHeads].(int) / c[AttnKVHeads].(int))
+	return [3]int{c[AttnKVHeads].(int), groupsFor(c[AttnTokens].(int), block), 1}, grid(AttnPrefillTensorThreads)
 }
 
 // AttnPrefillTensorCall is attn_prefill's tensor form (TensorForm of AttnPrefillCall).

@@ -42,7 +42,6 @@ var mathModes = map[string]mtl.MathMode{
 	"embed.metal":        mtl.MathRelaxed,
 	"conv.metal":         mtl.MathRelaxed,
 	"gdn.metal":          mtl.MathRelaxed,
-	"gdn_conv.metal":     mtl.MathRelaxed,
 	"attn_rope.metal":    mtl.MathRelaxed, // the rotation angles use metal::precise sin and cos
 	"attn_decode.metal":  mtl.MathRelaxed,
 	"attn_prefill.metal": mtl.MathRelaxed,

@@ -48,7 +48,7 @@ func (s GDNShape) Channels() int { return 2*s.HK*s.DK + s.HV*s.DV }
 // StateLen is the number of floats of the recurrent state, [HV][DV][DK].
 func (s GDNShape) StateLen() int { return s.HV * s.DV * s.DK }
 
-// Constants are the function constants of gdn_step (and gdn_conv_step) for the shape.
+// Constants are the function constants of gdn_step for the shape.
 func (s GDNShape) Constants(eps float32) map[int]any {
 	return map[int]any{GDNKeyHeads: s.HK, GDNValueHeads: s.HV, GDNKeyDim: s.DK, GDNValueDim: s.DV, GDNEps: eps}
 }

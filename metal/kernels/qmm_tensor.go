@@ -62,6 +62,21 @@ func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	return out, true
 }
 
+// TensorFits is nil when k has a tensor-op form that runs k's shape, else why not. The GEMM
+// forms run every shape their simdgroup forms do (K a multiple of 64, edge tiles in M and N, any
+// block map of moe_sort's); attn_prefill_tensor runs fewer (attnPrefillTensorFits: the query
+// heads per kv head must divide AttnPrefillTensorRows). A caller on the tensor route runs the
+// simdgroup form where it is not nil (decode does, and says so: plan.Dispatch.Fallback).
+func TensorFits[B any](k Call[B]) error {
+	if _, ok := tensorForms[k.Kernel]; !ok {
+		return fmt.Errorf("%s has no tensor-op form", k.Kernel)
+	}
+	if k.Kernel == "attn_prefill" {
+		return attnPrefillTensorFits(k.Constants)
+	}
+	return nil
+}
+
 // QMMTensorCall is qmm_q<bits>_tensor: QMMCall's product on tensor ops (TensorForm).
 func QMMTensorCall[B any](bits, tokens, cols int, rows []int, b QMMBuffers[B]) Call[B] {
 	c, _ := TensorForm(QMMCall(bits, tokens, cols, rows, b))

@@ -1,5 +1,3 @@
-// Package plan describes a decode step as a static list of GPU dispatches over buffers allocated
-// once, and models its memory traffic against the ideal (each byte the token needs moved once).
 package plan
 
 import "github.com/lilyformac/lily/engine/config"

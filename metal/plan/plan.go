@@ -1,3 +1,8 @@
+// Package plan describes a GPU step as buffers allocated once and a static list of dispatches
+// over them, in order, with their barriers and the modes each runs in (decode tails, prefill
+// chunks, on the simdgroup or the tensor route), and models its cost: each dispatch's DRAM
+// traffic and FLOPs, a decode token's ideal traffic (each byte it needs moved once), and the
+// time on Apple's chips.
 package plan
 
 import (
@@ -56,6 +61,10 @@ type Dispatch struct {
 	// Chip.TensorFLOPs) rather than on the shader ALUs: the kernel is a tensor-op form, which only
 	// a chip with neural accelerators runs.
 	Tensor bool
+	// Fallback, on the tensor route, is why a dispatch of a kernel with a tensor-op form runs its
+	// simdgroup form instead: a shape the tensor form cannot run (kernels.TensorFits). Empty
+	// elsewhere.
+	Fallback string
 	// Modes, when set, make the dispatch run only in those modes of the step (exec.Executor's
 	// Mode): one plan holds alternative tails, e.g. greedy selection, sampling, or none for a
 	// prefill token whose logits nobody reads. Barriers are derived as if every dispatch ran; a
@@ -67,6 +76,29 @@ type Dispatch struct {
 type Plan struct {
 	Buffers    []Buffer
 	Dispatches []Dispatch
+}
+
+// Fallbacks are the reasons dispatches running in mode kept their simdgroup form on the tensor
+// route (Dispatch.Fallback), one line per kernel and reason: "attn_prefill ×10: why".
+func (p *Plan) Fallbacks(mode string) []string {
+	type key struct{ kernel, why string }
+	var order []key
+	count := map[key]int{}
+	for _, d := range p.Dispatches {
+		if d.Fallback == "" || !d.RunsIn(mode) {
+			continue
+		}
+		k := key{d.Kernel, d.Fallback}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, fmt.Sprintf("%s ×%d: %s", k.kernel, count[k], k.why))
+	}
+	return out
 }
 
 // Stats summarise a plan's cost per token.
