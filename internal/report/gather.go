@@ -19,10 +19,11 @@ import (
 )
 
 // Gatherer gathers a report into Path. What needs the command's backends and demo checkpoint
-// comes in as functions: the selftest's run and a model's profile.
+// comes in as functions: the selftest's run and a model's profile (RunSelftest and Profile are
+// required).
 type Gatherer struct {
 	Path   string
-	Out    io.Writer       // progress lines
+	Out    io.Writer       // progress lines; nil: none
 	Model  string          // --model: the checkpoint profiled ("": the pinned pull, where it is complete)
 	Checks syscheck.Config // lily doctor's system checks
 	Only   []string        // the selftest's cases (selftest.Options.Only); nil: all
@@ -47,7 +48,7 @@ func (g *Gatherer) Gather(ctx context.Context) (*Report, error) {
 	if err := g.save(r); err != nil {
 		return r, err
 	}
-	fmt.Fprintf(g.Out, "writing the report to %s\n", g.Path)
+	fmt.Fprintf(g.out(), "writing the report to %s\n", g.Path)
 	g.selftest(ctx, r)
 	if err := g.save(r); err != nil {
 		return r, err
@@ -55,8 +56,21 @@ func (g *Gatherer) Gather(ctx context.Context) (*Report, error) {
 	if err := g.profiles(ctx, r); err != nil {
 		return r, err
 	}
-	r.Complete, r.OK = true, r.Selftest.OK && r.Selftest.Error == "" && len(r.Errors) == 0
+	r.complete()
 	return r, g.save(r)
+}
+
+// complete is the last phase before the last write: the report is whole, and ok when the
+// selftest passed and nothing failed to be gathered.
+func (r *Report) complete() {
+	r.Complete, r.OK = true, r.Selftest.OK && r.Selftest.Error == "" && len(r.Errors) == 0
+}
+
+func (g *Gatherer) out() io.Writer {
+	if g.Out == nil {
+		return io.Discard
+	}
+	return g.Out
 }
 
 func (g *Gatherer) save(r *Report) error {
@@ -105,7 +119,7 @@ func (g *Gatherer) selftest(ctx context.Context, r *Report) {
 	if name == "emu" {
 		r.Selftest.Kind = string(cases.Emu)
 	}
-	fmt.Fprintf(g.Out, "selftest on %s\n", name)
+	fmt.Fprintf(g.out(), "selftest on %s\n", name)
 	run := dev
 	if g.Wrap != nil {
 		run = g.Wrap(run)
@@ -113,6 +127,12 @@ func (g *Gatherer) selftest(ctx context.Context, r *Report) {
 	rec := &PipelineRecorder{Device: run}
 	opts := selftest.Options{Only: g.Only, GPU: g.GPU, Kind: cases.Kind(r.Selftest.Kind), Progress: g.Progress}
 	r.Selftest.add(g.RunSelftest(ctx, rec, opts))
+	r.device(dev, rec)
+}
+
+// device notes what the selftest's device made and keeps: every pipeline's limits and the
+// residency. It then closes the device.
+func (r *Report) device(dev exec.Device, rec *PipelineRecorder) {
 	r.Pipelines = rec.List()
 	r.Residency = ResidencyOf(dev)
 	if c, ok := dev.(interface{ Close() }); ok { // exec.MetalDevice: free it before the profiles load models
@@ -187,7 +207,7 @@ func (g *Gatherer) profile(ctx context.Context, r *Report, p *ModelProfile, chip
 		p.Context, p.Prefill, p.Steps, warmup = 1024, 512, profile.DefaultSteps, true
 		kvBits = gpu.DefaultsFor(int64(r.System.MemoryBytes)).KVBits
 	}
-	fmt.Fprintf(g.Out, "profiling %s on %s: a decode step after %d tokens, a prefill chunk of %d\n", p.Model, p.Backend, p.Context, p.Prefill)
+	fmt.Fprintf(g.out(), "profiling %s on %s: a decode step after %d tokens, a prefill chunk of %d\n", p.Model, p.Backend, p.Context, p.Prefill)
 	start := time.Now()
 	o := profile.Options{Context: p.Context, Prefill: p.Prefill, Steps: p.Steps, Warmup: warmup, Chip: chip, Device: device}
 	if out, err := g.Profile(ctx, p.Backend, p.Model, kvBits, o); err != nil {
