@@ -15,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
+	"github.com/lilyformac/lily/metal/profile"
 )
 
 // TestBenchProfile: `bench --profile --demo --backend emu --prefill M` times every kernel the
@@ -39,7 +40,7 @@ func TestBenchProfile(t *testing.T) {
 			}
 		}
 	}
-	var p profileOutput
+	var p profile.Output
 	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Profile == nil || p.PrefillProfile == nil {
 		t.Fatal(err, out)
 	}
@@ -61,7 +62,7 @@ func TestBenchProfile(t *testing.T) {
 		defined = append(defined, exec.KernelNames(kernels.Source(f))...)
 	}
 	for _, c := range []struct {
-		p    *stepProfile
+		p    *profile.Step
 		mode string
 	}{{p.Profile, decode.ModeSample}, {p.PrefillProfile, decode.ChunkModes(8).Run}} {
 		want := []string{"step_copy"} // the readback every step of a session ends with

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lilyformac/lily/internal/report"
 	"github.com/lilyformac/lily/metal/exec"
+	"github.com/lilyformac/lily/metal/profile"
 )
 
 // TestDoctorReport runs `lily doctor --selftest --report FILE` on the emulator with two kernel
@@ -62,11 +64,11 @@ func TestDoctorReport(t *testing.T) {
 		t.Errorf("gpu = %s off macOS, want null", top["gpu"])
 	}
 
-	var r report
+	var r report.Report
 	if err := json.Unmarshal(raw, &r); err != nil {
 		t.Fatal(err)
 	}
-	if !r.Complete || r.OK || r.SchemaVersion != reportSchema || r.Lily.Go == "" || r.Lily.OS != "linux" || r.System.OS != "linux" || r.System.MemoryBytes == 0 {
+	if !r.Complete || r.OK || r.SchemaVersion != report.Schema || r.Lily.Go == "" || r.Lily.OS != "linux" || r.System.OS != "linux" || r.System.MemoryBytes == 0 {
 		t.Fatalf("report %+v", r)
 	}
 
@@ -118,7 +120,7 @@ func TestDoctorReport(t *testing.T) {
 	if demo.Error != "" || demo.Backend != "emu" || demo.Decode == nil || demo.PrefillCk == nil || demo.PrefillCk.Chunk != demo.Prefill {
 		t.Fatalf("demo profile %+v", demo)
 	}
-	for _, p := range []*stepProfile{demo.Decode, demo.PrefillCk} {
+	for _, p := range []*profile.Step{demo.Decode, demo.PrefillCk} {
 		if len(p.Kernels) < 5 || p.StepBytes <= 0 || p.Kernels[0].Kernel == "" || p.Kernels[0].MS <= 0 {
 			t.Errorf("profile %+v", p)
 		}

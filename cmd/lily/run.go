@@ -2,10 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/lilyformac/lily/engine/backend"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
@@ -78,39 +80,12 @@ func newRunCmd() *cobra.Command {
 }
 
 func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
-	params := sample.Params{Temperature: o.temperature, TopP: o.topP, TopK: o.topK, MinP: o.minP}
-	if seeded {
-		seed := uint64(o.seed)
-		params.Seed = &seed
-	}
-	if err := params.Validate(); err != nil {
-		return fmt.Errorf("sampling flags: %w", err)
-	}
-	if o.output != "json" && o.output != "text" {
-		return fmt.Errorf("--output %q: expected json or text", o.output)
-	}
-	if o.maxTokens < 1 {
-		return fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
-	}
-	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+	params, err := o.check(seeded)
+	if err != nil {
 		return err
-	}
-	if err := checkPrefillChunk(o.prefillChunk); err != nil {
-		return err
-	}
-	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
-		return err
-	}
-	if (o.prompt == "") == (o.promptIDs == "") {
-		return fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
-	}
-	if o.chat && o.prompt == "" {
-		return fmt.Errorf("--chat needs --prompt")
 	}
 	var prompt []int
-	var tok *tokenizer.Tokenizer
 	if o.promptIDs != "" {
-		var err error
 		if prompt, err = parseIDs(o.promptIDs); err != nil {
 			return err
 		}
@@ -120,6 +95,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		return err
 	}
 	defer closeBackend()
+	var tok *tokenizer.Tokenizer
 	if o.prompt != "" {
 		if tok, prompt, err = textPrompt(o.model, o.prompt, o.chat); err != nil {
 			return err
@@ -140,22 +116,9 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		}
 	}
 	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
-	var logits *logitsWriter
-	if o.logitsOut != "" {
-		if logits, err = newLogitsWriter(o.logitsOut, "--logits-out"); err != nil {
-			return err
-		}
-		defer logits.abort()
-		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
-	}
-	res, err := runner.New(b, runner.Options{Context: sessionContext(b, cfg), Hold: mtl.BeginActivity}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
+	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: sessionContext(b, cfg), Hold: mtl.BeginActivity}), req, o.logitsOut)
 	if err != nil {
 		return err
-	}
-	if logits != nil {
-		if err := logits.commit(); err != nil {
-			return err
-		}
 	}
 	out := runOutput{
 		TokenIDs: res.Tokens, PromptTokens: len(prompt), CompletionTokens: len(res.Tokens),
@@ -167,19 +130,82 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		text := tok.Decode(slices.DeleteFunc(slices.Clone(res.Tokens), func(id int) bool { return slices.Contains(stop, id) }))
 		out.Text = &text
 	}
-	if o.output == "text" {
-		if out.Text != nil {
-			_, err = fmt.Fprint(cmd.OutOrStdout(), *out.Text)
-			return err
+	return out.write(cmd.OutOrStdout(), o.output)
+}
+
+// check checks the flags that need no checkpoint, and returns the sampling parameters they give.
+func (o runOptions) check(seeded bool) (sample.Params, error) {
+	params := sample.Params{Temperature: o.temperature, TopP: o.topP, TopK: o.topK, MinP: o.minP}
+	if seeded {
+		seed := uint64(o.seed)
+		params.Seed = &seed
+	}
+	if err := params.Validate(); err != nil {
+		return params, fmt.Errorf("sampling flags: %w", err)
+	}
+	if o.output != "json" && o.output != "text" {
+		return params, fmt.Errorf("--output %q: expected json or text", o.output)
+	}
+	if o.maxTokens < 1 {
+		return params, fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
+	}
+	if err := checkKVBits(o.kvBits, o.backend); err != nil {
+		return params, err
+	}
+	if err := checkPrefillChunk(o.prefillChunk); err != nil {
+		return params, err
+	}
+	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
+		return params, err
+	}
+	if (o.prompt == "") == (o.promptIDs == "") {
+		return params, fmt.Errorf("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 (--prompt-ids is required without --prompt)")
+	}
+	if o.chat && o.prompt == "" {
+		return params, fmt.Errorf("--chat needs --prompt")
+	}
+	return params, nil
+}
+
+// runGenerate runs req, with --logits-out's rows (logitsOut: "" for none) written as they come
+// and put in place only when the generation succeeded.
+func runGenerate(ctx context.Context, r *runner.Runner, req runner.Request, logitsOut string) (runner.Result, error) {
+	var logits *logitsWriter
+	if logitsOut != "" {
+		var err error
+		if logits, err = newLogitsWriter(logitsOut, "--logits-out"); err != nil {
+			return runner.Result{}, err
 		}
-		ids := make([]string, len(out.TokenIDs))
-		for i, id := range out.TokenIDs {
-			ids[i] = strconv.Itoa(id)
+		defer logits.abort()
+		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
+	}
+	res, err := r.Generate(ctx, req, func(runner.Token) (bool, error) { return false, nil })
+	if err != nil {
+		return res, err
+	}
+	if logits != nil {
+		if err := logits.commit(); err != nil {
+			return res, err
 		}
-		_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, " "))
+	}
+	return res, nil
+}
+
+// write prints the output as --output asks: the JSON, else the text (with --prompt) or the token ids.
+func (out runOutput) write(w io.Writer, format string) error {
+	if format == "json" {
+		return json.NewEncoder(w).Encode(out)
+	}
+	if out.Text != nil {
+		_, err := fmt.Fprint(w, *out.Text)
 		return err
 	}
-	return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+	ids := make([]string, len(out.TokenIDs))
+	for i, id := range out.TokenIDs {
+		ids[i] = strconv.Itoa(id)
+	}
+	_, err := fmt.Fprintln(w, strings.Join(ids, " "))
+	return err
 }
 
 func rate(n int, seconds float64) float64 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/internal/report"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/selftest"
@@ -21,23 +22,10 @@ import (
 
 // selftestOutput is the JSON of `lily doctor --selftest --output json`.
 type selftestOutput struct {
-	OK       bool            `json:"ok"`
-	Device   string          `json:"device"`   // "metal" or "emu"
-	Emulated bool            `json:"emulated"` // the kernels ran on the MSL emulator, not a GPU
-	Checks   []selftestCheck `json:"checks"`
-}
-
-type selftestCheck struct {
-	Case      string   `json:"case"`   // the kernel case (metal/cases), check, "coverage" or "e2e"
-	Kernel    string   `json:"kernel"` // the kernel instances it runs
-	Shape     string   `json:"shape"`
-	Error     *float64 `json:"error"` // the worst error; null when NaN (unwritten output, or it did not run)
-	Tolerance float64  `json:"tolerance"`
-	Pass      bool     `json:"pass"`
-	Worst     string   `json:"worst,omitempty"` // the element of the worst error: "out[17] = 1.25, want 1.5"
-	Ms        float64  `json:"ms"`
-	Failure   string   `json:"failure,omitempty"` // why it failed beyond its error, or could not run
-	Skipped   string   `json:"skipped,omitempty"` // why it did not run: a tensor-op case where the device has none
+	OK       bool           `json:"ok"`
+	Device   string         `json:"device"`   // "metal" or "emu"
+	Emulated bool           `json:"emulated"` // the kernels ran on the MSL emulator, not a GPU
+	Checks   []report.Check `json:"checks"`
 }
 
 // selftestChunk is the end-to-end check's largest prefill chunk: its 25-token batched prompt
@@ -98,9 +86,9 @@ func runSelftest(cmd *cobra.Command, output string, only []string) error {
 	results := runSelftestOn(cmd.Context(), dev, opts)
 	failed := selftest.Failed(results)
 	if output == "json" {
-		o := selftestOutput{OK: failed == 0, Device: name, Emulated: emulated, Checks: []selftestCheck{}}
+		o := selftestOutput{OK: failed == 0, Device: name, Emulated: emulated, Checks: []report.Check{}}
 		for _, r := range results {
-			o.Checks = append(o.Checks, selftestCheckOf(r))
+			o.Checks = append(o.Checks, report.CheckOf(r))
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -162,17 +150,4 @@ func runSelftestOn(ctx context.Context, dev exec.Device, opts selftest.Options) 
 // selftestSelected says whether only (selftest.Options.Only) asks for name: no entries ask for all.
 func selftestSelected(only []string, name string) bool {
 	return len(only) == 0 || slices.Contains(only, name)
-}
-
-// selftestCheckOf is a result as the JSON reports it.
-func selftestCheckOf(r selftest.Result) selftestCheck {
-	c := selftestCheck{Case: r.Case, Kernel: r.Kernel, Shape: r.Shape, Pass: r.Pass, Tolerance: r.Tolerance, Worst: r.Worst, Ms: float64(r.Duration.Microseconds()) / 1000}
-	if !math.IsNaN(r.WorstError) && !math.IsInf(r.WorstError, 0) {
-		c.Error = &r.WorstError
-	}
-	if r.Err != nil {
-		c.Failure = r.Err.Error()
-	}
-	c.Skipped = r.Skipped
-	return c
 }
