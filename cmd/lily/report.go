@@ -221,7 +221,7 @@ func runReport(cmd *cobra.Command, path, output, modelFlag string, only []string
 		r.Selftest.OK = r.Selftest.Failed == 0
 		r.Pipelines = rec.list()
 		r.Residency = deviceResidency(dev)
-		if c, ok := dev.(interface{ Close() }); ok { // exec.MetalDevice: free it before the profiles load models
+		if c, ok := dev.(exec.Closer); ok { // exec.MetalDevice: free it before the profiles load models
 			c.Close()
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
 )
 
@@ -30,7 +31,7 @@ type runOptions struct {
 	temperature, topP, minP                              float32
 	seed                                                 int64
 	ignoreEOS                                            bool
-	prefillRoute                                         string
+	prefillRoute                                         gpu.RouteChoice
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -73,7 +74,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
-	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp)
+	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp)
 	return cmd
 }
 
@@ -148,7 +149,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		defer logits.abort()
 		req.OnLogits = func(_ int, row []float32) error { return logits.write(row) }
 	}
-	res, err := runner.New(b, runner.Options{Context: sessionContext(b, cfg), Hold: mtl.BeginActivity}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
+	res, err := runner.New(b, runner.Options{Context: b.Describe().Context, Hold: mtl.BeginActivity}).Generate(cmd.Context(), req, func(runner.Token) (bool, error) { return false, nil })
 	if err != nil {
 		return err
 	}

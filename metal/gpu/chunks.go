@@ -125,11 +125,3 @@ func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip, route
 	}
 	return best
 }
-
-// PrefillSlice is runner.Options.PrefillSlice's default for this backend (SliceFor).
-func (e *GPU) PrefillSlice() int {
-	if e.slice > 0 {
-		return e.slice
-	}
-	return SliceFor(e.w.Config, e.step.Chunks, 0, nil, e.route)
-}
