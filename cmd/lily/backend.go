@@ -46,7 +46,7 @@ type backendOptions struct {
 // planned for up to decode.MaxParallel rows).
 const maxParallel = decode.MaxParallel
 
-const parallelHelp = "requests generating at once, up to 8; each keeps receiving tokens while others prefill (0: by memory: on the GPU backends as many as fit beside the weights at a useful context, 4 on cpu)"
+var parallelHelp = fmt.Sprintf("requests generating at once, up to %d; each keeps receiving tokens while others prefill (0: by memory: on the GPU backends as many as fit beside the weights at a useful context, %d on cpu)", maxParallel, decode.DefaultParallel)
 
 // parallelOf is how many sequences the engine loop runs at once on b: asked, else what b sized
 // itself for (a GPU backend's KV pool), else decode.DefaultParallel.
@@ -65,7 +65,7 @@ func chunkOptions(backend string, n int) (chunks []int, auto bool) {
 	return gpu.Buckets(n), false
 }
 
-const prefillRouteHelp = "the route the GPU backends' batched prefill takes: tensor (Metal 4 tensor ops on M5's neural accelerators, activations rounded to bfloat), simdgroup (simdgroup matrices on the shader ALUs, every Mac), or auto: tensor on an M5 with macOS 26.2 or later, else simdgroup; emu runs either, simdgroup unless forced. `lily doctor` says which this Mac takes and why"
+const prefillRouteHelp = "the route the GPU backends' batched prefill takes: tensor (Metal 4 tensor ops on M5's neural accelerators, activations rounded to bfloat), simdgroup (simdgroup matrices on the shader ALUs, every Mac), or auto: tensor on an M5 with macOS 26.2 or later, else simdgroup; emu runs either, simdgroup unless forced; lily doctor says which this Mac takes and why"
 
 // checkPrefillRoute reports a --prefill-route that forces a route on the cpu backend, which has
 // none (the flag itself parses the value: gpu.RouteChoice).

@@ -70,14 +70,14 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 			g = &info
 		}
 	}
-	memory := int64(wiredlimit.Memory())
-	checks = append(checks, parallelCheck(runtime.GOOS, g, memory), routeCheck(runtime.GOOS, g, macOS))
+	mac := sizeOnMac(runtime.GOOS, g, int64(wiredlimit.Memory()), macOS)
+	checks = append(checks, parallelCheck(runtime.GOOS, mac), routeCheck(runtime.GOOS, g, macOS))
 	failed := syscheck.Failed(checks)
 	out := cmd.OutOrStdout()
 	if output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(doctorOutput{OK: failed == 0, Checks: checks, Serving: servingOf(runtime.GOOS, g, memory, macOS)}); err != nil {
+		if err := enc.Encode(doctorOutput{OK: failed == 0, Checks: checks, Serving: mac.serving()}); err != nil {
 			return err
 		}
 	} else {
@@ -94,48 +94,56 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 	return nil
 }
 
-// doctorSizing is what lily serve holds on this Mac (macSizing on the probed GPU g, memory bytes
-// of memory, macOS version macOS), and its serving defaults; ok false off macOS or where there
-// is no GPU working set to size it in.
-func doctorSizing(goos string, g *syscheck.GPUInfo, memory int64, macOS string) (s gpu.Sizing, def gpu.ServingDefaults, ok bool, err error) {
-	if goos != "darwin" || g == nil || !g.Available || g.RecommendedMaxWorkingSet == 0 {
-		return gpu.Sizing{}, gpu.ServingDefaults{}, false, nil
-	}
-	s, def, err = macSizing(int64(g.RecommendedMaxWorkingSet), memory, gpu.MacDevice(g.Name, familyNamed(g.Family), macOS))
-	return s, def, true, err
+// macServing is doctor's one sizing of lily serve on this Mac (macSizing), which its parallel
+// line and its JSON serving block both read.
+type macServing struct {
+	workingSet int64 // the GPU's working set; 0: nothing sized (off macOS, or no working set)
+	defaults   gpu.ServingDefaults
+	sizing     gpu.Sizing
+	err        error // not one session fits
 }
 
-// servingOf is doctor's JSON "serving" block: what lily serve holds on this Mac (doctorSizing);
-// nil where nothing is sized.
-func servingOf(goos string, g *syscheck.GPUInfo, memory int64, macOS string) *syscheck.Serving {
-	s, def, ok, err := doctorSizing(goos, g, memory, macOS)
-	if !ok {
+// sizeOnMac sizes lily serve on the probed GPU g of a Mac with memory bytes of memory and macOS
+// version macOS (macSizing); nothing off macOS or where there is no GPU working set.
+func sizeOnMac(goos string, g *syscheck.GPUInfo, memory int64, macOS string) macServing {
+	if goos != "darwin" || g == nil || !g.Available || g.RecommendedMaxWorkingSet == 0 {
+		return macServing{}
+	}
+	m := macServing{workingSet: int64(g.RecommendedMaxWorkingSet)}
+	m.sizing, m.defaults, m.err = macSizing(m.workingSet, memory, gpu.MacDevice(g.Name, familyNamed(g.Family), macOS))
+	return m
+}
+
+// serving is doctor's JSON "serving" block; nil where nothing was sized.
+func (m macServing) serving() *syscheck.Serving {
+	if m.workingSet == 0 {
 		return nil
 	}
-	out := &syscheck.Serving{WorkingSet: int64(g.RecommendedMaxWorkingSet), KVBits: def.KVBits}
-	if err != nil {
-		out.Error = err.Error()
+	out := &syscheck.Serving{WorkingSet: m.workingSet, KVBits: m.defaults.KVBits}
+	if m.err != nil {
+		out.Error = m.err.Error()
 		return out
 	}
+	s := m.sizing
 	out.Context, out.ContextNote, out.Parallel, out.ParallelNote, out.KVPages = s.Context, s.ContextWhy, s.Parallel, s.ParallelWhy, s.Pages
 	out.PrefillChunk, out.PrefillSlice, out.PrefillRoute, out.PrefillRouteNote = s.Chunk(), s.Slice, s.Route.String(), s.RouteWhy
 	return out
 }
 
-// parallelCheck is doctor's line on how many sequences lily serve runs at once on this Mac (its
-// serving defaults, gpu.DefaultsFor memory bytes) in the GPU's working set; skipped where there
-// is no GPU working set to size them in, a warning where not one fits.
-func parallelCheck(goos string, g *syscheck.GPUInfo, memory int64) syscheck.Check {
+// parallelCheck is doctor's line on how many sequences lily serve runs at once on this Mac (m,
+// sized on goos): skipped where there is no GPU working set to size them in, a warning where not
+// one fits.
+func parallelCheck(goos string, m macServing) syscheck.Check {
 	c := syscheck.Check{Name: "parallel", Status: syscheck.Skip}
-	switch s, _, ok, err := doctorSizing(goos, g, memory, ""); {
+	switch {
 	case goos != "darwin":
 		c.Detail = "parallel sequences: sized on macOS only"
-	case !ok:
+	case m.workingSet == 0:
 		c.Detail = "parallel sequences: no GPU working set to size them in"
-	case err != nil:
-		c.Status, c.Detail = syscheck.Warn, fmt.Sprintf("parallel sequences: 0 (%s)", err)
+	case m.err != nil:
+		c.Status, c.Detail = syscheck.Warn, fmt.Sprintf("parallel sequences: 0 (%s)", m.err)
 	default:
-		c.Status, c.Detail = syscheck.Pass, fmt.Sprintf("parallel sequences: %d (%s)", s.Parallel, s.ParallelWhy)
+		c.Status, c.Detail = syscheck.Pass, fmt.Sprintf("parallel sequences: %d (%s)", m.sizing.Parallel, m.sizing.ParallelWhy)
 	}
 	return c
 }

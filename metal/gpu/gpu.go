@@ -178,9 +178,6 @@ func (e *GPU) Describe() backend.Description {
 		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy}
 }
 
-// Sizing is what the backend was built for (Size).
-func (e *GPU) Sizing() Sizing { return e.size }
-
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.
 func (e *GPU) Live() (buffers int, bytes int64) { return e.dev.live() }
