@@ -78,9 +78,9 @@ func DefaultChunks(c *config.Config, o GPUOptions) ([]int, error) {
 	return Buckets(ChunkLarge), nil
 }
 
-// MemoryFor is the device memory of c's plan with o's chunk sizes (DefaultChunks when
+// memoryFor is the device memory of c's plan with o's chunk sizes (DefaultChunks when
 // AutoChunks asks for them), and those sizes.
-func MemoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
+func memoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
 	chunks := o.Chunks
 	if o.AutoChunks && len(chunks) == 0 {
 		var err error

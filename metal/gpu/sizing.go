@@ -119,18 +119,18 @@ func (d Device) route(forced RouteChoice) (plan.Route, string, error) {
 }
 
 // Size is the one place that sizes the GPU backend for c on d from o: the prefill chunks (o's,
-// or by memory with AutoChunks), the context (ServedContext), the sequences at once (o.Parallel,
+// or by memory with AutoChunks), the context (servedContext), the sequences at once (o.Parallel,
 // else as many as fit), the KV pool's pages (poolPages), the prefill route (o.PrefillRoute on d)
 // and slice (SliceFor on d's chip). It fails where not one session fits (the Sizing then holds
 // the memory and chunks), or where o.Parallel sequences do not.
 func Size(c *config.Config, o GPUOptions, d Device) (Sizing, error) {
-	mem, chunks, err := MemoryFor(c, o)
+	mem, chunks, err := memoryFor(c, o)
 	if err != nil {
 		return Sizing{}, err
 	}
 	o.Chunks = decode.ChunkSizes(chunks)
 	s := Sizing{Memory: mem, Chunks: o.Chunks}
-	if s.Context, s.ContextWhy, err = ServedContext(mem, c, o); err != nil {
+	if s.Context, s.ContextWhy, err = servedContext(mem, c, o); err != nil {
 		return Sizing{Memory: mem, Chunks: o.Chunks}, err
 	}
 	if err := checkParallel(mem, s.Context, o); err != nil {
@@ -146,10 +146,10 @@ func Size(c *config.Config, o GPUOptions, d Device) (Sizing, error) {
 	return s, nil
 }
 
-// ServedContext is the positions a session holds: o.MaxCtx, or as many as the working set holds
+// servedContext is the positions a session holds: o.MaxCtx, or as many as the working set holds
 // (decode.Memory.Context), less what makes room for several sequences at once when o.Parallel is
 // also left to memory (decode.Memory.RoomForParallel); why says why it is below the model's.
-func ServedContext(mem decode.Memory, c *config.Config, o GPUOptions) (int, string, error) {
+func servedContext(mem decode.Memory, c *config.Config, o GPUOptions) (int, string, error) {
 	ctx, why, err := mem.Context(c, o.MaxCtx, o.WorkingSet)
 	if err != nil || o.MaxCtx > 0 || o.Parallel != 0 {
 		return ctx, why, err

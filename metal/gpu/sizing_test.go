@@ -10,7 +10,7 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// TestSize: Size's numbers are its parts' (MemoryFor, ServedContext, parallelFor, poolPages,
+// TestSize: Size's numbers are its parts' (memoryFor, servedContext, parallelFor, poolPages,
 // the device's route, SliceFor on its chip) put together once, on a 64 GB M5 Max and on 32 GB,
 // where the context makes room for parallel sequences; asking for more sequences than fit, or
 // forcing the tensor route on a GPU without it, fails; a GPU not known takes the simdgroup route.
@@ -24,11 +24,11 @@ func TestSize(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d GB: %v", gb, err)
 		}
-		mem, chunks, err := MemoryFor(c, o)
+		mem, chunks, err := memoryFor(c, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, why, _ := ServedContext(mem, c, o)
+		ctx, why, _ := servedContext(mem, c, o)
 		n, nWhy := mem.Parallel(ctx, o.WorkingSet)
 		o.Parallel = n
 		if s.Memory != mem || s.Chunk() != chunks[0] || s.Context != ctx || s.ContextWhy != why || s.Parallel != n || s.ParallelWhy != nWhy || s.Pages != poolPages(mem, ctx, o) {
