@@ -45,13 +45,10 @@ func (s Sizing) Chunk() int { return slices.Max(append([]int{0}, s.Chunks...)) }
 type Device struct {
 	Name    string
 	Chip    *plan.Chip
-	known   bool   // made by EmuDevice, MacDevice or deviceOf
+	known   bool   // made by MacDevice or deviceOf
 	blocked string // why the tensor route cannot run there ("": it can)
 	can     string // where it can, what runs it
 }
-
-// EmuDevice is the MSL emulator.
-var EmuDevice = Device{Name: "emu", known: true}
 
 // MacDevice is a Mac's GPU as lily doctor probes it: its name ("Apple M5 Max"), highest Apple GPU
 // family (0: none) and macOS version ("26.2", "26.2 (25C56)"; "": unknown), with the tensor route
@@ -77,7 +74,7 @@ func macDevice(name string, family mtl.Family, macOS string, kernels bool) Devic
 
 // emuDevice is the emulator, with whether the build has tensor-op kernels given.
 func emuDevice(kernels bool) Device {
-	d := EmuDevice
+	d := Device{Name: "emu", known: true}
 	if !kernels {
 		d.blocked = noTensorKernels
 	}
