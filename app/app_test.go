@@ -251,7 +251,8 @@ func TestStopOtherLily(t *testing.T) {
 func TestPredictContext(t *testing.T) {
 	dir := t.TempDir()
 	doctor := `{"ok":false,"checks":[{"name":"gpu-memory","status":"fail","detail":"x"},` +
-		`{"name":"context","status":"warn","detail":"lily serve holds 121088 positions: 3 sequences at once"}]}`
+		`{"name":"context","status":"warn","detail":"lily serve holds 121088 positions: 3 sequences at once"}],` +
+		`"serving":{"working_set_bytes":22548578304,"kv_bits":16,"context":121088,"parallel":3}}`
 	fake := filepath.Join(dir, "lily")
 	os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$*\" = 'doctor --output json' ] || exit 9\necho '"+doctor+"'\nexit 1\n"), 0o755)
 	if n, err := predictContext(fake, 20*time.Second); err != nil || n != 121088 {

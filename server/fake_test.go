@@ -49,6 +49,9 @@ type scripted struct {
 func (b *scripted) Name() string                { return "scripted" }
 func (b *scripted) Config() *config.Config      { return b.cfg }
 func (b *scripted) NewSession() backend.Session { return &scriptSession{b: b} }
+func (b *scripted) Describe() backend.Description {
+	return backend.Description{Name: b.Name(), Context: b.cfg.MaxPositions}
+}
 
 type scriptSession struct {
 	b      *scripted

@@ -28,7 +28,8 @@ func newMetrics(s *Server) *metrics {
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lily_time_to_first_token_seconds", Help: "Time from admission to the first generated token.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)})
 	m.decodeRate = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lily_decode_tokens_per_second", Help: "Decode speed of the last finished generation."})
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_queue_depth", Help: "Requests waiting or running."}, func() float64 { return float64(s.sched.depth()) })
-	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_running_sequences", Help: "Requests generating at once in the engine loop."}, func() float64 { return float64(s.sched.running()) })
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_running_sequences", Help: "Requests generating at once in the engine loop."}, func() float64 { n, _ := s.load(); return float64(n) })
+	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_waiting_sequences", Help: "Requests the engine loop holds back for a place or for memory."}, func() float64 { _, n := s.load(); return float64(n) })
 	parallel := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_parallel_sequences", Help: "Sequences the engine loop runs at once at most (--parallel)."}, func() float64 { return float64(s.parallel()) })
 	batchedSteps := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_batched_steps_total", Help: "Decode steps that advanced several sequences at once (one multi-row GPU step)."}, func() float64 { n, _ := s.batched(); return float64(n) })
 	batchedRows := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_batched_rows_total", Help: "Sequence rows those steps advanced (over lily_batched_steps_total: the mean batch)."}, func() float64 { _, n := s.batched(); return float64(n) })
@@ -41,7 +42,7 @@ func newMetrics(s *Server) *metrics {
 	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_bytes", Help: "Bytes of the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Bytes) })
 	diskLoads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_loads_total", Help: "Prefixes restored from disk."}, func() float64 { return float64(s.diskStats().Loads) })
 	diskWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_writes_total", Help: "Snapshots written to disk."}, func() float64 { return float64(s.diskStats().Writes) })
-	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, parallel, batchedSteps, batchedRows, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
+	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, waiting, parallel, batchedSteps, batchedRows, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
 		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m
 }

@@ -111,10 +111,3 @@ func (s *scheduler) depth() int {
 	defer s.mu.Unlock()
 	return len(s.waiting) + len(s.holders)
 }
-
-// running is the number of requests holding a slot.
-func (s *scheduler) running() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.holders)
-}

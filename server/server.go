@@ -206,6 +206,16 @@ func (s *Server) parallel() int {
 	return 0
 }
 
+// load is the engine loop's own count of the sequences it runs and of the requests handed to it
+// that wait for a place or for memory (runner.Runner.Load); the scheduler's slots would count a
+// request the loop holds back for memory as running.
+func (s *Server) load() (running, waiting int) {
+	if m := s.model.Load(); m != nil && m.Runner != nil {
+		return m.Runner.Load()
+	}
+	return 0, 0
+}
+
 func (s *Server) batched() (steps, rows int64) {
 	if m := s.model.Load(); m != nil && m.Runner != nil {
 		return m.Runner.Batched()
@@ -360,7 +370,8 @@ func (s *Server) status(c *gin.Context) {
 	s.residencyStatus(out)
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
 	out["queue_depth"] = s.sched.depth()
-	out["running"], out["parallel"] = s.sched.running(), s.parallel()
+	out["running"], out["waiting"] = s.load()
+	out["parallel"] = s.parallel()
 	reply(c, http.StatusOK, out)
 }
 

@@ -665,23 +665,36 @@ func (f *fakeOther) Stop(o supervisor.Options) error {
 	return nil
 }
 
-// doctorJSON is `lily doctor --output json` with the context check that syscheck writes for
-// n positions (why: the reason it is below the model's).
+// doctorJSON is `lily doctor --output json` on a Mac where lily serve holds n positions (why:
+// the reason it is below the model's; err: the weights do not fit): the context check syscheck
+// writes for it, and the serving block (syscheck.Serving) doctor writes beside it.
 func doctorJSON(t *testing.T, n int, why string, err error) []byte {
 	t.Helper()
 	c := syscheck.ContextCheck(32<<30, 21<<30, func(int64, int64) (int, string, error) { return n, why, err })
-	out, jerr := json.Marshal(struct {
-		OK     bool             `json:"ok"`
-		Checks []syscheck.Check `json:"checks"`
-	}{true, []syscheck.Check{{Name: "memory", Status: syscheck.Pass, Detail: "32 GB"}, c}})
-	if jerr != nil {
-		t.Fatal(jerr)
+	serving := &syscheck.Serving{WorkingSet: 21 << 30, KVBits: 16, Context: n, ContextNote: why, Parallel: 3, PrefillChunk: 4096, PrefillSlice: 512, PrefillRoute: "simdgroup"}
+	if err != nil {
+		serving = &syscheck.Serving{WorkingSet: 21 << 30, KVBits: 16, Error: err.Error()}
+	}
+	return doctorOutput(t, serving, c)
+}
+
+// doctorOutput is doctor's JSON with serving and the checks.
+func doctorOutput(t *testing.T, serving *syscheck.Serving, checks ...syscheck.Check) []byte {
+	t.Helper()
+	out, err := json.Marshal(struct {
+		OK      bool              `json:"ok"`
+		Checks  []syscheck.Check  `json:"checks"`
+		Serving *syscheck.Serving `json:"serving,omitempty"`
+	}{true, append([]syscheck.Check{{Name: "memory", Status: syscheck.Pass, Detail: "32 GB"}}, checks...), serving})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
 
-// TestDoctorContext reads the context from each of the doctor's context check texts, as
-// syscheck writes them (so a change of wording there fails here).
+// TestDoctorContext reads the context from doctor's serving block, not from the context check's
+// words (which may change); without a serving block, or with the weights not fitting, it fails
+// and says why.
 func TestDoctorContext(t *testing.T) {
 	for _, tc := range []struct {
 		n   int
@@ -691,11 +704,15 @@ func TestDoctorContext(t *testing.T) {
 			t.Errorf("%d (%q): got %d, %v", tc.n, tc.why, got, err)
 		}
 	}
-	if _, err := DoctorContext(doctorJSON(t, 0, "", errors.New("the weights do not fit"))); err == nil {
-		t.Error("a failed context check gave a context")
+	reworded := syscheck.Check{Name: "context", Status: syscheck.Warn, Detail: "serves 5 positions"}
+	if got, err := DoctorContext(doctorOutput(t, &syscheck.Serving{Context: 98304}, reworded)); err != nil || got != 98304 {
+		t.Errorf("serving 98,304 beside a reworded check: %d, %v", got, err)
 	}
-	if _, err := DoctorContext([]byte(`{"checks":[{"name":"context","status":"skip","detail":"not macOS"}]}`)); err == nil {
-		t.Error("a skipped context check gave a context")
+	if _, err := DoctorContext(doctorJSON(t, 0, "", errors.New("the weights do not fit"))); err == nil || !strings.Contains(err.Error(), "the weights do not fit") {
+		t.Errorf("weights that do not fit: %v", err)
+	}
+	if _, err := DoctorContext([]byte(`{"checks":[{"name":"context","status":"skip","detail":"not macOS"}]}`)); err == nil || !strings.Contains(err.Error(), "not macOS") {
+		t.Errorf("no serving block: %v", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/gpu"
 )
 
@@ -34,28 +36,22 @@ type backendOptions struct {
 	emuMemory    int64
 	kvBits       int
 	cacheBytes   int64
-	prefillChunk int    // prompt tokens per batched prefill step; -1: the backend's default
-	chunkLogits  bool   // the batched prefill computes every row's logits too (prompt logits)
-	parallel     int    // sequences generating at once (0: by memory)
-	prefillRoute string // --prefill-route: "tensor", "simdgroup" or "auto"/"" (by device)
+	prefillChunk int             // prompt tokens per batched prefill step; -1: the backend's default
+	chunkLogits  bool            // the batched prefill computes every row's logits too (prompt logits)
+	parallel     int             // sequences generating at once (0: by memory)
+	prefillRoute gpu.RouteChoice // --prefill-route (the zero value: auto, by device)
 }
 
 // maxParallel is the most sequences the engine loop runs at once (the GPU's multi-row step is
-// planned for up to 8 rows).
-const maxParallel = 8
+// planned for up to decode.MaxParallel rows).
+const maxParallel = decode.MaxParallel
 
-const parallelHelp = "requests generating at once, up to 8; each keeps receiving tokens while others prefill (0: by memory: on the GPU backends as many as fit beside the weights at a useful context, 4 on cpu)"
+var parallelHelp = fmt.Sprintf("requests generating at once, up to %d; each keeps receiving tokens while others prefill (0: by memory: on the GPU backends as many as fit beside the weights at a useful context, %d on cpu)", maxParallel, decode.DefaultParallel)
 
 // parallelOf is how many sequences the engine loop runs at once on b: asked, else what b sized
-// itself for (a GPU backend's KV pool), else 4.
+// itself for (a GPU backend's KV pool), else decode.DefaultParallel.
 func parallelOf(b backend.Backend, asked int) int {
-	if asked > 0 {
-		return asked
-	}
-	if p, ok := b.(interface{ Parallel() int }); ok && p.Parallel() > 0 {
-		return p.Parallel()
-	}
-	return 4
+	return cmp.Or(asked, b.Describe().Parallel, decode.DefaultParallel)
 }
 
 const prefillChunkHelp = "the largest number of prompt tokens a batched prefill step takes on the GPU backends, then chunks of 512, 64 and 8 for what is left, and a remainder below that token by token (0: token by token; default on metal 4096 where its 1.2 GB of activations cost no context, else 512; 0 on emu, where the emulated matrix kernels are slower than the token loop)"
@@ -69,14 +65,12 @@ func chunkOptions(backend string, n int) (chunks []int, auto bool) {
 	return gpu.Buckets(n), false
 }
 
-const prefillRouteHelp = "the route the GPU backends' batched prefill takes: tensor (Metal 4 tensor ops on M5's neural accelerators, activations rounded to bfloat), simdgroup (simdgroup matrices on the shader ALUs, every Mac), or auto: tensor on an M5 with macOS 26.2 or later, else simdgroup; emu runs either, simdgroup unless forced. `lily doctor` says which this Mac takes and why"
+const prefillRouteHelp = "the route the GPU backends' batched prefill takes: tensor (Metal 4 tensor ops on M5's neural accelerators, activations rounded to bfloat), simdgroup (simdgroup matrices on the shader ALUs, every Mac), or auto: tensor on an M5 with macOS 26.2 or later, else simdgroup; emu runs either, simdgroup unless forced; lily doctor says which this Mac takes and why"
 
-// checkPrefillRoute reports a --prefill-route value that is not tensor, simdgroup or auto, or
-// one that forces a route on the cpu backend, which has none.
-func checkPrefillRoute(route, backend string) error {
-	if _, auto, err := gpu.ParsePrefillRoute(route); err != nil {
-		return err
-	} else if !auto && backend == "cpu" {
+// checkPrefillRoute reports a --prefill-route that forces a route on the cpu backend, which has
+// none (the flag itself parses the value: gpu.RouteChoice).
+func checkPrefillRoute(route gpu.RouteChoice, backend string) error {
+	if route.Forced && backend == "cpu" {
 		return fmt.Errorf("--prefill-route %s is for the GPU backends (metal, emu); the cpu reference has no prefill route", route)
 	}
 	return nil
@@ -138,8 +132,7 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 			PrefillRoute: o.prefillRoute})
 	case "emu": // the decode plan run on the emulator
 		chunks, _ := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel,
-			PrefillRoute: o.prefillRoute})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{GPUOptions: gpu.GPUOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel, PrefillRoute: o.prefillRoute}})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}
@@ -148,13 +141,4 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 		return nil, nil, nil, fmt.Errorf("backend %s: %w", name, err)
 	}
 	return g, w.Config, func() { g.Close(); w.Close() }, nil
-}
-
-// sessionContext is how many positions a session of b holds: a GPU's KV cache, else the model's.
-func sessionContext(b backend.Backend, cfg *config.Config) int {
-	if l, ok := b.(backend.Limited); ok {
-		n, _ := l.Context()
-		return n
-	}
-	return cfg.MaxPositions
 }

@@ -24,7 +24,7 @@ type benchOptions struct {
 	model, backend, output, trace string
 	ctx, steps, traceTokens       int
 	kvBits, prefillChunk          int
-	prefillRoute                  string
+	prefillRoute                  gpu.RouteChoice
 	prefill, batch                int
 	cacheMB, concurrent, agents   int
 	warmup, plan, demo            bool
@@ -74,7 +74,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "with --agent-trace: prefix-cache budget in MiB (0: no cache)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; with --plan, the format modelled")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
-	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp+" (the --plan models report every chip's route)")
+	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp+" (the --plan models report every chip's route)")
 	addProfileFlags(f, &o.profile)
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
@@ -134,7 +134,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	defer closeBackend()
-	if n := sessionContext(b, cfg); n > 0 && o.ctx+o.steps > n {
+	if n := b.Describe().Context; n > 0 && o.ctx+o.steps > n {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, n)
 	}
 	prompt := benchPrompt(o.ctx, cfg.VocabSize)
@@ -163,9 +163,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		TokenIDs: res.Tokens[1:],
 		Digest:   fmt.Sprintf("%016x", h.Sum64()),
 	}
-	if g, ok := b.(interface{ Step() *decode.Step }); ok {
-		out.PrefillChunks = g.Step().Chunks
-	}
+	out.PrefillChunks = b.Describe().PrefillChunks
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
@@ -251,11 +249,11 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
-	chunks, auto := chunkOptions("metal", o.prefillChunk)
-	served := gpu.GPUOptions{KVBits: o.kvBits, Chunks: chunks, AutoChunks: auto}
-	if out.Memory.Memory, _, err = gpu.MemoryFor(c, served); err != nil {
+	served, err := servedSizing(0, o.kvBits, o.prefillChunk, 0, gpu.Device{}) // no working-set limit
+	if err != nil {
 		return err
 	}
+	out.Memory.Memory = served.Memory
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
 	// onMac is the context and largest chunk lily serve holds on a Mac of gb GB in workingSet
 	// bytes, with its serving defaults where the flags are not given, and the sequences it runs
@@ -263,8 +261,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	onMac := func(gb int, workingSet int64) (n, chunk, kvBits, parallel int) {
 		kvBits, prefillChunk := o.kvBits, o.prefillChunk
 		applyMemoryDefaults(cmd.Flags(), "metal", int64(gb)<<30, &kvBits, &prefillChunk, nil)
-		n, chunk, parallel, _ = servedParallel(workingSet, kvBits, prefillChunk)
-		return n, chunk, kvBits, parallel
+		s, _ := servedSizing(workingSet, kvBits, prefillChunk, 0, gpu.Device{}) // 0 positions and sequences where the weights do not fit
+		return s.Context, s.Chunk(), kvBits, s.Parallel
 	}
 	for _, gb := range macSizes {
 		k := strconv.Itoa(gb)

@@ -56,7 +56,7 @@ func runBenchConcurrent(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	defer closeBackend()
-	if c := sessionContext(b, cfg); c > 0 && o.ctx+o.steps+1 > c {
+	if c := b.Describe().Context; c > 0 && o.ctx+o.steps+1 > c {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, c)
 	}
 	r := runner.New(b, runner.Options{Parallel: n, CheckpointEvery: -1, Hold: mtl.BeginActivity})

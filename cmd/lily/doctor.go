@@ -4,13 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
 	"github.com/lilyformac/lily/internal/wiredlimit"
@@ -22,6 +20,9 @@ import (
 type doctorOutput struct {
 	OK     bool             `json:"ok"` // no check failed
 	Checks []syscheck.Check `json:"checks"`
+	// Serving is what lily serve holds on this Mac (absent off macOS and without a GPU working
+	// set), the numbers the menu-bar app reads.
+	Serving *syscheck.Serving `json:"serving,omitempty"`
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -69,13 +70,14 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 			g = &info
 		}
 	}
-	checks = append(checks, parallelCheck(runtime.GOOS, g, int64(wiredlimit.Memory())), routeCheck(runtime.GOOS, g, macOS))
+	mac := sizeOnMac(runtime.GOOS, g, int64(wiredlimit.Memory()), macOS)
+	checks = append(checks, parallelCheck(runtime.GOOS, mac), routeCheck(runtime.GOOS, g, macOS))
 	failed := syscheck.Failed(checks)
 	out := cmd.OutOrStdout()
 	if output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(doctorOutput{OK: failed == 0, Checks: checks}); err != nil {
+		if err := enc.Encode(doctorOutput{OK: failed == 0, Checks: checks, Serving: mac.serving()}); err != nil {
 			return err
 		}
 	} else {
@@ -92,58 +94,64 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 	return nil
 }
 
-// productionContext is the context lily serve would hold for the production model in a GPU
-// working set of so many bytes on a Mac with memory bytes of memory: with that Mac's serving
-// defaults (gpu.DefaultsFor), as serve picks them when --kv-bits and --prefill-chunk are not given.
-func productionContext(workingSet, memory int64) (int, string, error) {
-	d := gpu.DefaultsFor(memory)
-	n, _, why, err := servedContext(workingSet, d.KVBits, d.PrefillChunk)
-	return n, why, err
+// macServing is doctor's one sizing of lily serve on this Mac (macSizing), which its parallel
+// line and its JSON serving block both read.
+type macServing struct {
+	workingSet int64 // the GPU's working set; 0: nothing sized (off macOS, or no working set)
+	defaults   gpu.ServingDefaults
+	sizing     gpu.Sizing
+	err        error // not one session fits
 }
 
-// servedParallel is what lily serve holds for the production model on the metal backend in a GPU
-// working set of workingSet bytes with kvBits and prefillChunk (-1: by memory): the context and
-// largest prefill chunk (as servedContext sizes them; 0 positions when not one session fits) and
-// the sequences it runs at once, decode.Memory.Parallel at that context, with why.
-func servedParallel(workingSet int64, kvBits, prefillChunk int) (positions, chunk, parallel int, why string) {
-	c := config.Production()
-	chunks, auto := chunkOptions("metal", prefillChunk)
-	mem, chunks, err := gpu.MemoryFor(c, gpu.GPUOptions{WorkingSet: workingSet, KVBits: kvBits, Chunks: chunks, AutoChunks: auto})
-	if err != nil {
-		return 0, 0, 0, err.Error()
+// sizeOnMac sizes lily serve on the probed GPU g of a Mac with memory bytes of memory and macOS
+// version macOS (macSizing); nothing off macOS or where there is no GPU working set.
+func sizeOnMac(goos string, g *syscheck.GPUInfo, memory int64, macOS string) macServing {
+	if goos != "darwin" || g == nil || !g.Available || g.RecommendedMaxWorkingSet == 0 {
+		return macServing{}
 	}
-	chunk = slices.Max(append([]int{0}, chunks...))
-	if positions, _, err = gpu.ServedContext(mem, c, gpu.GPUOptions{WorkingSet: workingSet}); err != nil {
-		return 0, chunk, 0, err.Error()
-	}
-	parallel, why = mem.Parallel(positions, workingSet)
-	return positions, chunk, parallel, why
+	m := macServing{workingSet: int64(g.RecommendedMaxWorkingSet)}
+	m.sizing, m.defaults, m.err = macSizing(m.workingSet, memory, gpu.MacDevice(g.Name, familyNamed(g.Family), macOS))
+	return m
 }
 
-// parallelCheck is doctor's line on how many sequences lily serve runs at once on this Mac (its
-// serving defaults, gpu.DefaultsFor memory bytes) in the GPU's working set; skipped where there
-// is no GPU working set to size them in.
-func parallelCheck(goos string, g *syscheck.GPUInfo, memory int64) syscheck.Check {
+// serving is doctor's JSON "serving" block; nil where nothing was sized.
+func (m macServing) serving() *syscheck.Serving {
+	if m.workingSet == 0 {
+		return nil
+	}
+	out := &syscheck.Serving{WorkingSet: m.workingSet, KVBits: m.defaults.KVBits}
+	if m.err != nil {
+		out.Error = m.err.Error()
+		return out
+	}
+	s := m.sizing
+	out.Context, out.ContextNote, out.Parallel, out.ParallelNote, out.KVPages = s.Context, s.ContextWhy, s.Parallel, s.ParallelWhy, s.Pages
+	out.PrefillChunk, out.PrefillSlice, out.PrefillRoute, out.PrefillRouteNote = s.Chunk(), s.Slice, s.Route.String(), s.RouteWhy
+	return out
+}
+
+// parallelCheck is doctor's line on how many sequences lily serve runs at once on this Mac (m,
+// sized on goos): skipped where there is no GPU working set to size them in, a warning where not
+// one fits.
+func parallelCheck(goos string, m macServing) syscheck.Check {
 	c := syscheck.Check{Name: "parallel", Status: syscheck.Skip}
 	switch {
 	case goos != "darwin":
 		c.Detail = "parallel sequences: sized on macOS only"
-	case g == nil || !g.Available || g.RecommendedMaxWorkingSet == 0:
+	case m.workingSet == 0:
 		c.Detail = "parallel sequences: no GPU working set to size them in"
+	case m.err != nil:
+		c.Status, c.Detail = syscheck.Warn, fmt.Sprintf("parallel sequences: 0 (%s)", m.err)
 	default:
-		d := gpu.DefaultsFor(memory)
-		_, _, n, why := servedParallel(int64(g.RecommendedMaxWorkingSet), d.KVBits, d.PrefillChunk)
-		c.Status, c.Detail = syscheck.Pass, fmt.Sprintf("parallel sequences: %d (%s)", n, why)
-		if n == 0 {
-			c.Status = syscheck.Warn
-		}
+		c.Status, c.Detail = syscheck.Pass, fmt.Sprintf("parallel sequences: %d (%s)", m.sizing.Parallel, m.sizing.ParallelWhy)
 	}
 	return c
 }
 
 // routeCheck is doctor's line on the route prefill chunks take on this Mac's GPU
-// (gpu.ChoosePrefillRoute, unforced) on macOS version macOS, and why; skipped off macOS, where
-// it names the emulator's, and without a GPU, where there is none to choose.
+// (gpu.ChoosePrefillRoute, unforced, as gpu.Size takes it) on macOS version macOS, and why;
+// skipped off macOS, where it names the emulator's, and without a GPU, where there is none to
+// choose.
 func routeCheck(goos string, g *syscheck.GPUInfo, macOS string) syscheck.Check {
 	c := syscheck.Check{Name: "prefill", Status: syscheck.Skip}
 	device, family := "emu", mtl.Family(0)
@@ -154,7 +162,7 @@ func routeCheck(goos string, g *syscheck.GPUInfo, macOS string) syscheck.Check {
 	case goos == "darwin":
 		c.Status, device, family = syscheck.Pass, g.Name, familyNamed(g.Family)
 	}
-	route, why, err := gpu.ChoosePrefillRoute(device, family, macOS, "")
+	route, why, err := gpu.ChoosePrefillRoute(device, family, macOS, gpu.RouteChoice{})
 	if err != nil { // unforced, it cannot fail: say so rather than hide it
 		c.Status, why = syscheck.Warn, err.Error()
 	}

@@ -36,6 +36,45 @@ func TestDoctorJSON(t *testing.T) {
 	if got.OK != (err == nil) || got.OK != (syscheck.Failed(got.Checks) == 0) {
 		t.Fatalf("ok=%v but err=%v", got.OK, err)
 	}
+	if runtime.GOOS != "darwin" && strings.Contains(out, `"serving"`) {
+		t.Fatalf("a serving block off macOS:\n%s", out)
+	}
+}
+
+// TestDoctorServing: doctor's serving block, which the menu-bar app reads, is the same sizing
+// (gpu.Size with the Mac's serving defaults) as its context, parallel and prefill lines; where
+// the weights do not fit it says why; off macOS or without a GPU working set there is none.
+func TestDoctorServing(t *testing.T) {
+	mac := func(gb int) *syscheck.GPUInfo {
+		return &syscheck.GPUInfo{Name: "Apple M5 Max", Family: "Apple10", Available: true, RecommendedMaxWorkingSet: uint64(decode.MacWorkingSet(gb))}
+	}
+	for _, gb := range []int{64, 32} {
+		g, mem := mac(gb), int64(gb)<<30
+		m := sizeOnMac("darwin", g, mem, "26.2")
+		s := m.serving()
+		ctx, why, err := productionContext(decode.MacWorkingSet(gb), mem)
+		if s == nil || err != nil || s.Error != "" || s.Context != ctx || s.ContextNote != why || s.KVBits != 16 || s.WorkingSet != decode.MacWorkingSet(gb) {
+			t.Fatalf("%d GB: %+v; context check %d (%q), %v", gb, s, ctx, why, err)
+		}
+		if p := parallelCheck("darwin", m); p.Detail != fmt.Sprintf("parallel sequences: %d (%s)", s.Parallel, s.ParallelNote) {
+			t.Errorf("%d GB: serving %d parallel (%s), the check says %q", gb, s.Parallel, s.ParallelNote, p.Detail)
+		}
+		if r := routeCheck("darwin", g, "26.2"); r.Detail != fmt.Sprintf("prefill route: %s (%s)", s.PrefillRoute, s.PrefillRouteNote) {
+			t.Errorf("%d GB: serving route %s (%s), the check says %q", gb, s.PrefillRoute, s.PrefillRouteNote, r.Detail)
+		}
+		if s.PrefillChunk < 1 || s.PrefillSlice < 1 || s.PrefillSlice > s.PrefillChunk || s.KVPages < 1 {
+			t.Errorf("%d GB: chunk %d, slice %d, %d pages", gb, s.PrefillChunk, s.PrefillSlice, s.KVPages)
+		}
+	}
+	if s := sizeOnMac("darwin", mac(24), 24<<30, "26.2").serving(); s == nil || s.Error == "" || s.Context != 0 || s.KVBits != 8 {
+		t.Errorf("24 GB at macOS's default limit: %+v, want why the weights do not fit", s)
+	}
+	if s := sizeOnMac("linux", mac(64), 64<<30, "").serving(); s != nil {
+		t.Errorf("off macOS: %+v", s)
+	}
+	if s := sizeOnMac("darwin", &syscheck.GPUInfo{Available: true}, 64<<30, "26.2").serving(); s != nil {
+		t.Errorf("no working set: %+v", s)
+	}
 }
 
 func TestDoctorTextAndExitCode(t *testing.T) {
@@ -70,7 +109,7 @@ func TestDoctorTextAndExitCode(t *testing.T) {
 func TestParallelCheck(t *testing.T) {
 	mac := func(gb int) syscheck.Check {
 		ws := decode.MacWorkingSet(gb)
-		return parallelCheck("darwin", &syscheck.GPUInfo{Available: true, RecommendedMaxWorkingSet: uint64(ws)}, int64(gb)<<30)
+		return parallelCheck("darwin", sizeOnMac("darwin", &syscheck.GPUInfo{Available: true, RecommendedMaxWorkingSet: uint64(ws)}, int64(gb)<<30, ""))
 	}
 	ctx32, _, err := productionContext(decode.MacWorkingSet(32), 32<<30)
 	if err != nil {
@@ -84,8 +123,8 @@ func TestParallelCheck(t *testing.T) {
 		{mac(64), syscheck.Pass, fmt.Sprintf("parallel sequences: %d (each can hold %d positions", decode.MaxParallel, decode.ParallelContext)},
 		{mac(32), syscheck.Pass, fmt.Sprintf("parallel sequences: 3 (3 sessions of %d positions at once, one alone %d, fill", decode.ParallelContext, ctx32)},
 		{mac(24), syscheck.Warn, "parallel sequences: 0 ("},
-		{parallelCheck("linux", nil, 0), syscheck.Skip, "parallel sequences: sized on macOS only"},
-		{parallelCheck("darwin", &syscheck.GPUInfo{}, 64<<30), syscheck.Skip, "parallel sequences: no GPU working set"},
+		{parallelCheck("linux", sizeOnMac("linux", nil, 0, "")), syscheck.Skip, "parallel sequences: sized on macOS only"},
+		{parallelCheck("darwin", sizeOnMac("darwin", &syscheck.GPUInfo{}, 64<<30, "")), syscheck.Skip, "parallel sequences: no GPU working set"},
 	} {
 		if tc.c.Name != "parallel" || tc.c.Status != tc.status || !strings.HasPrefix(tc.c.Detail, tc.detail) || strings.Contains(tc.c.Detail, "\n") {
 			t.Errorf("%+v, want %s %q…", tc.c, tc.status, tc.detail)

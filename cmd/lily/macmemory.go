@@ -1,8 +1,6 @@
 package main
 
 import (
-	"slices"
-
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/metal/gpu"
 )
@@ -27,17 +25,29 @@ func applyMemoryDefaults(flags interface{ Changed(string) bool }, backend string
 	}
 }
 
-// servedContext is the context lily serve holds for the production model on the metal backend
-// in a GPU working set of workingSet bytes, with kvBits and prefillChunk (-1: by memory), and the
-// largest prefill chunk it runs; 0 positions when the weights do not fit, with why.
-func servedContext(workingSet int64, kvBits, prefillChunk int) (positions, chunk int, why string, err error) {
-	c := config.Production()
+// servedSizing is what lily serve holds for the production model on the metal backend with no
+// --ctx or --parallel (gpu.Size) on device d, in a GPU working set of workingSet bytes, with
+// kvBits, prefillChunk (-1: by memory) and a prefix cache of cacheMB. On an error (not one
+// session fits) the sizing still holds the memory and prefill chunks.
+func servedSizing(workingSet int64, kvBits, prefillChunk, cacheMB int, d gpu.Device) (gpu.Sizing, error) {
 	chunks, auto := chunkOptions("metal", prefillChunk)
-	mem, chunks, err := gpu.MemoryFor(c, gpu.GPUOptions{WorkingSet: workingSet, KVBits: kvBits, Chunks: chunks, AutoChunks: auto})
-	if err != nil {
-		return 0, 0, "", err
-	}
-	chunk = slices.Max(append([]int{0}, chunks...))
-	positions, why, err = gpu.ServedContext(mem, c, gpu.GPUOptions{WorkingSet: workingSet})
-	return positions, chunk, why, err
+	o := gpu.GPUOptions{WorkingSet: workingSet, KVBits: kvBits, Chunks: chunks, AutoChunks: auto, CacheBytes: int64(cacheMB) << 20}
+	return gpu.Size(config.Production(), o, d)
+}
+
+// macSizing is servedSizing on a Mac with memory bytes of memory, with its serving defaults
+// (gpu.DefaultsFor), as serve picks them when --kv-bits, --prefill-chunk and --cache-mb are not
+// given.
+func macSizing(workingSet, memory int64, d gpu.Device) (gpu.Sizing, gpu.ServingDefaults, error) {
+	def := gpu.DefaultsFor(memory)
+	s, err := servedSizing(workingSet, def.KVBits, def.PrefillChunk, def.CacheMB, d)
+	return s, def, err
+}
+
+// productionContext is the context lily serve would hold for the production model in a GPU
+// working set of so many bytes on a Mac with memory bytes of memory (macSizing), and why
+// (syscheck.ContextFunc).
+func productionContext(workingSet, memory int64) (int, string, error) {
+	s, _, err := macSizing(workingSet, memory, gpu.Device{})
+	return s.Context, s.ContextWhy, err
 }

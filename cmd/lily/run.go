@@ -21,6 +21,7 @@ import (
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
 )
 
@@ -32,7 +33,7 @@ type runOptions struct {
 	temperature, topP, minP                              float32
 	seed                                                 int64
 	ignoreEOS                                            bool
-	prefillRoute                                         string
+	prefillRoute                                         gpu.RouteChoice
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -75,7 +76,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
-	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp)
+	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp)
 	return cmd
 }
 
@@ -116,7 +117,7 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		}
 	}
 	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
-	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: sessionContext(b, cfg), Hold: mtl.BeginActivity}), req, o.logitsOut)
+	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: b.Describe().Context, Hold: mtl.BeginActivity}), req, o.logitsOut)
 	if err != nil {
 		return err
 	}

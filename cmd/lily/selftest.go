@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/internal/report"
 	"github.com/lilyformac/lily/metal/exec"
@@ -34,7 +33,7 @@ const selftestChunk = 16
 
 // selftestGPU is the GPU decode backend the end-to-end check compares with engine/cpu: Metal on
 // macOS, the emulator elsewhere (gpu.NewEmu fails off Linux).
-func selftestGPU(w *model.Weights) (backend.Backend, error) {
+func selftestGPU(w *model.Weights) (selftest.OwnedBackend, error) {
 	const maxCtx = 64
 	if runtime.GOOS == "darwin" {
 		b, err := gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: maxCtx, Chunks: gpu.Buckets(selftestChunk)})
@@ -43,7 +42,7 @@ func selftestGPU(w *model.Weights) (backend.Backend, error) {
 		}
 		return b, nil
 	}
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: maxCtx, Chunks: gpu.Buckets(selftestChunk)})
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{GPUOptions: gpu.GPUOptions{MaxCtx: maxCtx, Chunks: gpu.Buckets(selftestChunk)}})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +67,7 @@ func runSelftest(cmd *cobra.Command, output string, only []string) error {
 	if err != nil {
 		return fmt.Errorf("selftest: device: %w", err)
 	}
-	if c, ok := dev.(interface{ Close() }); ok { // exec.MetalDevice: queue, libraries, pipelines
+	if c, ok := dev.(exec.Closer); ok { // exec.MetalDevice: queue, libraries, pipelines
 		defer c.Close()
 	}
 	emulated := name != "metal"

@@ -36,15 +36,15 @@ import (
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
 	"github.com/lilyformac/lily/internal/wiredlimit"
+	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
-	"github.com/lilyformac/lily/metal/plan"
 	"github.com/lilyformac/lily/resources"
 	"github.com/lilyformac/lily/server"
 )
 
 type serveOptions struct {
 	model, backend, host, apiKey, cors, allowedHosts          string
-	prefillRoute                                              string
+	prefillRoute                                              gpu.RouteChoice
 	port, ctx, queue, cacheMB, maxBodyMB, emuMemoryMB, kvBits int
 	maxOutput, prefillChunk, ollamaPort, parallel             int
 	diskCacheGB                                               float64
@@ -85,7 +85,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.ctx, "ctx", 0, "context length in tokens (default: the model's)")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp+"; on metal the default is 8 on Macs under 32 GB, where context comes first")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp+"; on Macs under 32 GB the default is 512")
-	f.StringVar(&o.prefillRoute, "prefill-route", "auto", prefillRouteHelp)
+	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp)
 	f.StringVar(&o.cors, "cors", "", "comma-separated browser origins allowed besides pages on this machine and desktop apps: exact origins, scheme://* or *")
 	f.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host names this server may be reached under besides localhost and its addresses: names, .domain (with subdomains) or *")
 	f.IntVar(&o.maxOutput, "max-output-tokens", 0, "the most tokens one answer generates, whatever the request asks (0: what the context leaves); for clients that send no limit or a large one (Codex sends none, Claude Code 32,000)")
@@ -430,10 +430,11 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		closeBackend()
 		return nil, nil, err
 	}
-	ctxLen := cmp.Or(o.ctx, sessionContext(b, cfg))
+	desc := b.Describe()
+	ctxLen := cmp.Or(o.ctx, desc.Context)
 	var why string
-	if l, ok := b.(backend.Limited); ok && o.ctx == 0 {
-		_, why = l.Context()
+	if o.ctx == 0 {
+		why = desc.ContextWhy
 	}
 	stops := slices.Clone(cfg.EOSTokenIDs)
 	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
@@ -456,7 +457,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		StopIDs:    stops,
 		Context:    ctxLen,
 		ContextWhy: why,
-		Prefill:    prefillRouteOf(b),
+		Prefill:    prefillRouteOf(desc),
 		Vocab:      sync.OnceValues(func() (*grammar.Vocab, error) { return grammar.VocabFromTokenizer(tok, cfg.VocabSize, stops) }),
 	}
 	m.Memory = modelMemory(o.backend, m.Size, m.Runner)
@@ -579,13 +580,11 @@ func demoDir() (string, error) {
 	})
 }
 
-// prefillRouteOf says which route b's batched prefill takes and why ("tensor: …"), for /status;
-// "" for a backend without one (cpu).
-func prefillRouteOf(b backend.Backend) string {
-	g, ok := b.(interface{ PrefillRoute() (plan.Route, string) })
-	if !ok {
+// prefillRouteOf says which route a backend's batched prefill takes and why ("tensor: …"), for
+// /status; "" for a backend without one (cpu).
+func prefillRouteOf(d backend.Description) string {
+	if d.PrefillRoute == "" {
 		return ""
 	}
-	r, why := g.PrefillRoute()
-	return r.String() + ": " + why
+	return d.PrefillRoute + ": " + d.PrefillRouteWhy
 }

@@ -17,10 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lilyformac/lily/engine/backend"
+	"github.com/spf13/cobra"
+
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/decode"
+	"github.com/lilyformac/lily/metal/gpu"
+	"github.com/lilyformac/lily/metal/plan"
 	"github.com/lilyformac/lily/server"
 )
 
@@ -85,6 +88,7 @@ func TestServeOptionsChecked(t *testing.T) {
 	if err := zeroQueue.check(); err != nil {
 		t.Fatalf("--queue 0: %v", err)
 	}
+	tensor := gpu.RouteChoice{Route: plan.Tensor, Forced: true}
 	for flag, mutate := range map[string]func(*serveOptions){
 		"--queue -1":                   func(o *serveOptions) { o.queue = -1 },
 		"--max-body-mb 0":              func(o *serveOptions) { o.maxBodyMB = 0 },
@@ -99,14 +103,22 @@ func TestServeOptionsChecked(t *testing.T) {
 		"--kv-bits 8 (cpu)":            func(o *serveOptions) { o.kvBits, o.backend = 8, "cpu" },
 		"--prefill-chunk -2":           func(o *serveOptions) { o.prefillChunk = -2 },
 		"--idle-unload -1s":            func(o *serveOptions) { o.idleUnload = -time.Second },
-		"--prefill-route ane":          func(o *serveOptions) { o.prefillRoute = "ane" },
-		"--prefill-route tensor (cpu)": func(o *serveOptions) { o.prefillRoute, o.backend = "tensor", "cpu" },
+		"--prefill-route tensor (cpu)": func(o *serveOptions) { o.prefillRoute, o.backend = tensor, "cpu" },
 	} {
 		o := ok
 		mutate(&o)
 		err := o.check()
 		if err == nil || !strings.Contains(err.Error(), strings.Fields(flag)[0]) {
 			t.Errorf("%s: %v", flag, err)
+		}
+	}
+	// --prefill-route is parsed where the flag is read (gpu.RouteChoice), on every command with it.
+	for _, cmd := range []*cobra.Command{newServeCmd(), newRunCmd(), newBenchCmd()} {
+		if err := cmd.Flags().Set("prefill-route", "ane"); err == nil || !strings.Contains(err.Error(), "expected tensor, simdgroup or auto") {
+			t.Errorf("%s --prefill-route ane: %v", cmd.Name(), err)
+		}
+		if err := cmd.Flags().Set("prefill-route", "tensor"); err != nil || cmd.Flags().Lookup("prefill-route").Value.String() != "tensor" {
+			t.Errorf("%s --prefill-route tensor: %v", cmd.Name(), err)
 		}
 	}
 }
@@ -234,9 +246,10 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, why := b.(backend.Limited).Context()
+	d := b.Describe()
+	n, why := d.Context, d.ContextWhy
 	closeFn()
-	if n != 1024 || sessionContext(b, cfg) != 1024 || !strings.Contains(why, "1024 of the model's 4096 positions") {
+	if n != 1024 || cfg.MaxPositions != 4096 || !strings.Contains(why, "1024 of the model's 4096 positions") {
 		t.Fatalf("context %d (%q)", n, why)
 	}
 	if _, _, _, err := openBackend("emu", dir, backendOptions{ctx: 2000, emuMemory: ws}); err == nil || !strings.Contains(err.Error(), "--ctx 2000") {

@@ -1,12 +1,13 @@
 // Package backend defines what every executor (CPU reference, emulated Metal, Metal) offers the
-// rest of Lily: sessions that consume tokens and return logits, a step over several sessions'
-// rows at once, snapshots of a session's state (the prefix cache) restored later, and device
-// memory given back.
+// rest of Lily: a description of what it was sized for, sessions that consume tokens and return
+// logits, a step over several sessions' rows at once, snapshots of a session's state (the prefix
+// cache) restored later, and device memory given back.
 package backend
 
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/sample"
@@ -17,6 +18,39 @@ type Backend interface {
 	Name() string
 	Config() *config.Config
 	NewSession() Session
+	// Describe is what the backend was sized for; it does not change once built.
+	Describe() Description
+}
+
+// Description is what a backend says of itself, the numbers the engine loop and the CLI size
+// their own work by: read once, in one value, rather than probed for method by method.
+type Description struct {
+	Name string
+	// Context is the positions a session holds; ContextWhy why it is below the model's ("": it
+	// is the model's, as on the CPU reference).
+	Context    int
+	ContextWhy string
+	// Parallel is how many sequences the backend's memory was sized to run at once, and why (0:
+	// no limit of its own, as on the CPU reference).
+	Parallel    int
+	ParallelWhy string
+	// PrefillChunks are the prompt tokens a batched prefill step takes, largest first (none:
+	// prompts run token by token); the runner feeds prompts in multiples of the largest.
+	PrefillChunks []int
+	// PrefillSlice is the prompt tokens per engine-loop step that suit the device (0: no
+	// preference).
+	PrefillSlice int
+	// PrefillRoute is the route the batched prefill takes ("tensor" or "simdgroup"; "": the
+	// backend has none), and why.
+	PrefillRoute, PrefillRouteWhy string
+}
+
+// PrefillChunk is the largest batched prefill chunk (0: none).
+func (d Description) PrefillChunk() int {
+	if len(d.PrefillChunks) == 0 {
+		return 0
+	}
+	return slices.Max(d.PrefillChunks)
 }
 
 // Session is one sequence's state on a backend.
@@ -41,12 +75,6 @@ type Snapshot interface {
 	// Restore starts a new session that continues from the snapshot (which stays valid).
 	Restore() (Session, error)
 	Close()
-}
-
-// Limited is a Backend whose sessions hold fewer positions than the model allows (a GPU's KV
-// cache sized to its memory); Context says how many and why.
-type Limited interface {
-	Context() (positions int, why string)
 }
 
 // Persistent is a Backend whose snapshots can be written out and read back (the prefix cache's

@@ -441,6 +441,12 @@ func (m *Model) Name() string { return "cpu" }
 // Config is the model's configuration.
 func (m *Model) Config() *config.Config { return m.cfg }
 
+// Describe is the CPU reference's description: the model's whole context, no memory limit of its
+// own on the sequences at once, prompts token by token.
+func (m *Model) Describe() backend.Description {
+	return backend.Description{Name: m.Name(), Context: m.cfg.MaxPositions}
+}
+
 // Forward feeds tokens at the session's next positions; see Model.Forward.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	return s.m.Forward(s.st, tokens, all)

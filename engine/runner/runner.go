@@ -92,7 +92,7 @@ type Options struct {
 	CacheBytes int64 // prefix-cache budget (0 disables the cache)
 	// PrefillSlice is the prompt tokens a step takes (running streams wait at most that long),
 	// rounded up to whole batches of a backend that prefills in batches (default: the backend's
-	// PrefillSlice, a size its batched prefill runs whole, else 256).
+	// Description.PrefillSlice, a size its batched prefill runs whole, else 256).
 	PrefillSlice int
 	// Parallel is how many sequences run at once (default 1); more requests wait their turn.
 	Parallel int
@@ -115,16 +115,15 @@ const DefaultCheckpointEvery = 4096
 
 // New returns a runner over b.
 func New(b backend.Backend, o Options) *Runner {
-	switch s, ok := b.(interface{ PrefillSlice() int }); {
+	switch d := b.Describe(); {
 	case o.PrefillSlice > 0:
 		// A backend that prefills in batches of n tokens gets whole batches: the rest of a slice
 		// would go through its one-token step.
-		if c, ok := b.(interface{ PrefillChunk() int }); ok && c.PrefillChunk() > 0 {
-			n := c.PrefillChunk()
+		if n := d.PrefillChunk(); n > 0 {
 			o.PrefillSlice = (o.PrefillSlice + n - 1) / n * n
 		}
-	case ok && s.PrefillSlice() > 0:
-		o.PrefillSlice = s.PrefillSlice()
+	case d.PrefillSlice > 0:
+		o.PrefillSlice = d.PrefillSlice
 	default:
 		o.PrefillSlice = 256
 	}

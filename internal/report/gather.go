@@ -135,7 +135,7 @@ func (g *Gatherer) selftest(ctx context.Context, r *Report) {
 func (r *Report) device(dev exec.Device, rec *PipelineRecorder) {
 	r.Pipelines = rec.List()
 	r.Residency = ResidencyOf(dev)
-	if c, ok := dev.(interface{ Close() }); ok { // exec.MetalDevice: free it before the profiles load models
+	if c, ok := dev.(exec.Closer); ok { // exec.MetalDevice: free it before the profiles load models
 		c.Close()
 	}
 }

@@ -42,6 +42,12 @@ type Wrapper interface {
 	Wrap(data []byte) (m Memory, offset int64, err error)
 }
 
+// Closer is a Device that holds resources until Close: a MetalDevice its command queue,
+// libraries and pipelines (the emulator holds none).
+type Closer interface {
+	Close()
+}
+
 // TensorDevice is a Device that says whether it runs Metal 4 tensor-op kernels
 // (kernels.TensorFile), and why or why not.
 type TensorDevice interface {

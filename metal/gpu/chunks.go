@@ -78,9 +78,9 @@ func DefaultChunks(c *config.Config, o GPUOptions) ([]int, error) {
 	return Buckets(ChunkLarge), nil
 }
 
-// MemoryFor is the device memory of c's plan with o's chunk sizes (DefaultChunks when
+// memoryFor is the device memory of c's plan with o's chunk sizes (DefaultChunks when
 // AutoChunks asks for them), and those sizes.
-func MemoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
+func memoryFor(c *config.Config, o GPUOptions) (decode.Memory, []int, error) {
 	chunks := o.Chunks
 	if o.AutoChunks && len(chunks) == 0 {
 		var err error
@@ -124,12 +124,4 @@ func SliceFor(c *config.Config, chunks []int, kvBits int, chip *plan.Chip, route
 		best = m
 	}
 	return best
-}
-
-// PrefillSlice is runner.Options.PrefillSlice's default for this backend (SliceFor).
-func (e *GPU) PrefillSlice() int {
-	if e.slice > 0 {
-		return e.slice
-	}
-	return SliceFor(e.w.Config, e.step.Chunks, 0, nil, e.route)
 }

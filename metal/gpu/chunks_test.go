@@ -40,12 +40,12 @@ func TestDefaultChunks(t *testing.T) {
 		if !slices.Equal(got, Buckets(tc.largest)) {
 			t.Errorf("%s: DefaultChunks = %v, want %v", tc.name, got, Buckets(tc.largest))
 		}
-		mem, chunks, err := MemoryFor(c, GPUOptions{WorkingSet: tc.o.WorkingSet, KVBits: tc.o.KVBits, MaxCtx: tc.o.MaxCtx, ChunkLogits: tc.o.ChunkLogits, AutoChunks: true})
+		mem, chunks, err := memoryFor(c, GPUOptions{WorkingSet: tc.o.WorkingSet, KVBits: tc.o.KVBits, MaxCtx: tc.o.MaxCtx, ChunkLogits: tc.o.ChunkLogits, AutoChunks: true})
 		if err != nil || !slices.Equal(chunks, got) {
-			t.Fatalf("%s: MemoryFor chunks %v (%v), want %v", tc.name, chunks, err, got)
+			t.Fatalf("%s: memoryFor chunks %v (%v), want %v", tc.name, chunks, err, got)
 		}
 		if want, _ := decode.MemoryOfChunked(c, tc.o.KVBits, tc.largest); mem.Scratch != want.Scratch {
-			t.Errorf("%s: MemoryFor scratch %d, want the largest chunk's %d", tc.name, mem.Scratch, want.Scratch)
+			t.Errorf("%s: memoryFor scratch %d, want the largest chunk's %d", tc.name, mem.Scratch, want.Scratch)
 		}
 	}
 }

@@ -9,19 +9,9 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 )
 
-// EmuOptions configure the emulated backend (Linux only).
+// EmuOptions configure the emulated backend (Linux only): GPUOptions.
 type EmuOptions struct {
-	MaxCtx      int
-	WorkingSet  int64
-	KVBits      int
-	PageSize    int
-	Pages       int
-	CacheBytes  int64
-	Chunks      []int
-	ChunkLogits bool
-	Parallel    int
-	// PrefillRoute is GPUOptions.PrefillRoute.
-	PrefillRoute string
+	GPUOptions
 }
 
 // NewEmu reports that the MSL emulator runs on Linux only.

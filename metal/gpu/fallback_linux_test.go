@@ -12,6 +12,7 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/emu"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 // TestTensorRouteG3: a checkpoint whose attention has 3 query heads per kv head, which
@@ -25,17 +26,20 @@ func TestTensorRouteG3(t *testing.T) {
 	if G := w3.Config.NumHeads / w3.Config.NumKVHeads; G != 3 {
 		t.Fatalf("%d query heads per kv head", G)
 	}
-	for i, route := range []string{"tensor", "simdgroup"} {
+	for i, pr := range []plan.Route{plan.Tensor, plan.Simdgroup} {
+		route := pr.String()
 		t.Run(route, func(t *testing.T) {
-			e := newEmu(t, w3, EmuOptions{MaxCtx: 256, Chunks: []int{32}, ChunkLogits: true, PrefillRoute: route, Threads: emu.Shuffle, Seed: uint64(21 + i)})
+			forced := RouteChoice{Route: pr, Forced: true}
+			e := newEmu(t, w3, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256, Chunks: []int{32}, ChunkLogits: true, PrefillRoute: forced}, Threads: emu.Shuffle, Seed: uint64(21 + i)})
 			defer e.Close()
-			r, why := e.PrefillRoute()
+			d := e.Describe()
+			r, why := d.PrefillRoute, d.PrefillRouteWhy
 			used := map[string]bool{}
 			for _, d := range e.Step().Plan.Dispatches {
 				used[d.Kernel] = true
 			}
 			switch {
-			case r.String() != route:
+			case r != route:
 				t.Fatalf("route %s (%s)", r, why)
 			case used["attn_prefill_tensor"] || !used["attn_prefill"]:
 				t.Fatalf("plan kernels %v: want attn_prefill in its simdgroup form", slices.Sorted(maps.Keys(used)))

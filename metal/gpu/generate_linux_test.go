@@ -44,7 +44,7 @@ func TestGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e := newEmu(t, w, EmuOptions{MaxCtx: 128, Pages: 16}) // pages for the eight forks alive at once
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 128, Pages: 16}}) // pages for the eight forks alive at once
 	start := time.Now()
 	base := e.NewSession().(*Session)
 	if _, err := base.Forward(g.PromptIDs, false); err != nil {
@@ -161,7 +161,7 @@ func TestGenerate(t *testing.T) {
 func TestGenerateLimits(t *testing.T) {
 	dir := "../../testdata/golden/tiny-a"
 	g, w := goldenWeights(t, dir)
-	e := newEmu(t, w, EmuOptions{MaxCtx: 8})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 8}})
 	s := e.NewSession().(*Session)
 	seed := uint64(0)
 	row := backend.GenRow{Session: s, Params: sample.Params{Seed: &seed}, Generated: []int{1}, Max: 4}

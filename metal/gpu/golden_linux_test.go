@@ -14,6 +14,7 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/internal/goldens"
 	"github.com/lilyformac/lily/metal/emu"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 func readGolden(t *testing.T, dir string) (*goldens.Golden, []float32, []float32) {
@@ -163,7 +164,7 @@ func goldenDirs(t *testing.T) []string {
 func TestGoldenHF(t *testing.T) {
 	for _, dir := range goldenDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			runGolden(t, dir, EmuOptions{MaxCtx: 256}, 0, 0, tolerance)
+			runGolden(t, dir, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256}}, 0, 0, tolerance)
 		})
 	}
 }
@@ -175,9 +176,9 @@ func TestGoldenOrders(t *testing.T) {
 		name string
 		o    EmuOptions
 	}{
-		{"reverse", EmuOptions{MaxCtx: 256, Threads: emu.Reverse, GroupOrder: emu.Reverse}},
-		{"shuffle", EmuOptions{MaxCtx: 256, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 7}},
-		{"ahead", EmuOptions{MaxCtx: 256, Threads: emu.Ahead, GroupOrder: emu.Shuffle, Seed: 9}},
+		{"reverse", EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256}, Threads: emu.Reverse, GroupOrder: emu.Reverse}},
+		{"shuffle", EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256}, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 7}},
+		{"ahead", EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256}, Threads: emu.Ahead, GroupOrder: emu.Shuffle, Seed: 9}},
 	} {
 		for _, dir := range goldenDirs(t) {
 			t.Run(c.name+"/"+filepath.Base(dir), func(t *testing.T) {
@@ -198,7 +199,7 @@ const tolerance8 = 0.35
 func TestGoldenHFKV8(t *testing.T) {
 	for _, dir := range goldenDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			runGolden(t, dir, EmuOptions{MaxCtx: 256, KVBits: 8}, 0, 0, tolerance8)
+			runGolden(t, dir, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256, KVBits: 8}}, 0, 0, tolerance8)
 		})
 	}
 }
@@ -220,7 +221,7 @@ func TestChunkPrefillHF(t *testing.T) {
 		V, P := g.VocabSize, len(g.PromptIDs)
 		for i, sizes := range [][]int{{16}, {32}, {24, 16, 8}} {
 			t.Run(fmt.Sprintf("%s/chunks%v", filepath.Base(dir), sizes), func(t *testing.T) {
-				o := EmuOptions{MaxCtx: 256, Chunks: sizes}
+				o := EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256, Chunks: sizes}}
 				if i == 2 { // the chunk kernels with one simdgroup running ahead (emu.Ahead)
 					o.Threads, o.Seed = emu.Ahead, 11
 				}
@@ -265,14 +266,15 @@ func TestChunkPromptLogitsHF(t *testing.T) {
 	for _, dir := range goldenDirs(t) {
 		g, w := goldenWeights(t, dir)
 		for i, c := range []struct {
-			route string
+			route plan.Route
 			sizes []int
-		}{{"simdgroup", []int{32}}, {"simdgroup", []int{24, 16, 8}}, {"tensor", []int{32}}, {"tensor", []int{16}}, {"tensor", []int{24, 16, 8}}} {
+		}{{plan.Simdgroup, []int{32}}, {plan.Simdgroup, []int{24, 16, 8}}, {plan.Tensor, []int{32}}, {plan.Tensor, []int{16}}, {plan.Tensor, []int{24, 16, 8}}} {
 			t.Run(fmt.Sprintf("%s/%s/chunks%v", filepath.Base(dir), c.route, c.sizes), func(t *testing.T) {
-				e := newEmu(t, w, EmuOptions{MaxCtx: 256, Chunks: c.sizes, ChunkLogits: true, PrefillRoute: c.route, Threads: emu.Shuffle, Seed: uint64(5 + i)})
+				forced := RouteChoice{Route: c.route, Forced: true}
+				e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 256, Chunks: c.sizes, ChunkLogits: true, PrefillRoute: forced}, Threads: emu.Shuffle, Seed: uint64(5 + i)})
 				defer e.Close()
-				if r, why := e.PrefillRoute(); r.String() != c.route {
-					t.Fatalf("route %s (%s)", r, why)
+				if d := e.Describe(); d.PrefillRoute != c.route.String() {
+					t.Fatalf("route %s (%s)", d.PrefillRoute, d.PrefillRouteWhy)
 				}
 				s := e.NewSession().(*EmuSession)
 				defer s.Close()
@@ -312,7 +314,7 @@ func TestChunkLongPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEmu(t, w, EmuOptions{MaxCtx: 512, Chunks: []int{160, 64, 8}, Threads: emu.Shuffle, Seed: 13})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 512, Chunks: []int{160, 64, 8}}, Threads: emu.Shuffle, Seed: 13})
 	defer e.Close()
 	s := e.NewSession().(*EmuSession)
 	defer s.Close()

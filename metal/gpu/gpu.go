@@ -6,12 +6,10 @@
 package gpu
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/lilyformac/lily/engine/backend"
@@ -46,7 +44,7 @@ type GPU struct {
 	w    *model.Weights
 	step *decode.Step
 	dev  *sharedDevice
-	why  string     // why the context is below the model's, if it is
+	size Sizing     // what the plan was built for (Size)
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
 
 	poolMu sync.Mutex // the idle lane and, with rows, which session owns which row
@@ -57,10 +55,6 @@ type GPU struct {
 	pages   *pagePool
 	kv      map[int][]byte // host views of the K and V pools, by plan buffer
 
-	route    plan.Route // the prefill chunks' route (deviceRoute), and why it was taken
-	routeWhy string
-	slice    int         // prompt tokens per engine-loop step on this chip (SliceFor); 0: not chosen
-	parallel int         // sequences the KV pool holds at once (GPUOptions.Parallel)
 	closeDev func()      // releases the device, when the backend made it (NewMetal); nil otherwise
 	budget   exec.Budget // every executor's
 }
@@ -98,37 +92,29 @@ type GPUOptions struct {
 	// Budget bounds the modeled work of one command buffer (exec.Executor.Budget; zero fields:
 	// exec.DefaultBudget's): a long prefill chunk is committed as several command buffers.
 	Budget exec.Budget
-	// PrefillRoute is --prefill-route: "tensor" or "simdgroup" force the prefill chunks' route,
-	// "" or "auto" leave it to the device (deviceRoute).
-	PrefillRoute string
+	// PrefillRoute is --prefill-route: a forced route, or (the zero value) auto, which leaves it
+	// to the device (Size).
+	PrefillRoute RouteChoice
 }
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.
 func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU, error) {
-	mem, chunks, err := MemoryFor(w.Config, o)
+	return newGPU(name, w, dev, deviceOf(name, dev, ""), o)
+}
+
+// newGPU is NewGPU with the device as sizing reads it (d).
+func newGPU(name string, w *model.Weights, dev exec.Device, d Device, o GPUOptions) (*GPU, error) {
+	sz, err := Size(w.Config, o, d)
 	if err != nil {
 		return nil, err
 	}
-	o.Chunks = chunks
-	maxCtx, why, err := ServedContext(mem, w.Config, o)
+	step, err := decode.Build(w.Config, decode.Options{MaxCtx: sz.Context, KVBits: o.KVBits, PageSize: o.PageSize, Pages: sz.Pages, Chunks: sz.Chunks, ChunkLogits: o.ChunkLogits,
+		PrefillRoute: sz.Route})
 	if err != nil {
 		return nil, err
 	}
-	o.Parallel = parallelFor(mem, maxCtx, o)
-	if err := checkParallel(mem, maxCtx, o); err != nil {
-		return nil, err
-	}
-	route, routeWhy, err := deviceRoute(name, dev, o.PrefillRoute)
-	if err != nil {
-		return nil, err
-	}
-	step, err := decode.Build(w.Config, decode.Options{MaxCtx: maxCtx, KVBits: o.KVBits, PageSize: o.PageSize, Pages: poolPages(mem, maxCtx, o), Chunks: o.Chunks, ChunkLogits: o.ChunkLogits,
-		PrefillRoute: route})
-	if err != nil {
-		return nil, err
-	}
-	routeWhy = withFallbacks(routeWhy, step)
-	multi, err := multiSteps(step, o.Parallel)
+	sz.RouteWhy = withFallbacks(sz.RouteWhy, step)
+	multi, err := multiSteps(step, sz.Parallel)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +126,7 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	if _, ok := dev.(exec.Wrapper); ok {
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
-	e := &GPU{name: name, w: w, step: step, dev: shared, why: why, route: route, routeWhy: routeWhy, parallel: o.Parallel, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
+	e := &GPU{name: name, w: w, step: step, dev: shared, size: sz, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
 	if len(multi) > 0 {
 		if e.rows, err = e.newRowSet(multi); err != nil {
 			shared.freeWeights()
@@ -176,73 +162,6 @@ func NewGPU(name string, w *model.Weights, dev exec.Device, o GPUOptions) (*GPU,
 	return e, nil
 }
 
-// ServedContext is the positions a session holds: o.MaxCtx, or as many as the working set holds
-// (decode.Memory.Context), less what makes room for several sequences at once when o.Parallel is
-// also left to memory (decode.Memory.RoomForParallel); why says why it is below the model's.
-func ServedContext(mem decode.Memory, c *config.Config, o GPUOptions) (int, string, error) {
-	ctx, why, err := mem.Context(c, o.MaxCtx, o.WorkingSet)
-	if err != nil || o.MaxCtx > 0 || o.Parallel != 0 {
-		return ctx, why, err
-	}
-	got, room := mem.RoomForParallel(ctx, o.WorkingSet)
-	if room != "" {
-		why = strings.TrimPrefix(why+"; "+room, "; ")
-	}
-	return got, why, nil
-}
-
-// poolPages sizes the KV pool: the pages of o.Parallel sequences (decode.SessionsPages; one: a
-// session's pages and a spare, which decode.Memory.Fit keeps room for), then as many more as the
-// prefix cache's budget holds and the working set leaves room for beside their states, so that
-// cached prefixes keep their pages rather than spill them to host memory. With no working set
-// known (the emulator) there is no limit, and at least four sessions' worth (tests keep forks of
-// a session alive), and at least o.Parallel's.
-func poolPages(mem decode.Memory, maxCtx int, o GPUOptions) int {
-	if o.Pages > 0 {
-		return o.Pages
-	}
-	ps := cmp.Or(o.PageSize, min(decode.DefaultPageSize, (maxCtx+15)/16*16))
-	n := max(o.Parallel, 1)
-	sessions := decode.SessionsPages(maxCtx, n, ps)
-	extra := int(o.CacheBytes / (int64(ps) * max(mem.KVPerPosition, 1)))
-	if o.WorkingSet == 0 {
-		session := decode.SessionsPages(maxCtx, 1, ps)
-		return max(max(4, n)*(session-1)+1, sessions+extra)
-	}
-	return sessions + max(0, min(extra, mem.PagesBeside(o.WorkingSet, ps, n)-sessions))
-}
-
-// parallelFor is o.Parallel, or when 0 as many sequences as fit beside the weights (at least
-// one; the emulator, with no working set known, 4).
-func parallelFor(mem decode.Memory, maxCtx int, o GPUOptions) int {
-	switch {
-	case o.Parallel != 0:
-		return o.Parallel
-	case o.WorkingSet == 0:
-		return 4
-	}
-	n, _ := mem.Parallel(maxCtx, o.WorkingSet)
-	return max(n, 1)
-}
-
-// Parallel is how many sequences the KV pool was sized to run at once.
-func (e *GPU) Parallel() int { return e.parallel }
-
-// checkParallel fails when o.Parallel sequences do not fit in the working set at maxCtx, rather
-// than leave the device to fail the pool's allocation.
-func checkParallel(mem decode.Memory, maxCtx int, o GPUOptions) error {
-	if o.Parallel < 0 {
-		return fmt.Errorf("gpu: %d parallel sequences: want 0 or more", o.Parallel)
-	}
-	if o.Parallel <= 1 || o.WorkingSet == 0 {
-		return nil
-	}
-	if fit, why := mem.Parallel(maxCtx, o.WorkingSet); o.Parallel > fit {
-		return fmt.Errorf("gpu: %d parallel sequences of %d positions do not fit: %d do (%s)", o.Parallel, maxCtx, fit, why)
-	}
-	return nil
-}
-
 // decode.Step is the plan the backend runs.
 func (e *GPU) Step() *decode.Step { return e.step }
 
@@ -252,15 +171,13 @@ func (e *GPU) Name() string { return e.name }
 // Config is the model's configuration.
 func (e *GPU) Config() *config.Config { return e.w.Config }
 
-// Context is the positions a session holds, and why it is less than the model's (or "").
-func (e *GPU) Context() (int, string) { return e.step.MaxCtx, e.why }
-
-// PrefillRoute is the route the prefill chunks take (decode.Options.PrefillRoute) and why.
-func (e *GPU) PrefillRoute() (plan.Route, string) { return e.route, e.routeWhy }
-
-// PrefillChunk is the prompt tokens a batched prefill step takes (0: none); the runner feeds
-// prompts in multiples of it.
-func (e *GPU) PrefillChunk() int { return e.step.LargestChunk() }
+// Describe is what the backend was sized for (Size): the context, the sequences at once, the
+// prefill chunks, slice and route, each with why.
+func (e *GPU) Describe() backend.Description {
+	s := e.size
+	return backend.Description{Name: e.name, Context: e.step.MaxCtx, ContextWhy: s.ContextWhy, Parallel: s.Parallel, ParallelWhy: s.ParallelWhy,
+		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy}
+}
 
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.

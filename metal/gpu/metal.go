@@ -6,7 +6,6 @@ import (
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/kernels"
-	"github.com/lilyformac/lily/metal/plan"
 )
 
 // NewMetal compiles the kernels on the default Metal device, builds the decode plan for w and
@@ -30,14 +29,11 @@ func NewMetal(w *model.Weights, o GPUOptions) (*GPU, error) {
 		logf("metal: %v", dev.NotResident)
 	}
 	o.WorkingSet = dev.WorkingSet()
-	g, err := NewGPU("metal", w, dev, o)
+	g, err := newGPU("metal", w, dev, deviceOf("metal", dev, dev.Name()), o)
 	if err != nil {
 		dev.Close()
 		return nil, err
 	}
 	g.closeDev = dev.Close // the GPU made the device, so its Close releases it
-	if chip, ok := plan.ChipNamed(dev.Name()); ok {
-		g.slice = SliceFor(w.Config, g.step.Chunks, o.KVBits, &chip, g.route)
-	}
 	return g, nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/lilyformac/lily/metal/decode"
-	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
 )
@@ -14,89 +13,81 @@ import (
 // noTensorKernels is why the tensor route cannot run in a build whose plan has no tensor-op forms.
 const noTensorKernels = "no tensor-op kernels in this build yet"
 
+// RouteChoice is a --prefill-route value, parsed once where the flag is read (it is a
+// pflag.Value): the zero value, auto, leaves the route to the device; Forced takes Route.
+type RouteChoice struct {
+	Route  plan.Route
+	Forced bool
+}
+
 // ParsePrefillRoute reads a --prefill-route value: "tensor" or "simdgroup" force that route;
-// "auto" (or nothing) leaves it to ChoosePrefillRoute.
-func ParsePrefillRoute(s string) (r plan.Route, auto bool, err error) {
+// "auto" (or nothing) leaves it to the device (Size).
+func ParsePrefillRoute(s string) (RouteChoice, error) {
 	switch s {
 	case "", "auto":
-		return plan.Simdgroup, true, nil
+		return RouteChoice{}, nil
 	case "simdgroup":
-		return plan.Simdgroup, false, nil
+		return RouteChoice{Route: plan.Simdgroup, Forced: true}, nil
 	case "tensor":
-		return plan.Tensor, false, nil
+		return RouteChoice{Route: plan.Tensor, Forced: true}, nil
 	}
-	return plan.Simdgroup, false, fmt.Errorf("--prefill-route %q: expected tensor, simdgroup or auto", s)
+	return RouteChoice{}, fmt.Errorf("prefill route %q: expected tensor, simdgroup or auto", s)
 }
 
-// ChoosePrefillRoute is the one place that picks the prefill chunks' route
-// (decode.Options.PrefillRoute) for a GPU: device is its name ("Apple M5 Max"; "emu" for the
-// emulator), family its highest Apple GPU family (0: none), macOS the system's version ("26.2",
-// "26.2 (25C56)"; "": unknown), forced a --prefill-route value. Auto takes the tensor route
-// where it can run and has something to run: an Apple10 GPU (M5's neural accelerators), macOS
-// mtl.TensorOpsMinMacOS or later (mtl.TensorOps), and kernels with tensor-op forms in this
-// build; else the simdgroup route. The reason says why, in words; forcing the tensor route
-// where it cannot run is an error that says why.
-func ChoosePrefillRoute(device string, family mtl.Family, macOS, forced string) (plan.Route, string, error) {
-	return choosePrefillRoute(device, family, macOS, forced, len(decode.TensorKernels()) > 0)
+// String is the value as the flag takes it: auto, tensor or simdgroup.
+func (c RouteChoice) String() string {
+	if !c.Forced {
+		return "auto"
+	}
+	return c.Route.String()
 }
 
-// choosePrefillRoute is ChoosePrefillRoute with whether the build has tensor-op kernels given.
-func choosePrefillRoute(device string, family mtl.Family, macOS, forced string, kernels bool) (plan.Route, string, error) {
-	if device == "emu" {
-		return emuRoute(forced, kernels)
+// Set parses a flag's value (ParsePrefillRoute).
+func (c *RouteChoice) Set(s string) error {
+	v, err := ParsePrefillRoute(s)
+	if err == nil {
+		*c = v
 	}
-	why := tensorBlocker(device, family, macOS, kernels)
-	return decideRoute(forced, why, fmt.Sprintf("%s on macOS %s: the neural accelerators, through Metal 4 tensor ops", gpuName(device, family), macOS))
+	return err
+}
+
+// Type names the flag's values in --help.
+func (*RouteChoice) Type() string { return "route" }
+
+// ChoosePrefillRoute is the prefill chunks' route (decode.Options.PrefillRoute) on a Mac's GPU
+// (MacDevice): device is its name ("Apple M5 Max"; "emu" for the emulator), family its highest
+// Apple GPU family (0: none), macOS the system's version ("26.2", "26.2 (25C56)"; "": unknown).
+// Auto takes the tensor route where it can run and has something to run: an Apple10 GPU (M5's
+// neural accelerators), macOS mtl.TensorOpsMinMacOS or later (mtl.TensorOps), and kernels with
+// tensor-op forms in this build; else the simdgroup route. The reason says why, in words;
+// forcing the tensor route where it cannot run is an error that says why.
+func ChoosePrefillRoute(device string, family mtl.Family, macOS string, forced RouteChoice) (plan.Route, string, error) {
+	return MacDevice(device, family, macOS).route(forced)
 }
 
 // emuRoute is the emulator's route: it runs tensor ops (on layouts it draws at random) as well as
 // simdgroup matrices, so it stands in for either Mac; the simdgroup route unless forced, so the
-// goldens keep checking the route every Mac before M5 takes.
-func emuRoute(forced string, kernels bool) (plan.Route, string, error) {
-	why := ""
-	if !kernels {
-		why = noTensorKernels
-	}
-	if _, auto, err := ParsePrefillRoute(forced); err == nil && auto {
+// goldens keep checking the route every Mac before M5 takes. blocked is why the tensor route
+// cannot run ("": it can).
+func emuRoute(forced RouteChoice, blocked string) (plan.Route, string, error) {
+	if !forced.Forced {
 		return plan.Simdgroup, "the emulator runs either route: simdgroup unless --prefill-route tensor", nil
 	}
-	return decideRoute(forced, why, "forced by --prefill-route")
+	return decideRoute(forced, blocked, "forced by --prefill-route")
 }
 
-// deviceRoute is ChoosePrefillRoute for the device a GPU backend runs on: the emulator by
-// emuRoute, a Metal device by whether it compiled the tensor-op kernels (exec.TensorOps, the
-// same gate as mtl.TensorOps).
-func deviceRoute(name string, dev exec.Device, forced string) (plan.Route, string, error) {
-	kernels := len(decode.TensorKernels()) > 0
-	if name == "emu" {
-		return emuRoute(forced, kernels)
-	}
-	ok, why := exec.TensorOps(dev)
+// decideRoute applies forced to a device on which the tensor route cannot run for the reason
+// blocked ("": it can, for the reason can): auto takes the tensor route where it can run, forcing
+// tensor where it cannot is an error that says why, forcing simdgroup always works.
+func decideRoute(forced RouteChoice, blocked, can string) (plan.Route, string, error) {
 	switch {
-	case !ok:
-		return decideRoute(forced, why, "")
-	case !kernels:
-		return decideRoute(forced, noTensorKernels, "")
-	}
-	return decideRoute(forced, "", why)
-}
-
-// decideRoute applies forced (a --prefill-route value) to a device on which the tensor route
-// cannot run for the reason blocked ("": it can, for the reason can): auto takes the tensor
-// route where it can run, forcing tensor where it cannot is an error that says why, forcing
-// simdgroup always works.
-func decideRoute(forced, blocked, can string) (plan.Route, string, error) {
-	r, auto, err := ParsePrefillRoute(forced)
-	switch {
-	case err != nil:
-		return plan.Simdgroup, "", err
-	case !auto && r == plan.Simdgroup:
-		return r, "forced by --prefill-route", nil
-	case blocked != "" && auto:
+	case forced.Forced && forced.Route == plan.Simdgroup:
+		return plan.Simdgroup, "forced by --prefill-route", nil
+	case blocked != "" && !forced.Forced:
 		return plan.Simdgroup, blocked, nil
 	case blocked != "":
 		return plan.Simdgroup, blocked, fmt.Errorf("--prefill-route tensor: %s", blocked)
-	case !auto:
+	case forced.Forced:
 		return plan.Tensor, "forced by --prefill-route", nil
 	}
 	return plan.Tensor, can, nil

@@ -40,10 +40,14 @@ func TestChoosePrefillRoute(t *testing.T) {
 		{"Apple M4 Max", mtl.FamilyApple9, "26.2", "tensor", true, plan.Simdgroup, "no neural accelerators", "--prefill-route tensor: M4 Max (Apple9) has no neural accelerators"},
 		{"Apple M5 Max", mtl.FamilyApple10, "15.6", "tensor", true, plan.Simdgroup, "tensor ops need 26.2", "--prefill-route tensor: macOS 15.6: tensor ops need 26.2"},
 		{"Apple M5 Max", mtl.FamilyApple10, "26.2", "tensor", false, plan.Simdgroup, "no tensor-op kernels", "--prefill-route tensor: no tensor-op kernels in this build yet"},
-		{"Apple M5 Max", mtl.FamilyApple10, "26.2", "Tensor", true, plan.Simdgroup, "", `--prefill-route "Tensor": expected tensor, simdgroup or auto`},
+		{"Apple M5 Max", mtl.FamilyApple10, "26.2", "Tensor", true, plan.Simdgroup, "", `prefill route "Tensor": expected tensor, simdgroup or auto`},
 		{"Apple M5 Max", mtl.FamilyApple10, "26.2", "ane", true, plan.Simdgroup, "", "expected tensor, simdgroup or auto"},
 	} {
-		route, reason, err := choosePrefillRoute(tc.device, tc.family, tc.macOS, tc.forced, tc.kernels)
+		forced, err := ParsePrefillRoute(tc.forced)
+		route, reason := plan.Simdgroup, ""
+		if err == nil {
+			route, reason, err = macDevice(tc.device, tc.family, tc.macOS, tc.kernels).route(forced)
+		}
 		if route != tc.route || !strings.Contains(reason, tc.reason) || tc.reason == "" && reason != "" {
 			t.Errorf("%s (%s) macOS %q forced %q kernels %v: %s, %q; want %s, %q", tc.device, tc.family, tc.macOS, tc.forced, tc.kernels, route, reason, tc.route, tc.reason)
 		}
@@ -56,7 +60,7 @@ func TestChoosePrefillRoute(t *testing.T) {
 // TestChoosePrefillRouteBuild: the build's own answer follows its tensor-op kernels (the dense
 // and grouped GEMMs have them: the tensor route on an M5 Max on macOS 26.2).
 func TestChoosePrefillRouteBuild(t *testing.T) {
-	route, reason, err := ChoosePrefillRoute("Apple M5 Max", mtl.FamilyApple10, "26.2", "")
+	route, reason, err := ChoosePrefillRoute("Apple M5 Max", mtl.FamilyApple10, "26.2", RouteChoice{})
 	if want := len(decode.TensorKernels()) > 0; err != nil || (route == plan.Tensor) != want {
 		t.Fatalf("%s, %q, %v with tensor-op kernels %v", route, reason, err, decode.TensorKernels())
 	}

@@ -45,7 +45,7 @@ func (e *GPU) ModelPlan(ctx int) (p *plan.Plan, step *decode.Step, err error) {
 		tctx = -1 // none cached
 	}
 	step, err = decode.Build(s.Config, decode.Options{MaxCtx: s.MaxCtx, KVBits: s.KVBits, Chunks: s.Chunks, ChunkLogits: s.ChunkLogits > 0,
-		PageSize: s.Attn.PageSize, Pages: s.Attn.Pages, TrafficCtx: tctx, PrefillRoute: e.route})
+		PageSize: s.Attn.PageSize, Pages: s.Attn.Pages, TrafficCtx: tctx, PrefillRoute: e.size.Route})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -31,7 +31,7 @@ func TestRowsMatchOneRowBitForBit(t *testing.T) {
 		kvBits, positions int
 	}{{16, 18}, {8, 6}} {
 		t.Run(fmt.Sprintf("kv%d", c.kvBits), func(t *testing.T) {
-			checkRows(t, EmuOptions{MaxCtx: 32, PageSize: 16, KVBits: c.kvBits}, c.positions)
+			checkRows(t, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32, PageSize: 16, KVBits: c.kvBits}}, c.positions)
 		})
 	}
 }
@@ -145,7 +145,7 @@ func uint32sOf(b []byte) []uint32 {
 // 0 … R−1 in the step's order.
 func TestStepRowsMatchAlone(t *testing.T) {
 	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
-	e := newEmu(t, w, EmuOptions{MaxCtx: 32, PageSize: 16, Parallel: 3})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32, PageSize: 16, Parallel: 3}})
 	defer e.Close()
 	seqs := [][]int{g.PromptIDs[0:20], g.PromptIDs[20:40], g.PromptIDs[40:60], g.PromptIDs[5:25], g.PromptIDs[30:50]}
 	ref := make([][][]float32, len(seqs)) // [sequence][position][vocab]: alone
@@ -355,7 +355,7 @@ func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Optio
 // on in a new batch from where they were.
 func TestContinueRowsLikeAlone(t *testing.T) {
 	g, w := goldenWeights(t, "../../testdata/golden/tiny-a")
-	e := newEmu(t, w, EmuOptions{MaxCtx: 32, PageSize: 16, Parallel: 3})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32, PageSize: 16, Parallel: 3}})
 	defer e.Close()
 	seed := func(v uint64) *uint64 { return &v }
 	prompts := [][]int{g.PromptIDs[0:5], g.PromptIDs[20:27], g.PromptIDs[40:43]}

@@ -45,7 +45,7 @@ func TestDeviceSamplerMatchesCPU(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
 	g, w := goldenWeights(t, dir)
 	n := 0
-	gpu := counted{newEmu(t, w, EmuOptions{MaxCtx: 160}), &n}
+	gpu := counted{newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 160}}), &n}
 	host := cpu.New(w)
 	seed := func(s uint64) *uint64 { return &s }
 	V := w.Config.VocabSize

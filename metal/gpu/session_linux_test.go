@@ -30,7 +30,7 @@ func TestSnapshotContinuesExactly(t *testing.T) {
 func checkSnapshotContinues(t *testing.T, parallel int) {
 	dir := "../../testdata/golden/tiny-b"
 	g, w := goldenWeights(t, dir)
-	e := newEmu(t, w, EmuOptions{MaxCtx: 64, Parallel: parallel})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 64, Parallel: parallel}})
 	idleBufs, idleBytes := e.Live()
 	old := e.NewSession()
 	if _, err := old.Forward(g.PromptIDs[:12], false); err != nil {
@@ -92,7 +92,7 @@ func TestForwardRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e := newEmu(t, w, EmuOptions{MaxCtx: 2})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 2}})
 	s := e.NewSession()
 	for _, ids := range [][]int{{}, {-1}, {w.Config.VocabSize}, {1, 2, 3}} {
 		if _, err := s.Forward(ids, false); err == nil {
@@ -117,7 +117,7 @@ func TestMissingBarrierShows(t *testing.T) {
 	defer w.Close()
 	// Parallel 1: no rows built with the backend, so the next session's executor copies the
 	// edited plan.
-	e := newEmu(t, w, EmuOptions{MaxCtx: 16, GroupOrder: emu.Reverse, Parallel: 1})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 16, Parallel: 1}, GroupOrder: emu.Reverse})
 	held := e.NewSession() // holds the executor built with the plan intact
 	defer held.Close()
 	for i := range e.step.Plan.Dispatches {
@@ -146,7 +146,7 @@ func TestSnapshotEncoding(t *testing.T) {
 	g, w := goldenWeights(t, dir)
 	encoded := map[int][]byte{}
 	for _, bits := range []int{16, 8} {
-		e, other := newEmu(t, w, EmuOptions{MaxCtx: 32, KVBits: bits}), newEmu(t, w, EmuOptions{MaxCtx: 48, KVBits: bits})
+		e, other := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32, KVBits: bits}}), newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 48, KVBits: bits}})
 		a := e.NewSession()
 		if _, err := a.Forward(g.PromptIDs[:5], false); err != nil {
 			t.Fatal(err)
@@ -202,7 +202,7 @@ func TestSnapshotEncoding(t *testing.T) {
 func TestPrefillSkipsTheHead(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
 	g, w := goldenWeights(t, dir)
-	e := newEmu(t, w, EmuOptions{MaxCtx: 32})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32}})
 	p := e.Step().Plan
 	for _, d := range p.Dispatches {
 		if d.RunsIn(decode.ModePrefill) {
@@ -245,7 +245,7 @@ func TestPrefillSkipsTheHead(t *testing.T) {
 func TestPagesSharedAndCopiedOnWrite(t *testing.T) {
 	dir := "../../testdata/golden/tiny-b"
 	g, w := goldenWeights(t, dir)
-	e := newEmu(t, w, EmuOptions{MaxCtx: 64, PageSize: 16, Pages: 6})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 64, PageSize: 16, Pages: 6}})
 	ids := g.PromptIDs
 	use := func(want int, when string) {
 		t.Helper()

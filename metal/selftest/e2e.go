@@ -69,9 +69,7 @@ func endToEnd(ctx context.Context, w *model.Weights, gpu GPUBackend, o E2EOption
 	if err != nil {
 		return math.NaN(), fmt.Errorf("GPU backend: %w", err)
 	}
-	if c, ok := g.(interface{ Close() }); ok { // gpu.GPU: its weights, and the Metal device it made
-		defer c.Close()
-	}
+	defer g.Close()
 	gs, cs := g.NewSession(), backend.Backend(cpu.New(w)).NewSession()
 	defer gs.Close()
 	defer cs.Close()

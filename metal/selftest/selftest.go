@@ -63,7 +63,14 @@ type Result struct {
 }
 
 // GPUBackend makes the GPU decode backend for a checkpoint (gpu.NewMetal or gpu.NewEmu).
-type GPUBackend func(w *model.Weights) (backend.Backend, error)
+type GPUBackend func(w *model.Weights) (OwnedBackend, error)
+
+// OwnedBackend is a backend its caller gives back: Close frees its device memory (gpu.GPU: its
+// weights, and the Metal device it made).
+type OwnedBackend interface {
+	backend.Backend
+	Close()
+}
 
 // Options configure Run.
 type Options struct {

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/metal/cases"
 	"github.com/lilyformac/lily/metal/emu"
@@ -39,8 +38,8 @@ func device(t *testing.T) exec.Device {
 	return dev
 }
 
-func emuBackend(w *model.Weights) (backend.Backend, error) {
-	b, err := gpu.NewEmu(w, gpu.EmuOptions{MaxCtx: 64, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3, Chunks: gpu.Buckets(16)})
+func emuBackend(w *model.Weights) (OwnedBackend, error) {
+	b, err := gpu.NewEmu(w, gpu.EmuOptions{GPUOptions: gpu.GPUOptions{MaxCtx: 64, Chunks: gpu.Buckets(16)}, Threads: emu.Shuffle, GroupOrder: emu.Shuffle, Seed: 3})
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +153,7 @@ func TestEndToEndDetectsWrongBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	bad := func(w *model.Weights) (backend.Backend, error) {
+	bad := func(w *model.Weights) (OwnedBackend, error) {
 		w2 := *w
 		w2.FinalNorm = append([]float32(nil), w.FinalNorm...)
 		for i := range w2.FinalNorm {
