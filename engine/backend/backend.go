@@ -1,7 +1,8 @@
 // Package backend defines what every executor (CPU reference, emulated Metal, Metal) offers the
 // rest of Lily: a description of what it was sized for, sessions that consume tokens and return
-// logits, a step over several sessions' rows at once, snapshots of a session's state (the prefix
-// cache) restored later, and device memory given back.
+// logits, a step over several sessions' rows at once, generation that stays on the device for one
+// or several rows, snapshots of a session's state (the prefix cache) restored later, and device
+// memory given back.
 package backend
 
 import (

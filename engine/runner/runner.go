@@ -1,7 +1,8 @@
 // Package runner is Lily's one engine loop: it runs the sequences of every admitted request on a
 // backend, one step at a time — a decode row per running sequence and a bounded slice of one
 // prompt's prefill — applying each request's sampling, steering, stops, limits and cancellation
-// in one place, and reuses cached prompt prefixes (KV cache plus DeltaNet state snapshots).
+// in one place, and reuses cached prompt prefixes (engine/prefixcache's snapshots of the KV cache
+// and DeltaNet state).
 package runner
 
 import (
