@@ -52,6 +52,9 @@ func (b *scripted) NewSession() backend.Session { return &scriptSession{b: b} }
 func (b *scripted) Describe() backend.Description {
 	return backend.Description{Name: b.Name(), Context: b.cfg.MaxPositions}
 }
+func (b *scripted) StepRows(rows []backend.Row) []backend.RowResult { return backend.StepEach(rows) }
+func (b *scripted) Batched() (steps, rows int64)                    { return 0, 0 }
+func (b *scripted) Fits([]int) bool                                 { return true }
 
 type scriptSession struct {
 	b      *scripted

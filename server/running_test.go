@@ -13,7 +13,7 @@ import (
 	"github.com/lilyformac/lily/engine/runner"
 )
 
-// oneAtATime is a scripted backend whose memory holds one sequence at a time (backend.Admitter).
+// oneAtATime is a scripted backend whose memory holds one sequence at a time (Fits).
 type oneAtATime struct{ *scripted }
 
 func (oneAtATime) Fits(positions []int) bool { return len(positions) < 2 }

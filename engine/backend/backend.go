@@ -21,6 +21,16 @@ type Backend interface {
 	NewSession() Session
 	// Describe is what the backend was sized for; it does not change once built.
 	Describe() Description
+	// StepRows runs several sessions' rows, in one step where it can (the weights read once for
+	// all; else row after row, StepEach). Each row's logits must not depend on the other rows
+	// (batch invariance).
+	StepRows(rows []Row) []RowResult
+	// Batched is how many steps ran several rows at once, and the rows they ran.
+	Batched() (steps, rows int64)
+	// Fits says whether sequences reaching the given positions (prompt plus the most tokens each
+	// may generate) can run at once, so the engine loop admits a sequence only when its memory is
+	// sure to be there (a GPU's sessions share a fixed pool of KV pages).
+	Fits(positions []int) bool
 }
 
 // Description is what a backend says of itself, the numbers the engine loop and the CLI size
@@ -116,13 +126,6 @@ type GenRow struct {
 	OnToken func(c sample.Choice) (stop bool, err error)
 }
 
-// Admitter is a Backend whose sessions share a fixed memory pool (a GPU's KV pages): Fits says
-// whether sequences reaching the given positions (prompt plus the most tokens each may generate)
-// can run at once, so the engine loop admits a sequence only when its memory is sure to be there.
-type Admitter interface {
-	Fits(positions []int) bool
-}
-
 // Row is one session's part of a step: tokens it consumes at its next positions. A step's rows
 // belong to distinct sessions.
 type Row struct {
@@ -137,20 +140,9 @@ type RowResult struct {
 	Err    error
 }
 
-// Stepper is a Backend that runs several sessions' rows in one step (weights read once for all).
-// Each row's logits must not depend on the other rows (batch invariance).
-type Stepper interface {
-	StepRows(rows []Row) []RowResult
-	// Batched is how many steps ran several rows at once, and the rows they ran.
-	Batched() (steps, rows int64)
-}
-
-// Step runs rows on b: in one step when b is a Stepper, else row after row through each session's
-// Forward (the CPU backend), which is batch-invariant by construction.
-func Step(b Backend, rows []Row) []RowResult {
-	if st, ok := b.(Stepper); ok {
-		return st.StepRows(rows)
-	}
+// StepEach runs rows one after another through each session's Forward: a StepRows that is
+// batch-invariant by construction (the CPU backend's, and a GPU's for rows it cannot batch).
+func StepEach(rows []Row) []RowResult {
 	out := make([]RowResult, len(rows))
 	for i, r := range rows {
 		logits, err := r.Session.Forward(r.Tokens, false)
@@ -164,5 +156,5 @@ func Step(b Backend, rows []Row) []RowResult {
 
 // ErrNotOnDevice is ContinueRows' answer for rows the device does not run (sampling candidates
 // beyond what its sampler sorts, more logprob alternatives than it reports, sessions that cannot
-// share a step); the host then samples from the logits of Forward or a Stepper's step.
+// share a step); the host then samples from the logits of a StepRows.
 var ErrNotOnDevice = errors.New("backend: these sampling settings run on the host")

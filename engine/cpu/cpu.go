@@ -447,6 +447,15 @@ func (m *Model) Describe() backend.Description {
 	return backend.Description{Name: m.Name(), Context: m.cfg.MaxPositions}
 }
 
+// StepRows runs rows one after another (backend.StepEach): the reference has no batched step.
+func (m *Model) StepRows(rows []backend.Row) []backend.RowResult { return backend.StepEach(rows) }
+
+// Batched is zero: no step runs several rows at once.
+func (m *Model) Batched() (steps, rows int64) { return 0, 0 }
+
+// Fits holds for any sequences: each session's memory is its own, grown as it goes.
+func (m *Model) Fits([]int) bool { return true }
+
 // Forward feeds tokens at the session's next positions; see Model.Forward.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	return s.m.Forward(s.st, tokens, all)

@@ -230,7 +230,7 @@ func TestManyRequestsLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// roomFor is a CPU backend whose sequences share a pool of cap positions (backend.Admitter).
+// roomFor is a CPU backend whose sequences share a pool of cap positions (Fits).
 type roomFor struct {
 	*stepLog
 	cap int

@@ -40,7 +40,7 @@ func (r *Runner) loop() {
 }
 
 // admit moves arrivals into the running set in arrival order, up to Parallel and while the
-// backend's memory holds them (backend.Admitter), and starts their sessions. With nothing
+// backend's memory holds them (Fits), and starts their sessions. With nothing
 // running or arriving the loop ends (false).
 func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 	r.mu.Lock()
@@ -72,16 +72,12 @@ func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 // memory would not hold every sequence at its longest. One alone always fits (the backend's
 // context is one sequence's), so a long request waits for the others to finish, never forever.
 func (r *Runner) fitting(run, arrivals []*seq) int {
-	a, ok := r.b.(backend.Admitter)
-	if !ok {
-		return len(arrivals)
-	}
 	var positions []int
 	for _, s := range run {
 		positions = append(positions, s.reach())
 	}
 	for i, s := range arrivals {
-		if positions = append(positions, s.reach()); len(positions) > 1 && !a.Fits(positions) {
+		if positions = append(positions, s.reach()); len(positions) > 1 && !r.b.Fits(positions) {
 			return i
 		}
 	}
@@ -255,7 +251,7 @@ func (r *Runner) step(decoding []*seq, pf *prefill) {
 	if len(rows) == 0 {
 		return
 	}
-	results := backend.Step(r.b, rows)
+	results := r.b.StepRows(rows)
 	for i, s := range decoding {
 		if err := results[i].Err; err != nil {
 			r.end(s, err)

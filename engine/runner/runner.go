@@ -151,13 +151,8 @@ func (r *Runner) Context() int { return r.ctxLength }
 func (r *Runner) Parallel() int { return r.parallel }
 
 // Batched is how many of the backend's steps ran several sequences' rows at once, and the rows
-// they ran (backend.Stepper; none on a backend that runs rows one after another).
-func (r *Runner) Batched() (steps, rows int64) {
-	if st, ok := r.b.(backend.Stepper); ok {
-		return st.Batched()
-	}
-	return 0, 0
-}
+// they ran (none on a backend that runs rows one after another).
+func (r *Runner) Batched() (steps, rows int64) { return r.b.Batched() }
 
 // Load is the number of running sequences and of requests waiting for a place among them.
 func (r *Runner) Load() (running, waiting int) {

@@ -35,7 +35,7 @@ var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.
 // With Parallel from 2 to decode.MaxRows, the sessions' state lives in the rows of the
 // multi-row plans' buffers (rows.go): session i runs alone on the executor of its row, and a
 // step of several sessions' next tokens runs them together through one multi-row plan
-// (backend.Stepper). Sessions beyond the rows, and every session when Parallel is 1, get an
+// (backend.Backend.StepRows). Sessions beyond the rows, and every session when Parallel is 1, get an
 // executor with buffers of their own: one waits in an idle pool for the next session. Snapshots
 // (the prefix cache) are host copies of a session's recurrent state holding references to its KV
 // pages (pages.go), not executors.

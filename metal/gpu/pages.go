@@ -51,7 +51,7 @@ func (p *pagePool) release(pages []int32) {
 }
 
 // Fits reports whether sequences that reach the given positions can run at once
-// (backend.Admitter): their pages, each with a spare for a copy on write, within the pool. It
+// (backend.Backend): their pages, each with a spare for a copy on write, within the pool. It
 // counts every page a sequence may hold as its own (pages shared with a snapshot or another
 // session only make it hold fewer), and snapshots give their pages up when a session needs one,
 // so a set that fits never finds the pool full.

@@ -154,21 +154,22 @@ func (rs *rowSet) close(d *sharedDevice) {
 	rs.multi, rs.ones, rs.bufs = nil, nil, nil
 }
 
-// StepRows runs rows (backend.Stepper): the one-token rows of sessions living in rows together through one multi-row
-// step (when there are two or more), the others (a prefill slice, a session beyond the rows)
-// through their sessions' Forward. Each row's logits are those its session alone would get.
+// StepRows runs rows (backend.Backend): the one-token rows of sessions living in rows together
+// through one multi-row step (when there are two or more), the others (a prefill slice, a session
+// beyond the rows) through their sessions' Forward. Each row's logits are those its session alone
+// would get.
 func (e *GPU) StepRows(rows []backend.Row) []backend.RowResult {
 	out := make([]backend.RowResult, len(rows))
 	batched := e.stepRows(rows, out)
+	var rest []backend.Row
+	var at []int
 	for i, r := range rows {
-		if slices.Contains(batched, i) {
-			continue
+		if !slices.Contains(batched, i) {
+			rest, at = append(rest, r), append(at, i)
 		}
-		logits, err := r.Session.Forward(r.Tokens, false)
-		if err == nil {
-			out[i].Logits = logits[0]
-		}
-		out[i].Err = err
+	}
+	for i, res := range backend.StepEach(rest) {
+		out[at[i]] = res
 	}
 	return out
 }
@@ -220,7 +221,7 @@ func (e *GPU) stepRows(rows []backend.Row, out []backend.RowResult) []int {
 	return idx
 }
 
-// Batched is how many multi-row steps ran, and their rows (backend.Stepper).
+// Batched is how many multi-row steps ran, and their rows (backend.Backend).
 func (e *GPU) Batched() (steps, rows int64) {
 	if e.rows == nil {
 		return 0, 0
