@@ -296,7 +296,9 @@ func translateMessage(role string, blocks []anthBlock, sig thinkingSigner) ([]oa
 				own.ReasoningContent += sig.text(b.Thinking, b.Signature)
 			}
 		case "redacted_thinking":
-		case "image", "document", "audio":
+		case "image":
+			text.WriteString(imagePlaceholder)
+		case "document", "audio":
 			return nil, fmt.Errorf("%s blocks are not supported: Lily serves a text-only model", b.Type)
 		default:
 			return nil, fmt.Errorf("content block type %q is not supported", b.Type)
@@ -317,7 +319,8 @@ func translateMessage(role string, blocks []anthBlock, sig thinkingSigner) ([]oa
 }
 
 // toolResultText is a tool_result's content as text: a string, or text blocks joined; an image
-// in a result becomes a placeholder, so a screenshot tool does not end the agent's loop.
+// or a document in a result becomes a placeholder, so a screenshot tool does not end the agent's
+// loop.
 func toolResultText(b anthBlock) (string, error) {
 	raw := bytes.TrimSpace(b.Content)
 	var text string
@@ -331,8 +334,10 @@ func toolResultText(b anthBlock) (string, error) {
 			switch c.Type {
 			case "text":
 				parts = append(parts, c.Text)
-			case "image", "document":
-				parts = append(parts, "[an "+c.Type+" was returned here; this model reads text only]")
+			case "image":
+				parts = append(parts, imagePlaceholder)
+			case "document":
+				parts = append(parts, "[a document was returned here; this model reads text only]")
 			default:
 				return "", fmt.Errorf("tool_result content block type %q is not supported", c.Type)
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -250,8 +251,10 @@ func ollamaUnloads(raw json.RawMessage) bool {
 	return err == nil && d == 0
 }
 
-func ollamaTextOnly(where string) error {
-	return badRequest(where+": images are not supported: Lily serves a text-only model", where)
+// imagesText is n of Ollama's images, which follow their message's text, as placeholders (glued
+// on, as the other dialects' parts are).
+func imagesText(n int) string {
+	return strings.Repeat(imagePlaceholder, n)
 }
 
 // ollamaMessage is a chat message, in a request and in an answer.
@@ -299,10 +302,7 @@ func (req *ollamaChatRequest) turn() (*turn, error) {
 func openAIFromOllama(msgs []ollamaMessage) (json.RawMessage, error) {
 	out := make([]oaMessage, 0, len(msgs))
 	for i, m := range msgs {
-		if len(m.Images) > 0 {
-			return nil, ollamaTextOnly(fmt.Sprintf("messages[%d]", i))
-		}
-		om := oaMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		om := oaMessage{Role: m.Role, Content: m.Content + imagesText(len(m.Images)), ToolCallID: m.ToolCallID}
 		if m.Role == "assistant" {
 			om.ReasoningContent = m.Thinking
 		}
@@ -364,6 +364,7 @@ type ollamaGenerateRequest struct {
 // turn is a one-message conversation (with the system prompt, if any), or with raw the prompt
 // as it is.
 func (req *ollamaGenerateRequest) turn() (*turn, error) {
+	req.Prompt += imagesText(len(req.Images))
 	switch {
 	case req.Suffix != "":
 		return nil, badRequest("suffix is not supported (no fill-in-the-middle)", "suffix")
@@ -393,9 +394,6 @@ func (s *Server) ollamaGenerate(c *gin.Context) {
 	s.serveTurn(c, func() (*turn, error) {
 		if err := decodeBody(c, &req); err != nil {
 			return nil, err
-		}
-		if len(req.Images) > 0 {
-			return nil, ollamaTextOnly("images")
 		}
 		if req.Prompt == "" {
 			s.ollamaLoaded(c, &req.ollamaCommon, false)

@@ -383,8 +383,6 @@ func TestOllamaErrors(t *testing.T) {
 		"bad body":     {"POST", "/api/chat", `{"messages":`, "k", 400, "invalid JSON"},
 		"bad key":      {"POST", "/api/chat", chatBody(""), "nope", 401, "API key"},
 		"no key":       {"GET", "/api/tags", "", "", 401, "API key"},
-		"images":       {"POST", "/api/chat", chatBody(`,"images":["AAAA"]`), "k", 400, "text-only"},
-		"gen images":   {"POST", "/api/generate", `{"prompt":"x","images":["AAAA"]}`, "k", 400, "text-only"},
 		"suffix":       {"POST", "/api/generate", `{"prompt":"x","suffix":"y"}`, "k", 400, "fill-in-the-middle"},
 		"schema":       {"POST", "/api/chat", strings.TrimSuffix(chatBody(""), "}") + `,"format":{"type":"object","not":{}}}`, "k", 400, "not"},
 		"format":       {"POST", "/api/chat", strings.TrimSuffix(chatBody(""), "}") + `,"format":"xml"}`, "k", 400, "format must be"},

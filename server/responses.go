@@ -258,7 +258,7 @@ func reasoningText(it respItem, sig thinkingSigner) string {
 }
 
 // respContentText is a content or output: a string, or text parts (input_text, output_text);
-// images and files get a 400 naming the text-only model.
+// an image becomes imagePlaceholder; files and audio get a 400 naming the text-only model.
 func respContentText(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -278,7 +278,9 @@ func respContentText(raw json.RawMessage) (string, error) {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
 			b.WriteString(p.Text)
 		case "refusal":
-		case "input_image", "input_file", "input_audio":
+		case "input_image":
+			b.WriteString(imagePlaceholder)
+		case "input_file", "input_audio":
 			return "", fmt.Errorf("%s parts are not supported: Lily serves a text-only model", p.Type)
 		default:
 			return "", fmt.Errorf("content part type %q is not supported", p.Type)

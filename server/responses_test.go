@@ -185,7 +185,7 @@ func TestResponsesIncompleteAndErrors(t *testing.T) {
 		t.Fatalf("incomplete: %s", body)
 	}
 	for name, tc := range map[string]struct{ body, msg string }{
-		"image":       {`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]}`, "text-only"},
+		"file":        {`{"input":[{"role":"user","content":[{"type":"input_file","file_data":"AA=="}]}]}`, "text-only"},
 		"bad effort":  {`{"input":"x","reasoning":{"effort":"extreme"}}`, "none, minimal, low, medium, high, xhigh or max"},
 		"bad item":    {`{"input":[{"type":"teleport"}]}`, "teleport"},
 		"bad format":  {`{"input":"x","text":{"format":{"type":"yaml"}}}`, "text.format.type"},

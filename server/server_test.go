@@ -289,7 +289,7 @@ func TestErrors(t *testing.T) {
 		{`{"messages": [`, 400, "invalid JSON"},
 		{`{"messages": []}`, 400, "non-empty"},
 		{`{"messages":` + userHi + `,"n":2}`, 400, "n must be 1"},
-		{`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "not supported"},
+		{`{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x","format":"wav"}}]}]}`, 400, "not supported"},
 		{`{"messages":` + userHi + `,"response_format":{"type":"json_schema"}}`, 400, "json_schema"},
 		{`{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "context_length_exceeded"},
 		{`{"messages":[{"role":"assistant","content":"hi"}]}`, 400, "No user query"},

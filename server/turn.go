@@ -78,6 +78,7 @@ type turnPlan struct {
 func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	p := &turnPlan{t: t}
 	if t.prompt == nil {
+		t.messages = placeholderImages(t.messages)
 		if err := checkMessages(t.messages); err != nil {
 			return nil, err
 		}

@@ -86,8 +86,26 @@ test("errors come back in Anthropic's shape", async () => {
   const bad = new Anthropic({ baseURL: srv.base, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(bad.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "x" }] }),
     (e) => e instanceof Anthropic.AuthenticationError && e.error?.error?.type === "authentication_error");
-  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AA==" } }] }] }),
+  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "document", source: { type: "base64", media_type: "application/pdf", data: "AA==" } }] }] }),
     (e) => e instanceof Anthropic.BadRequestError && /text-only/.test(e.message));
+});
+
+test("an image, in a message or a tool result, is answered, and the next turn goes on", async () => {
+  const image = { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } };
+  const plain = await client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "What is this?" }] });
+  const first = await client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, image] }] });
+  assert.equal(first.type, "message");
+  assert.ok(first.usage.input_tokens > plain.usage.input_tokens, "the image's placeholder is part of the prompt");
+  const history = [
+    { role: "user", content: "Look at the screenshot." },
+    { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Read", input: { file_path: "shot.png" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: [image] }] },
+  ];
+  const tools = [{ name: "Read", description: "Reads a file", input_schema: { type: "object", properties: { file_path: { type: "string" } } } }];
+  const second = await client.messages.create({ model: "m", max_tokens: 4, tools, messages: history });
+  const third = await client.messages.create({ model: "m", max_tokens: 4, tools,
+    messages: [...history, { role: "assistant", content: second.content.length ? second.content.filter((b) => b.type === "text") : [{ type: "text", text: "ok" }] }, { role: "user", content: "And now?" }] });
+  assert.equal(third.type, "message");
 });
 
 test("models.list reads the models in Anthropic's shape", async () => {

@@ -133,17 +133,19 @@ test("chat with tools, then a tool result turn", async () => {
   assert.ok(second.prompt_eval_count > first.prompt_eval_count, "the call and its result are in the prompt");
 });
 
-test("embeddings, model management and images are refused with a clear error", async () => {
+test("embeddings and model management are refused with a clear error", async () => {
   await assert.rejects(client.embed({ model: "nomic-embed-text", input: "hello" }), (e) => {
     assert.equal(e.status_code, 400);
     assert.match(e.message, /"nomic-embed-text" does not support embeddings/);
     return true;
   });
   await assert.rejects(client.pull({ model: "llama3" }), (e) => e.status_code === 400 && /lily pull/.test(e.message));
-  await assert.rejects(
-    client.chat({ model, messages: [{ role: "user", content: "What is this?", images: ["iVBORw0KGgo="] }] }),
-    (e) => e.status_code === 400 && /text-only/.test(e.message),
-  );
+});
+
+test("a message with images is answered", async () => {
+  const res = await client.chat({ model, messages: [{ role: "user", content: "What is this?", images: ["iVBORw0KGgo="] }], options: { num_predict: 4 } });
+  assert.equal(res.message.role, "assistant");
+  assert.ok(res.done);
 });
 
 test("--ollama-port serves the same API at the address Ollama's clients assume", async () => {

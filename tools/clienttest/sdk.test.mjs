@@ -121,9 +121,14 @@ test("responses.stream: the SDK's strict event checks and its final response", a
 test("errors are OpenAI errors", async () => {
   await assert.rejects(client.chat.completions.create({ model: "m", messages: hello, n: 2 }), (e) => e.status === 400 && /n must be 1/.test(e.message));
   await assert.rejects(
-    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }),
+    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "AA==", format: "wav" } }] }] }),
     (e) => e.status === 400 && e.type === "invalid_request_error",
   );
+  // An image is not an error: it is answered (its placeholder counts in the prompt).
+  const plain = await client.chat.completions.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "What is this?" }] });
+  const withImage = await client.chat.completions.create({ model: "m", max_tokens: 2,
+    messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }] }] });
+  assert.ok(withImage.usage.prompt_tokens > plain.usage.prompt_tokens);
   await assert.rejects(
     client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x ".repeat(40000) }] }),
     (e) => e.status === 400 && e.code === "context_length_exceeded",
