@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"log"
 )
 
 // The model's vision tower does not run yet, so an image a client sends becomes imagePlaceholder
@@ -50,4 +51,17 @@ func placeholderImages(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return out
+}
+
+// logPlaceholders says in serve's log how many images the turn's prompt holds as placeholders
+// (every dialect has turned its images into imagePlaceholder by now), so a user who wonders why
+// the model did not see a screenshot finds why.
+func logPlaceholders(t *turn) {
+	n := bytes.Count(t.messages, []byte(imagePlaceholder))
+	if t.prompt != nil {
+		n += bytes.Count([]byte(*t.prompt), []byte(imagePlaceholder))
+	}
+	if n > 0 {
+		log.Printf("server: %d image(s) in the prompt are a text placeholder: this build does not run the vision tower yet", n)
+	}
 }

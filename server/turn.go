@@ -83,6 +83,7 @@ func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 			return nil, err
 		}
 	}
+	logPlaceholders(t)
 	if err := p.planTools(); err != nil {
 		return nil, err
 	}
