@@ -14,7 +14,7 @@ import (
 	"github.com/adrg/xdg"
 
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
-	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+	"github.com/lilyformac/lily/internal/fsutil"
 )
 
 // The checkpoint Lily runs, pinned to a commit so every install gets the same bytes.

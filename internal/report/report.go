@@ -5,12 +5,11 @@ package report
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 
 	"github.com/lilyformac/lily/engine/lifecycle/syscheck"
+	"github.com/lilyformac/lily/internal/fsutil"
 	"github.com/lilyformac/lily/metal/profile"
 )
 
@@ -147,47 +146,11 @@ func CurrentBuild() Build {
 	return l
 }
 
-// Save writes the report to path as indented JSON (WriteFileAtomic).
+// Save writes the report to path as indented JSON, replacing the file whole (fsutil.WriteFileAtomic).
 func (r *Report) Save(path string) error {
 	raw, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, append(raw, '\n'))
-}
-
-// WriteFileAtomic writes data to a temporary file beside path, syncs it and renames it over
-// path, so a reader finds the old report or the new one, never a torn one.
-func WriteFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil { // the rename itself, durable where the OS allows
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return fsutil.WriteFileAtomic(path, append(raw, '\n'), 0o644)
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,31 +11,6 @@ import (
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/selftest"
 )
-
-// TestWriteFileAtomic: the file is replaced whole, readable by all, with no temporary file left
-// beside it; a directory that is not there is an error.
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "report.json")
-	for _, data := range []string{"first\n", "second, longer\n"} {
-		if err := WriteFileAtomic(path, []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil || string(got) != data {
-			t.Fatalf("read %q, %v; want %q", got, err, data)
-		}
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, %v", fi.Mode(), err)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("left in the directory: %v", entries)
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "report.json"), []byte("x")); err == nil {
-		t.Error("no error writing into a missing directory")
-	}
-}
 
 // fakeDevice makes pipelines with fixed limits, and fails the kernel "broken".
 type fakeDevice struct{ exec.Device }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/gofrs/flock"
 
-	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+	"github.com/lilyformac/lily/internal/fsutil"
 )
 
 // Names Pull keeps next to the checkpoint's files.

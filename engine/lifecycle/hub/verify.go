@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+	"github.com/lilyformac/lily/internal/fsutil"
 )
 
 // Marker is the content of MarkerName: what a completed pull verified.

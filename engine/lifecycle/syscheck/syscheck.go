@@ -15,7 +15,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/lifecycle"
 	"github.com/lilyformac/lily/engine/lifecycle/hub"
-	"github.com/lilyformac/lily/engine/lifecycle/internal/fsutil"
+	"github.com/lilyformac/lily/internal/fsutil"
 	"github.com/lilyformac/lily/internal/wiredlimit"
 )
 

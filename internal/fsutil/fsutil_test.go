@@ -21,6 +21,12 @@ func TestWriteFileAtomicAndFreeSpace(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("temporary files left: %v", ents)
 	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, %v", fi.Mode(), err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "m.json"), []byte("x"), 0o644); err == nil {
+		t.Error("no error writing into a missing directory")
+	}
 	// A directory that does not exist yet is answered for its nearest existing parent.
 	free, err := FreeSpace(filepath.Join(dir, "not", "yet"))
 	if (runtime.GOOS == "linux" || runtime.GOOS == "darwin") && (err != nil || free == 0) {

@@ -1,5 +1,5 @@
-// Package fsutil holds the small file-system helpers the lifecycle packages share: crash-safe
-// writes and free-space queries.
+// Package fsutil holds the small file-system helpers Lily's packages share: crash-safe writes and
+// free-space queries.
 package fsutil
 
 import (
