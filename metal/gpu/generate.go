@@ -72,12 +72,17 @@ func (e *GPU) newLane(dev exec.Device, st *decode.Step, row int) (*lane, error) 
 // recordBytes is a row's logprob record.
 const recordBytes = 4 * kernels.LogprobRecordLen
 
-// bind points step k's readback copies and logprob records at half k%2 and returns the halves'
-// offsets in the readback and record buffers.
-func (l *lane) bind(k int) (entries, records int64) {
+// halves are the offsets of step k's halves of the readback and logprob record buffers.
+func (l *lane) halves(k int) (entries, records int64) {
 	R := int64(l.st.Rows)
-	entries, records = int64(k%2)*8*R, int64(k%2)*R*recordBytes
-	for r := range R {
+	return int64(k%2) * 8 * R, int64(k%2) * R * recordBytes
+}
+
+// bind points step k's readback copies and logprob records at its halves and returns their
+// offsets.
+func (l *lane) bind(k int) (entries, records int64) {
+	entries, records = l.halves(k)
+	for r := range int64(l.st.Rows) {
 		d := &l.plan.Dispatches[l.copies+int(r)]
 		d.Buffers[1] = plan.Binding{Buffer: l.readback, Offset: entries + 8*r}
 	}
@@ -117,12 +122,13 @@ func (e *GPU) ContinueRows(ctx context.Context, rows []backend.GenRow) ([][]floa
 	if err != nil {
 		return nil, err
 	}
+	mode := modeFor(rows)
 	for i, s := range ss {
-		if err := s.setSampler(rowParams(rows, i), rows[i].Prompt, rows[i].Generated); err != nil {
+		if err := s.setSampler(rowParams(rows[i].Params, mode), rows[i].Prompt, rows[i].Generated); err != nil {
 			return nil, err
 		}
 	}
-	l.x.Mode = modeFor(rows)
+	l.x.Mode = mode
 	g := &generation{e: e, l: l, ss: ss, rows: rows}
 	steps, err := g.run(ctx)
 	if steps == 0 {
@@ -205,11 +211,10 @@ func modeFor(rows []backend.GenRow) string {
 	return decode.ModeGreedy
 }
 
-// rowParams is row i's settings in the mode of rows: a greedy row beside sampling ones takes a
+// rowParams is a row's settings p in the step's mode: a greedy row beside sampling ones takes a
 // top-k of 1 (the penalised logits' largest, ties to the lowest id: argmax's choice).
-func rowParams(rows []backend.GenRow, i int) sample.Params {
-	p := rows[i].Params
-	if m := modeFor(rows); p.Temperature == 0 && (m == decode.ModeSample || m == decode.ModeSampleLogprobs) {
+func rowParams(p sample.Params, mode string) sample.Params {
+	if p.Temperature == 0 && (mode == decode.ModeSample || mode == decode.ModeSampleLogprobs) {
 		p.Temperature, p.TopK, p.TopP, p.MinP = 1, 1, 0, 0
 	}
 	return p
@@ -371,7 +376,7 @@ func (g *generation) read(f inflight) ([]sample.Choice, error) {
 	if err := f.p.Wait(); err != nil {
 		return nil, err
 	}
-	entries, records := int64(f.step%2)*8*int64(len(g.ss)), int64(f.step%2)*int64(len(g.ss))*recordBytes
+	entries, records := g.l.halves(f.step)
 	half := g.l.x.Bytes(g.l.readback)[entries:]
 	out := make([]sample.Choice, len(g.ss))
 	for i := range g.ss {
