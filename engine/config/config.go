@@ -84,6 +84,11 @@ type Config struct {
 	MaxPositions     int
 	EOSTokenIDs      []int
 	Quant            Quant
+	MRoPESection     [3]int // interleaved multimodal rotary sections (MRoPEAxis)
+
+	// Vision is the vision tower's configuration (nil: none to run, VisionOff says why).
+	Vision    *Vision
+	VisionOff string
 }
 
 // FieldError is a config value that Lily does not accept.
@@ -196,6 +201,7 @@ func Parse(data []byte) (*Config, error) {
 	if err := validate(cfg, textPrefix); err != nil {
 		return nil, err
 	}
+	cfg.Vision, cfg.VisionOff = vision(top, cfg)
 	for _, id := range cfg.EOSTokenIDs {
 		if id >= cfg.VocabSize {
 			return nil, &FieldError{eosField, fmt.Sprintf("ids in [0, %d)", cfg.VocabSize), fmt.Sprint(id)}
@@ -214,7 +220,8 @@ func Production() *Config {
 		RotaryDim: 64, RopeTheta: 10_000_000,
 		LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
 		NumExperts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermed: 512,
-		RMSNormEps: 1e-6, MaxPositions: 262144,
+		RMSNormEps: 1e-6, MaxPositions: 262144, MRoPESection: [3]int{11, 11, 10},
+		Vision: ProductionVision(),
 	}
 	for i := range c.NumLayers {
 		k := LinearAttention
@@ -380,6 +387,9 @@ func rope(text map[string]any, p string, c *Config) error {
 		return &FieldError{r.prefix + "rope_type", `"default"`, describe(t)}
 	}
 	c.RopeTheta = r.float("rope_theta")
+	if err := mropeSection(params, r.prefix, c); err != nil {
+		return err
+	}
 	factor := 1.0
 	if _, ok := params["partial_rotary_factor"]; ok {
 		factor = r.float("partial_rotary_factor")

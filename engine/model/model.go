@@ -20,6 +20,7 @@ type Weights struct {
 	LMHead    *quant.Matrix // [vocab, hidden]
 	FinalNorm []float32     // stored gain (MLX already holds 1+w)
 	Layers    []Layer
+	Vision    *Vision // nil: no tower loaded (Config.VisionOff says why)
 
 	ckpt *safetensors.Checkpoint
 }
@@ -75,19 +76,18 @@ func (w *Weights) Close() error {
 	return w.ckpt.Close()
 }
 
-// ignored are tensors a text engine deliberately does not load.
-var ignoredPrefixes = []string{
-	"vision_tower.", "model.visual.", "visual.", "language_model.vision_tower.",
-	"mtp.", "model.mtp.", "language_model.mtp.", "language_model.model.mtp.",
-}
+// ignoredPrefixes are tensors Lily deliberately does not load: the multi-token-prediction head.
+var ignoredPrefixes = []string{"mtp.", "model.mtp.", "language_model.mtp.", "language_model.model.mtp."}
 
-func ignored(name string) bool {
+// ignored says whether an unused tensor is one Lily leaves alone: the MTP head, and the vision
+// tower when it is not loaded.
+func ignored(name string, vision bool) bool {
 	for _, p := range ignoredPrefixes {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
 	}
-	return false
+	return !vision && visionIgnored(name)
 }
 
 // Load reads config.json and the safetensors files of dir and checks every tensor.
@@ -173,12 +173,13 @@ func FromCheckpoint(cfg *config.Config, ck *safetensors.Checkpoint) (*Weights, e
 			return nil, l.err
 		}
 	}
+	l.vision(w)
 	if l.err != nil {
 		return nil, l.err
 	}
 	var left []string
 	for _, n := range ck.Names() {
-		if !l.used[n] && !ignored(n) {
+		if !l.used[n] && !ignored(n, w.Vision != nil) {
 			left = append(left, n)
 		}
 	}
