@@ -84,6 +84,10 @@ func (s *scriptSession) Forward(tokens []int, all bool) ([][]float32, error) {
 	return [][]float32{row}, nil
 }
 
+func (s *scriptSession) ForwardImages(tokens []int, _ []backend.Image, all bool) ([][]float32, error) {
+	return s.Forward(tokens, all)
+}
+
 func (s *scriptSession) Pos() int { return s.pos }
 func (s *scriptSession) Save() (backend.Snapshot, error) {
 	c := *s

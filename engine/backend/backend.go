@@ -69,6 +69,10 @@ type Session interface {
 	// Forward feeds tokens at the next positions and returns a logits row for every token when
 	// all is set, else for the last one.
 	Forward(tokens []int, all bool) ([][]float32, error)
+	// ForwardImages is Forward for a piece of prompt that holds images: their rows replace the
+	// image-pad tokens' embeddings and those tokens take the images' rotary positions
+	// (Positions); text after an image goes on at its shifted positions in later calls too.
+	ForwardImages(tokens []int, images []Image, all bool) ([][]float32, error)
 	// Pos is the number of tokens consumed.
 	Pos() int
 	// Save copies the state after Pos() tokens into a snapshot; the session goes on.

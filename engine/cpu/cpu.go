@@ -23,6 +23,7 @@ type Model struct {
 	W       *model.Weights
 	cfg     *config.Config
 	invFreq []float32 // RoPE inverse frequencies, rotaryDim/2 of them
+	axis    []int     // the position axis (time, height, width) each frequency reads
 
 	// OnLayer, when set, sees the residual stream after each layer (for tests and debugging).
 	OnLayer func(layer int, hidden [][]float32)
@@ -36,6 +37,7 @@ func New(w *model.Weights) *Model {
 	for i := 0; i < c.RotaryDim; i += 2 {
 		e := float32(i) / float32(c.RotaryDim)
 		m.invFreq = append(m.invFreq, 1/float32(math.Pow(c.RopeTheta, float64(e))))
+		m.axis = append(m.axis, c.MRoPEAxis(i/2))
 	}
 	return m
 }
@@ -43,7 +45,10 @@ func New(w *model.Weights) *Model {
 // State is one sequence's cache: KV for full-attention layers, the conv window and the recurrent
 // state for Gated DeltaNet layers.
 type State struct {
-	Pos  int
+	Pos int
+	// Delta is how far the rotary position of the next text token is from its slot: images
+	// advance the position by their longer side rather than their token count (backend.Positions).
+	Delta int
 	conv [][]float32 // per GDN layer: the last kernel-1 pre-conv inputs, oldest first, [kernel-1][channels]
 	ssm  [][]float32 // per GDN layer: [valueHeads][keyDim][valueDim]
 	k, v [][]float32 // per attention layer: [pos][kvHeads·headDim], grown as tokens arrive
@@ -66,25 +71,36 @@ func (m *Model) NewState() *State {
 	return s
 }
 
-// Forward runs tokens at positions s.Pos, s.Pos+1, … and advances s. It returns a row of logits
+// Forward runs tokens at slots s.Pos, s.Pos+1, … and advances s. It returns a row of logits
 // for every token when all is set, else only for the last one.
 func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
+	return m.ForwardImages(s, tokens, nil, all)
+}
+
+// ForwardImages is Forward for a piece of prompt holding images (backend.Image): their rows
+// replace the pad tokens' embeddings, and every token takes its multimodal rotary position.
+func (m *Model) ForwardImages(s *State, tokens []int, images []backend.Image, all bool) ([][]float32, error) {
 	c := m.cfg
 	T, H := len(tokens), c.HiddenSize
-	if T == 0 {
-		return nil, fmt.Errorf("cpu: no tokens")
+	if err := m.check(s, tokens); err != nil {
+		return nil, err
 	}
-	for _, id := range tokens {
-		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("cpu: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
-		}
-	}
-	if c.MaxPositions > 0 && s.Pos+T > c.MaxPositions {
-		return nil, fmt.Errorf("cpu: %d positions exceed the model's context of %d", s.Pos+T, c.MaxPositions)
+	pos, delta, err := backend.Positions(s.Pos, s.Delta, T, images)
+	if err != nil {
+		return nil, err
 	}
 	x := rows(T, H)
 	for t, id := range tokens {
 		m.W.Embed.DequantRow(id, x[t])
+	}
+	for _, im := range images {
+		for i := max(im.At, 0); i < min(im.At+im.H*im.W, T); i++ {
+			row := im.Embeds[i-im.At]
+			if len(row) != H {
+				return nil, fmt.Errorf("cpu: an image row of %d values, the model's hidden size is %d", len(row), H)
+			}
+			copy(x[i], row)
+		}
 	}
 	h := rows(T, H)
 	in := inputs(T, H)
@@ -95,7 +111,7 @@ func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
 		if L.GDN != nil {
 			mixed = m.gdn(s, li, L.GDN, in)
 		} else {
-			mixed = m.attention(s, li, L.Attn, in)
+			mixed = m.attention(s, li, L.Attn, in, pos)
 		}
 		addRows(x, mixed)
 		normInto(h, in, x, L.PostNorm, c.RMSNormEps)
@@ -105,6 +121,7 @@ func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
 		}
 	}
 	s.Pos += T
+	s.Delta = delta
 	if !all {
 		x, h, in = x[T-1:], h[T-1:], in[T-1:]
 	}
@@ -112,6 +129,23 @@ func (m *Model) Forward(s *State, tokens []int, all bool) ([][]float32, error) {
 	logits := rows(len(x), c.VocabSize)
 	quant.MatMul(m.W.LMHead, logits, in)
 	return logits, nil
+}
+
+// check refuses tokens the model cannot take at the state's next slots.
+func (m *Model) check(s *State, tokens []int) error {
+	c := m.cfg
+	if len(tokens) == 0 {
+		return fmt.Errorf("cpu: no tokens")
+	}
+	for _, id := range tokens {
+		if id < 0 || id >= c.VocabSize {
+			return fmt.Errorf("cpu: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
+		}
+	}
+	if c.MaxPositions > 0 && s.Pos+len(tokens) > c.MaxPositions {
+		return fmt.Errorf("cpu: %d positions exceed the model's context of %d", s.Pos+len(tokens), c.MaxPositions)
+	}
+	return nil
 }
 
 // gdn is the Gated DeltaNet mixer: projections, causal conv, the delta-rule recurrence per value
@@ -188,8 +222,9 @@ func (m *Model) gdn(s *State, li int, g *model.GDN, in []*quant.Input) [][]float
 	return out
 }
 
-// attention is the gated full-attention mixer with q/k RMSNorm, partial RoPE and a KV cache.
-func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Input) [][]float32 {
+// attention is the gated full-attention mixer with q/k RMSNorm, partial multimodal RoPE at the
+// tokens' positions pos (time, height, width rows) and a KV cache.
+func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Input, pos [3][]int) [][]float32 {
 	c := m.cfg
 	T := len(in)
 	nh, nkv, hd := c.NumHeads, c.NumKVHeads, c.HeadDim
@@ -202,7 +237,7 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 		for j := range nkv {
 			kh := k[t][j*hd : (j+1)*hd]
 			f32.RMSNorm(kh, kh, a.KNorm, c.RMSNormEps)
-			m.rope(kh, pos0+t)
+			m.rope(kh, pos, t)
 		}
 		s.k[li] = append(s.k[li], k[t]...)
 		s.v[li] = append(s.v[li], v[t]...)
@@ -217,7 +252,7 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 			q := append([]float32(nil), qg[t][head*2*hd:head*2*hd+hd]...)
 			gate := qg[t][head*2*hd+hd : (head+1)*2*hd]
 			f32.RMSNorm(q, q, a.QNorm, c.RMSNormEps)
-			m.rope(q, pos0+t)
+			m.rope(q, pos, t)
 			off := (head / (nh / nkv)) * hd
 			scores := make([]float32, n)
 			maxScore := float32(math.Inf(-1))
@@ -248,11 +283,12 @@ func (m *Model) attention(s *State, li int, a *model.Attention, in []*quant.Inpu
 	return res
 }
 
-// rope rotates the first RotaryDim dims of x (NeoX pairing: i with i+RotaryDim/2) for position pos.
-func (m *Model) rope(x []float32, pos int) {
+// rope rotates the first RotaryDim dims of x (NeoX pairing: i with i+RotaryDim/2) for token t of
+// pos: frequency i turns by the position on its axis (the three are equal for text).
+func (m *Model) rope(x []float32, pos [3][]int, t int) {
 	half := len(m.invFreq)
 	for i, f := range m.invFreq {
-		theta := float64(float32(pos) * f)
+		theta := float64(float32(pos[m.axis[i]][t]) * f)
 		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
 		a, b := x[i], x[i+half]
 		x[i] = a*cos - b*sin
@@ -461,6 +497,11 @@ func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
 	return s.m.Forward(s.st, tokens, all)
 }
 
+// ForwardImages feeds a piece of prompt holding images; see Model.ForwardImages.
+func (s *Session) ForwardImages(tokens []int, images []backend.Image, all bool) ([][]float32, error) {
+	return s.m.ForwardImages(s.st, tokens, images, all)
+}
+
 // Pos is the number of tokens the session has consumed.
 func (s *Session) Pos() int { return s.st.Pos }
 
@@ -475,6 +516,7 @@ func (s *Session) Save() (backend.Snapshot, error) {
 	for i, v := range s.st.parts() {
 		copy(sn.parts[i], *v)
 	}
+	sn.delta = s.st.Delta
 	return sn, nil
 }
 
@@ -484,6 +526,7 @@ func (s *Session) Close() {}
 type snapshot struct {
 	m     *Model
 	pos   int
+	delta int // the state's rotary delta (State.Delta)
 	mem   []byte
 	parts [][]float32 // views of mem, in State.parts order
 }
@@ -540,5 +583,6 @@ func (sn *snapshot) Restore() (backend.Session, error) {
 	for i, v := range st.parts() {
 		copy(*v, sn.parts[i])
 	}
+	st.Delta = sn.delta
 	return &Session{m: sn.m, st: st}, nil
 }

@@ -19,6 +19,10 @@ func (m *Model) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	if sn.parts == nil {
 		return nil, errors.New("cpu: encoding a closed snapshot")
 	}
+	if sn.delta != 0 {
+		// The disk format holds no rotary delta yet: a state after an image stays in memory.
+		return nil, errors.New("cpu: a snapshot after an image is not written to disk")
+	}
 	out := make([]byte, 0, len(sn.mem))
 	for _, v := range sn.parts {
 		for _, f := range v {

@@ -287,6 +287,18 @@ func (s *Session) lock() error {
 	return nil
 }
 
+// ErrNoImages is a GPU session's answer to a prompt holding images: the vision kernels and the
+// multimodal rotary positions are not on Metal yet.
+var ErrNoImages = errors.New("gpu: images are not supported on Metal yet")
+
+// ForwardImages feeds a piece of prompt; one that holds images is refused (ErrNoImages).
+func (s *Session) ForwardImages(tokens []int, images []backend.Image, all bool) ([][]float32, error) {
+	if len(images) > 0 {
+		return nil, ErrNoImages
+	}
+	return s.Forward(tokens, all)
+}
+
 // Forward runs the decode step once per token (prefill is token by token for now) and returns
 // the logits rows.
 func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {

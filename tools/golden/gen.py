@@ -204,6 +204,127 @@ def float64_casts(model):
             h.remove()
 
 
+class Tensors:
+    """The MLX tensors being written (name -> numpy array: uint32 / uint16-as-bf16 / float32), the
+    names stored as bfloat16, the quantization overrides, and the float32 HF parameters they
+    dequantize to."""
+
+    def __init__(self, rng):
+        self.rng, self.mlx, self.dtypes, self.hf, self.qoverride = rng, {}, {}, {}, {}
+
+    def put_q(self, mlx_name, w, bits):
+        packed, s, b, deq = quantize(w, bits)
+        self.mlx[mlx_name + ".weight"] = packed
+        self.mlx[mlx_name + ".scales"] = s
+        self.mlx[mlx_name + ".biases"] = b
+        self.dtypes[mlx_name + ".scales"] = self.dtypes[mlx_name + ".biases"] = "BF16"
+        if bits != 4:
+            self.qoverride[mlx_name.removesuffix(".weight")] = {"group_size": 64, "bits": bits}
+        return deq
+
+    def put_bf16(self, mlx_name, w):
+        f, u = bf16_round(w)
+        self.mlx[mlx_name] = u
+        self.dtypes[mlx_name] = "BF16"
+        return f
+
+    def lin(self, out_f, in_f, gain=1.0):
+        return (self.rng.standard_normal((out_f, in_f)) * gain / np.sqrt(in_f)).astype(np.float32)
+
+    def zc_norm(self, mlx_name, hf_name, dim):
+        # MLX stores 1+w for the zero-centred norms; HF adds the 1 itself.
+        stored = self.put_bf16(mlx_name, 1.0 + self.rng.standard_normal(dim).astype(np.float32) * 0.2)
+        self.hf[hf_name] = torch.from_numpy(stored) - 1.0
+
+
+def text_weights(ts, text, prefix, head, a_log_dtype):
+    """Random text-model weights in ts (MLX names under prefix/head, HF names under model.), with
+    bfloat16-safe routing by token type (the module's docstring). Returns the type channels, each
+    token id's type, the routers and set_routers(weights), which writes every router with its type
+    channels' weight."""
+    H = text["hidden_size"]
+    V = text["vocab_size"]
+    E, top_k = text["num_experts"], text["num_experts_per_tok"]
+    # Token types for bfloat16-safe routing (the module's docstring): each type's channel, each token
+    # id's type; outputs() zeroes the type channels' rows of a layer's output projections.
+    channels = ts.rng.choice(H, ROUTE_TYPES, replace=False)
+    token_type = ts.rng.integers(0, ROUTE_TYPES, size=V)
+    embed = ts.rng.standard_normal((V, H))
+    embed[:, channels] = 0
+    embed[np.arange(V), channels[token_type]] = TYPE_VALUE
+    routers = []  # (MLX name, HF name, random part, each type's experts) per layer
+
+    def outputs(w):
+        w[..., channels, :] = 0
+        return w
+    ts.hf["model.embed_tokens.weight"] = torch.from_numpy(ts.put_q(prefix + "embed_tokens", embed.astype(np.float32), 4))
+    ts.hf["lm_head.weight"] = torch.from_numpy(ts.put_q(head, ts.lin(V, H, 2.0), 4))
+    ts.zc_norm(prefix + "norm.weight", "model.norm.weight", H)
+
+    for i, lt in enumerate(text["layer_types"]):
+        p = f"{prefix}layers.{i}."
+        hp = f"model.layers.{i}."
+        ts.zc_norm(p + "input_layernorm.weight", hp + "input_layernorm.weight", H)
+        ts.zc_norm(p + "post_attention_layernorm.weight", hp + "post_attention_layernorm.weight", H)
+        if lt == "linear_attention":
+            nk, nv = text["linear_num_key_heads"], text["linear_num_value_heads"]
+            dk, dv = text["linear_key_head_dim"], text["linear_value_head_dim"]
+            conv_dim = 2 * nk * dk + nv * dv
+            K = text["linear_conv_kernel_dim"]
+            la, hl = p + "linear_attn.", hp + "linear_attn."
+            ts.hf[hl + "in_proj_qkv.weight"] = torch.from_numpy(ts.put_q(la + "in_proj_qkv", ts.lin(conv_dim, H, 2.0), 4))
+            ts.hf[hl + "in_proj_z.weight"] = torch.from_numpy(ts.put_q(la + "in_proj_z", ts.lin(nv * dv, H, 2.0), 4))
+            ts.hf[hl + "in_proj_b.weight"] = torch.from_numpy(ts.put_q(la + "in_proj_b", ts.lin(nv, H, 2.0), 4))
+            ts.hf[hl + "in_proj_a.weight"] = torch.from_numpy(ts.put_q(la + "in_proj_a", ts.lin(nv, H, 2.0), 4))
+            ts.hf[hl + "out_proj.weight"] = torch.from_numpy(ts.put_q(la + "out_proj", outputs(ts.lin(H, nv * dv, 1.0)), 4))
+            conv = (ts.rng.standard_normal((conv_dim, 1, K)) * 0.5).astype(np.float32)
+            conv_f = ts.put_bf16(la + "conv1d.weight", np.ascontiguousarray(np.moveaxis(conv, 2, 1)))  # [C,K,1]
+            ts.hf[hl + "conv1d.weight"] = torch.from_numpy(np.ascontiguousarray(np.moveaxis(conv_f, 1, 2)))
+            ts.hf[hl + "dt_bias"] = torch.from_numpy(ts.put_bf16(la + "dt_bias", ts.rng.standard_normal(nv).astype(np.float32)))
+            a_log = np.log(ts.rng.uniform(0.5, 16, nv)).astype(np.float32)
+            if a_log_dtype == "BF16":
+                a_log = ts.put_bf16(la + "A_log", a_log)
+            else:
+                ts.mlx[la + "A_log"] = a_log
+            ts.hf[hl + "A_log"] = torch.from_numpy(a_log.copy())
+            ts.hf[hl + "norm.weight"] = torch.from_numpy(
+                ts.put_bf16(la + "norm.weight", 1.0 + ts.rng.standard_normal(dv).astype(np.float32) * 0.2))
+        else:
+            nh, nkv, hd = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
+            sa, hs = p + "self_attn.", hp + "self_attn."
+            ts.hf[hs + "q_proj.weight"] = torch.from_numpy(ts.put_q(sa + "q_proj", ts.lin(nh * hd * 2, H, 2.0), 4))
+            ts.hf[hs + "k_proj.weight"] = torch.from_numpy(ts.put_q(sa + "k_proj", ts.lin(nkv * hd, H, 2.0), 4))
+            ts.hf[hs + "v_proj.weight"] = torch.from_numpy(ts.put_q(sa + "v_proj", ts.lin(nkv * hd, H, 2.0), 4))
+            ts.hf[hs + "o_proj.weight"] = torch.from_numpy(ts.put_q(sa + "o_proj", outputs(ts.lin(H, nh * hd, 1.0)), 4))
+            ts.zc_norm(sa + "q_norm.weight", hs + "q_norm.weight", hd)
+            ts.zc_norm(sa + "k_norm.weight", hs + "k_norm.weight", hd)
+        I, S = text["moe_intermediate_size"], text["shared_expert_intermediate_size"]
+        m, hm = p + "mlp.", hp + "mlp."
+        # A random router plus each type channel's weight on that type's k experts (set_routers):
+        # the top-k set follows the token's type, the order and the weights within it the random part.
+        router = ts.lin(E, H, 1.0)
+        router[:, channels] = 0
+        routers.append((m + "gate", hm + "gate.weight", router, [ts.rng.choice(E, top_k, replace=False) for _ in channels]))
+        gate = ts.put_q(m + "switch_mlp.gate_proj", np.stack([ts.lin(I, H, 2.0) for _ in range(E)]), 4)
+        up = ts.put_q(m + "switch_mlp.up_proj", np.stack([ts.lin(I, H, 2.0) for _ in range(E)]), 4)
+        down = ts.put_q(m + "switch_mlp.down_proj", outputs(np.stack([ts.lin(H, I, 1.0) for _ in range(E)])), 4)
+        ts.hf[hm + "experts.gate_up_proj"] = torch.from_numpy(np.concatenate([gate, up], axis=1))
+        ts.hf[hm + "experts.down_proj"] = torch.from_numpy(down)
+        ts.hf[hm + "shared_expert.gate_proj.weight"] = torch.from_numpy(ts.put_q(m + "shared_expert.gate_proj", ts.lin(S, H, 2.0), 4))
+        ts.hf[hm + "shared_expert.up_proj.weight"] = torch.from_numpy(ts.put_q(m + "shared_expert.up_proj", ts.lin(S, H, 2.0), 4))
+        ts.hf[hm + "shared_expert.down_proj.weight"] = torch.from_numpy(ts.put_q(m + "shared_expert.down_proj", outputs(ts.lin(H, S, 1.0)), 4))
+        ts.hf[hm + "shared_expert_gate.weight"] = torch.from_numpy(ts.put_q(m + "shared_expert_gate", ts.lin(1, H, 2.0), 8))
+
+    def set_routers(weights):
+        for (mlx_name, hf_name, random, experts), weight in zip(routers, weights):
+            w = random.copy()
+            for channel, chosen in zip(channels, experts):
+                w[chosen, channel] = weight
+            ts.hf[hf_name] = torch.from_numpy(ts.put_q(mlx_name, w, 8))
+
+    return channels, token_type, routers, set_routers
+
+
 def build(name, spec, outdir):
     """Retries seeds until no routing decision is within reach of bfloat16's rounding and no greedy
     decision is a near-tie (those would make the comparison depend on rounding rather than on
@@ -238,114 +359,10 @@ def build_seed(name, spec, outdir, seed):
 
     prefix = "language_model.model." if spec["wrapper"] else "model."
     head = "language_model.lm_head" if spec["wrapper"] else "lm_head"
-    mlx = {}      # MLX tensor name -> numpy array (uint32 / uint16-as-bf16 / float32)
-    dtypes = {}   # names stored as bf16 (uint16 bits)
-    hf = {}       # HF parameter name -> float32 tensor to load
-    qoverride = {}
-
-    def put_q(mlx_name, w, bits):
-        packed, s, b, deq = quantize(w, bits)
-        mlx[mlx_name + ".weight"] = packed
-        mlx[mlx_name + ".scales"] = s
-        mlx[mlx_name + ".biases"] = b
-        dtypes[mlx_name + ".scales"] = dtypes[mlx_name + ".biases"] = "BF16"
-        if bits != 4:
-            qoverride[mlx_name.removesuffix(".weight")] = {"group_size": 64, "bits": bits}
-        return deq
-
-    def put_bf16(mlx_name, w):
-        f, u = bf16_round(w)
-        mlx[mlx_name] = u
-        dtypes[mlx_name] = "BF16"
-        return f
-
-    def lin(out_f, in_f, gain=1.0):
-        return (rng.standard_normal((out_f, in_f)) * gain / np.sqrt(in_f)).astype(np.float32)
-
-    def zc_norm(mlx_name, hf_name, dim):
-        # MLX stores 1+w for the zero-centred norms; HF adds the 1 itself.
-        stored = put_bf16(mlx_name, 1.0 + rng.standard_normal(dim).astype(np.float32) * 0.2)
-        hf[hf_name] = torch.from_numpy(stored) - 1.0
-
-    V = text["vocab_size"]
-    E, top_k = text["num_experts"], text["num_experts_per_tok"]
-    # Token types for bfloat16-safe routing (the module's docstring): each type's channel, each token
-    # id's type; outputs() zeroes the type channels' rows of a layer's output projections.
-    channels = rng.choice(H, ROUTE_TYPES, replace=False)
-    token_type = rng.integers(0, ROUTE_TYPES, size=V)
-    embed = rng.standard_normal((V, H))
-    embed[:, channels] = 0
-    embed[np.arange(V), channels[token_type]] = TYPE_VALUE
-    routers = []  # (MLX name, HF name, random part, each type's experts) per layer
-
-    def outputs(w):
-        w[..., channels, :] = 0
-        return w
-    hf["model.embed_tokens.weight"] = torch.from_numpy(put_q(prefix + "embed_tokens", embed.astype(np.float32), 4))
-    hf["lm_head.weight"] = torch.from_numpy(put_q(head, lin(V, H, 2.0), 4))
-    zc_norm(prefix + "norm.weight", "model.norm.weight", H)
-
-    for i, lt in enumerate(text["layer_types"]):
-        p = f"{prefix}layers.{i}."
-        hp = f"model.layers.{i}."
-        zc_norm(p + "input_layernorm.weight", hp + "input_layernorm.weight", H)
-        zc_norm(p + "post_attention_layernorm.weight", hp + "post_attention_layernorm.weight", H)
-        if lt == "linear_attention":
-            nk, nv = text["linear_num_key_heads"], text["linear_num_value_heads"]
-            dk, dv = text["linear_key_head_dim"], text["linear_value_head_dim"]
-            conv_dim = 2 * nk * dk + nv * dv
-            K = text["linear_conv_kernel_dim"]
-            la, hl = p + "linear_attn.", hp + "linear_attn."
-            hf[hl + "in_proj_qkv.weight"] = torch.from_numpy(put_q(la + "in_proj_qkv", lin(conv_dim, H, 2.0), 4))
-            hf[hl + "in_proj_z.weight"] = torch.from_numpy(put_q(la + "in_proj_z", lin(nv * dv, H, 2.0), 4))
-            hf[hl + "in_proj_b.weight"] = torch.from_numpy(put_q(la + "in_proj_b", lin(nv, H, 2.0), 4))
-            hf[hl + "in_proj_a.weight"] = torch.from_numpy(put_q(la + "in_proj_a", lin(nv, H, 2.0), 4))
-            hf[hl + "out_proj.weight"] = torch.from_numpy(put_q(la + "out_proj", outputs(lin(H, nv * dv, 1.0)), 4))
-            conv = (rng.standard_normal((conv_dim, 1, K)) * 0.5).astype(np.float32)
-            conv_f = put_bf16(la + "conv1d.weight", np.ascontiguousarray(np.moveaxis(conv, 2, 1)))  # [C,K,1]
-            hf[hl + "conv1d.weight"] = torch.from_numpy(np.ascontiguousarray(np.moveaxis(conv_f, 1, 2)))
-            hf[hl + "dt_bias"] = torch.from_numpy(put_bf16(la + "dt_bias", rng.standard_normal(nv).astype(np.float32)))
-            a_log = np.log(rng.uniform(0.5, 16, nv)).astype(np.float32)
-            if spec["a_log_dtype"] == "BF16":
-                a_log = put_bf16(la + "A_log", a_log)
-            else:
-                mlx[la + "A_log"] = a_log
-            hf[hl + "A_log"] = torch.from_numpy(a_log.copy())
-            hf[hl + "norm.weight"] = torch.from_numpy(
-                put_bf16(la + "norm.weight", 1.0 + rng.standard_normal(dv).astype(np.float32) * 0.2))
-        else:
-            nh, nkv, hd = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
-            sa, hs = p + "self_attn.", hp + "self_attn."
-            hf[hs + "q_proj.weight"] = torch.from_numpy(put_q(sa + "q_proj", lin(nh * hd * 2, H, 2.0), 4))
-            hf[hs + "k_proj.weight"] = torch.from_numpy(put_q(sa + "k_proj", lin(nkv * hd, H, 2.0), 4))
-            hf[hs + "v_proj.weight"] = torch.from_numpy(put_q(sa + "v_proj", lin(nkv * hd, H, 2.0), 4))
-            hf[hs + "o_proj.weight"] = torch.from_numpy(put_q(sa + "o_proj", outputs(lin(H, nh * hd, 1.0)), 4))
-            zc_norm(sa + "q_norm.weight", hs + "q_norm.weight", hd)
-            zc_norm(sa + "k_norm.weight", hs + "k_norm.weight", hd)
-        I, S = text["moe_intermediate_size"], text["shared_expert_intermediate_size"]
-        m, hm = p + "mlp.", hp + "mlp."
-        # A random router plus each type channel's weight on that type's k experts (set_routers):
-        # the top-k set follows the token's type, the order and the weights within it the random part.
-        router = lin(E, H, 1.0)
-        router[:, channels] = 0
-        routers.append((m + "gate", hm + "gate.weight", router, [rng.choice(E, top_k, replace=False) for _ in channels]))
-        gate = put_q(m + "switch_mlp.gate_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
-        up = put_q(m + "switch_mlp.up_proj", np.stack([lin(I, H, 2.0) for _ in range(E)]), 4)
-        down = put_q(m + "switch_mlp.down_proj", outputs(np.stack([lin(H, I, 1.0) for _ in range(E)])), 4)
-        hf[hm + "experts.gate_up_proj"] = torch.from_numpy(np.concatenate([gate, up], axis=1))
-        hf[hm + "experts.down_proj"] = torch.from_numpy(down)
-        hf[hm + "shared_expert.gate_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.gate_proj", lin(S, H, 2.0), 4))
-        hf[hm + "shared_expert.up_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.up_proj", lin(S, H, 2.0), 4))
-        hf[hm + "shared_expert.down_proj.weight"] = torch.from_numpy(put_q(m + "shared_expert.down_proj", outputs(lin(H, S, 1.0)), 4))
-        hf[hm + "shared_expert_gate.weight"] = torch.from_numpy(put_q(m + "shared_expert_gate", lin(1, H, 2.0), 8))
-
-    def set_routers(weights):
-        for (mlx_name, hf_name, random, experts), weight in zip(routers, weights):
-            w = random.copy()
-            for channel, chosen in zip(channels, experts):
-                w[chosen, channel] = weight
-            hf[hf_name] = torch.from_numpy(put_q(mlx_name, w, 8))
-
+    ts = Tensors(rng)
+    mlx, dtypes, hf, qoverride = ts.mlx, ts.dtypes, ts.hf, ts.qoverride
+    channels, token_type, routers, set_routers = text_weights(ts, text, prefix, head, spec["a_log_dtype"])
+    V, E, top_k = text["vocab_size"], text["num_experts"], text["num_experts_per_tok"]
     set_routers([ROUTE_LOGIT / TYPE_VALUE] * len(routers))
     sd = model.state_dict()
     missing = sorted(set(sd) - set(hf))
