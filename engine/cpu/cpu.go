@@ -49,9 +49,9 @@ type State struct {
 	// Delta is how far the rotary position of the next text token is from its slot: images
 	// advance the position by their longer side rather than their token count (backend.Positions).
 	Delta int
-	conv [][]float32 // per GDN layer: the last kernel-1 pre-conv inputs, oldest first, [kernel-1][channels]
-	ssm  [][]float32 // per GDN layer: [valueHeads][keyDim][valueDim]
-	k, v [][]float32 // per attention layer: [pos][kvHeads·headDim], grown as tokens arrive
+	conv  [][]float32 // per GDN layer: the last kernel-1 pre-conv inputs, oldest first, [kernel-1][channels]
+	ssm   [][]float32 // per GDN layer: [valueHeads][keyDim][valueDim]
+	k, v  [][]float32 // per attention layer: [pos][kvHeads·headDim], grown as tokens arrive
 }
 
 // NewState returns an empty sequence state.
