@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/engine/grammar"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/tokenizer"
+	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/resources"
 )
 
@@ -55,6 +57,9 @@ func (b *scripted) Describe() backend.Description {
 func (b *scripted) StepRows(rows []backend.Row) []backend.RowResult { return backend.StepEach(rows) }
 func (b *scripted) Batched() (steps, rows int64)                    { return 0, 0 }
 func (b *scripted) Fits([]int) bool                                 { return true }
+func (b *scripted) EncodeImage(*vision.Pixels) ([][]float32, error) {
+	return nil, errors.New("scripted: no vision tower")
+}
 
 type scriptSession struct {
 	b      *scripted

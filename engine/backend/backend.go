@@ -12,6 +12,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/sample"
+	"github.com/lilyformac/lily/engine/vision"
 )
 
 // Backend runs one loaded model.
@@ -27,6 +28,10 @@ type Backend interface {
 	StepRows(rows []Row) []RowResult
 	// Batched is how many steps ran several rows at once, and the rows they ran.
 	Batched() (steps, rows int64)
+	// EncodeImage runs the vision tower over an image's patch rows: one row of the model's hidden
+	// size per merged block, the embeddings that replace its pad tokens (Image.Embeds). An error
+	// when Describe().Vision is off.
+	EncodeImage(px *vision.Pixels) ([][]float32, error)
 	// Fits says whether sequences reaching the given positions (prompt plus the most tokens each
 	// may generate) can run at once, so the engine loop admits a sequence only when its memory is
 	// sure to be there (a GPU's sessions share a fixed pool of KV pages).
@@ -54,6 +59,10 @@ type Description struct {
 	// PrefillRoute is the route the batched prefill takes ("tensor" or "simdgroup"; "": the
 	// backend has none), and why.
 	PrefillRoute, PrefillRouteWhy string
+	// Vision says whether prompts may hold images (EncodeImage, ForwardImages); VisionWhy says
+	// why not (images then become text placeholders).
+	Vision    bool
+	VisionWhy string
 }
 
 // PrefillChunk is the largest batched prefill chunk (0: none).
@@ -135,6 +144,7 @@ type GenRow struct {
 type Row struct {
 	Session Session
 	Tokens  []int
+	Images  []Image // the images among Tokens (At relative to Tokens; none: text)
 }
 
 // RowResult is what a step gives one row: the logits row after its last token, or why the row
@@ -149,7 +159,7 @@ type RowResult struct {
 func StepEach(rows []Row) []RowResult {
 	out := make([]RowResult, len(rows))
 	for i, r := range rows {
-		logits, err := r.Session.Forward(r.Tokens, false)
+		logits, err := r.Session.ForwardImages(r.Tokens, r.Images, false)
 		if err == nil {
 			out[i].Logits = logits[0]
 		}

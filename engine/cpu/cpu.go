@@ -15,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/engine/f32"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/quant"
+	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/internal/hostmem"
 )
 
@@ -24,6 +25,9 @@ type Model struct {
 	cfg     *config.Config
 	invFreq []float32 // RoPE inverse frequencies, rotaryDim/2 of them
 	axis    []int     // the position axis (time, height, width) each frequency reads
+
+	towerOnce sync.Once
+	tower     *vision.Tower
 
 	// OnLayer, when set, sees the residual stream after each layer (for tests and debugging).
 	OnLayer func(layer int, hidden [][]float32)
@@ -478,9 +482,23 @@ func (m *Model) Name() string { return "cpu" }
 func (m *Model) Config() *config.Config { return m.cfg }
 
 // Describe is the CPU reference's description: the model's whole context, no memory limit of its
-// own on the sequences at once, prompts token by token.
+// own on the sequences at once, prompts token by token, images when the checkpoint has a tower.
 func (m *Model) Describe() backend.Description {
-	return backend.Description{Name: m.Name(), Context: m.cfg.MaxPositions}
+	d := backend.Description{Name: m.Name(), Context: m.cfg.MaxPositions, Vision: m.W.Vision != nil, VisionWhy: m.cfg.VisionOff}
+	if d.Vision {
+		d.VisionWhy = ""
+	}
+	return d
+}
+
+// EncodeImage runs the float32 tower (built on first use: its float32 copy of the weights is
+// made only when an image comes).
+func (m *Model) EncodeImage(px *vision.Pixels) ([][]float32, error) {
+	if m.W.Vision == nil {
+		return nil, fmt.Errorf("cpu: no vision tower: %s", m.cfg.VisionOff)
+	}
+	m.towerOnce.Do(func() { m.tower = vision.NewTower(m.cfg.Vision, m.W.Vision) })
+	return m.tower.Encode(px), nil
 }
 
 // StepRows runs rows one after another (backend.StepEach): the reference has no batched step.

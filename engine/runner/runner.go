@@ -22,6 +22,7 @@ import (
 // Request is one generation.
 type Request struct {
 	Prompt    []int
+	Images    []Image // the encoded images among Prompt's tokens, in order
 	MaxTokens int
 	Sampling  sample.Params
 	StopIDs   []int                 // generation ends after one of these ids (it is reported)
@@ -38,6 +39,14 @@ type Request struct {
 	// Steer, when set, shapes the generation token by token (a thinking budget, constrained
 	// decoding); a steered generation samples on the host. It runs on the engine loop.
 	Steer Steer
+}
+
+// Image is an encoded image in a request's prompt: its pad tokens are Prompt[At : At+H·W].
+type Image struct {
+	backend.Image
+	// ID names the image's pixels (a hash of its bytes): the prefix cache keys its pad tokens by
+	// it, so a prompt with other pixels at the same place never matches.
+	ID uint64
 }
 
 // Steer shapes a generation token by token.

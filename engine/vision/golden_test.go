@@ -80,8 +80,14 @@ func TestPixelsMatchTransformers(t *testing.T) {
 	}
 }
 
-func imageWidth(t *testing.T, data []byte) int  { img, _, _ := vision.Decode(data); return img.Bounds().Dx() }
-func imageHeight(t *testing.T, data []byte) int { img, _, _ := vision.Decode(data); return img.Bounds().Dy() }
+func imageWidth(t *testing.T, data []byte) int {
+	img, _, _ := vision.Decode(data)
+	return img.Bounds().Dx()
+}
+func imageHeight(t *testing.T, data []byte) int {
+	img, _, _ := vision.Decode(data)
+	return img.Bounds().Dy()
+}
 
 // goldenPixels are transformers' own rows for an image, folded: the tower's test input.
 func goldenPixels(t *testing.T, im *goldens.VisionImage) *vision.Pixels {

@@ -15,6 +15,7 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/internal/hostmem"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
@@ -176,8 +177,12 @@ func (e *GPU) Config() *config.Config { return e.w.Config }
 func (e *GPU) Describe() backend.Description {
 	s := e.size
 	return backend.Description{Name: e.name, Context: e.step.MaxCtx, ContextWhy: s.ContextWhy, Parallel: s.Parallel, ParallelWhy: s.ParallelWhy,
-		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy}
+		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy,
+		VisionWhy: ErrNoImages.Error()}
 }
+
+// EncodeImage is refused: the tower's kernels are not on Metal yet (ErrNoImages).
+func (e *GPU) EncodeImage(*vision.Pixels) ([][]float32, error) { return nil, ErrNoImages }
 
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.

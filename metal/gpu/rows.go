@@ -233,6 +233,9 @@ func (e *GPU) Batched() (steps, rows int64) {
 // this backend that lives in a row and has a page for its next position (which it takes here).
 // The caller holds the step lock.
 func (e *GPU) batchable(r backend.Row) *Session {
+	if len(r.Images) > 0 {
+		return nil // refused by the session's ForwardImages (ErrNoImages)
+	}
 	s, ok := r.Session.(*Session)
 	if !ok || s.e != e || s.err != nil || s.lane == nil || s.row < 0 || len(r.Tokens) != 1 {
 		return nil
