@@ -154,12 +154,20 @@ type RowResult struct {
 	Err    error
 }
 
-// StepEach runs rows one after another through each session's Forward: a StepRows that is
-// batch-invariant by construction (the CPU backend's, and a GPU's for rows it cannot batch).
+// StepEach runs rows one after another through each session's Forward (ForwardImages for a row
+// holding images): a StepRows that is batch-invariant by construction (the CPU backend's, and a
+// GPU's for rows it cannot batch). Text rows keep to Forward, so a session that wraps another
+// (a test's logging session, say) sees text exactly as before images existed.
 func StepEach(rows []Row) []RowResult {
 	out := make([]RowResult, len(rows))
 	for i, r := range rows {
-		logits, err := r.Session.ForwardImages(r.Tokens, r.Images, false)
+		var logits [][]float32
+		var err error
+		if len(r.Images) == 0 {
+			logits, err = r.Session.Forward(r.Tokens, false)
+		} else {
+			logits, err = r.Session.ForwardImages(r.Tokens, r.Images, false)
+		}
 		if err == nil {
 			out[i].Logits = logits[0]
 		}

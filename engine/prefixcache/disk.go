@@ -242,8 +242,13 @@ func (d *Disk) Wants(tokens []int) bool {
 	return !ok
 }
 
-// Put queues a write of a snapshot's encoding; it never blocks.
+// Put queues a write of a snapshot's encoding; it never blocks. A file stores 32 bits a token,
+// so tokens outside the int32 range (which would not read back) are not written.
 func (d *Disk) Put(tokens []int, data []byte, logits []float32) {
+	if slices.ContainsFunc(tokens, func(t int) bool { return t != int(int32(t)) }) {
+		d.dropped.Add(1)
+		return
+	}
 	d.pending.Add(1)
 	select {
 	case d.jobs <- diskJob{slices.Clone(tokens), data, slices.Clone(logits)}:
@@ -383,10 +388,13 @@ func fileName(tokens []int) string {
 	return hex.EncodeToString(h.Sum(nil)[:16]) + snapSuffix
 }
 
+// u32s reads the tokens a file stores, 32 bits each, as signed values: token ids are far below
+// 2³¹, and the engine loop keys an image's tokens by negative values (written as their two's
+// complement), which must read back as they were written.
 func u32s(raw []byte) []int {
 	out := make([]int, len(raw)/4)
 	for i := range out {
-		out[i] = int(binary.LittleEndian.Uint32(raw[4*i:]))
+		out[i] = int(int32(binary.LittleEndian.Uint32(raw[4*i:])))
 	}
 	return out
 }

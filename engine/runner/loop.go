@@ -89,7 +89,7 @@ func (r *Runner) fitting(run, arrivals []*seq) int {
 func (r *Runner) start(s *seq) error {
 	s.started = time.Now()
 	s.res.Queued = s.started.Sub(s.arrived)
-	hit, fromDisk := r.lookup(s.req)
+	hit, fromDisk := r.lookup(s)
 	if hit == nil {
 		s.sess = r.b.NewSession()
 		s.marks = r.marks(s.req, 0)
@@ -246,7 +246,8 @@ func (r *Runner) step(decoding []*seq, pf *prefill) {
 		rows = append(rows, backend.Row{Session: s.sess, Tokens: s.res.Tokens[len(s.res.Tokens)-1:]})
 	}
 	if pf != nil {
-		rows = append(rows, backend.Row{Session: pf.s.sess, Tokens: pf.s.req.Prompt[pf.s.done:pf.end]})
+		s := pf.s
+		rows = append(rows, backend.Row{Session: s.sess, Tokens: s.req.Prompt[s.done:pf.end], Images: sliceImages(s.req.Images, s.done, pf.end)})
 	}
 	if len(rows) == 0 {
 		return
@@ -273,19 +274,18 @@ func (r *Runner) prefilled(pf *prefill, res backend.RowResult) {
 		return
 	}
 	s.done = pf.end
-	prompt := s.req.Prompt
 	if len(s.marks) > 0 && s.marks[0] == s.done {
 		s.marks = s.marks[1:]
-		r.save(s.req, prompt[:s.done], s.sess, res.Logits, slices.Contains(s.req.Checkpoints, s.done))
+		r.save(s.req, s.key[:s.done], s.sess, res.Logits, slices.Contains(s.req.Checkpoints, s.done))
 	}
 	s.out.post(event{progress: true, done: s.done})
-	if s.done < len(prompt) {
+	if s.done < len(s.key) {
 		return
 	}
 	s.logits = res.Logits
 	s.res.Prefill = time.Since(s.started)
-	if s.res.CachedTokens < len(prompt) {
-		r.save(s.req, prompt, s.sess, s.logits, false)
+	if s.res.CachedTokens < len(s.key) {
+		r.save(s.req, s.key, s.sess, s.logits, false)
 	}
 }
 
@@ -376,9 +376,10 @@ func (r *Runner) end(s *seq, err error) {
 	s.out.post(event{final: true, res: res, err: err})
 }
 
-// save stores the state of sess, which has consumed tokens, in the prefix cache (unless the
-// request opts out or the cache holds that state already), and with persist on disk too. A
-// failed save only costs the entry.
+// save stores the state of sess, which has consumed what tokens keys (the cache key's prefix, and
+// generated tokens), in the prefix cache (unless the request opts out or the cache holds that
+// state already), and with persist on disk too. A failed save only costs the entry; a snapshot
+// the backend cannot encode (the CPU's after an image) stays in memory only.
 func (r *Runner) save(req Request, tokens []int, sess backend.Session, logits []float32, persist bool) {
 	if req.NoCache {
 		return
@@ -421,17 +422,17 @@ func (r *Runner) marks(req Request, cached int) []int {
 	return slices.Compact(out)
 }
 
-// lookup finds the longest cached prefix of the prompt: in memory, or on disk when the disk
-// holds a longer one (fromDisk: the entry is loaded, not yet in memory).
-func (r *Runner) lookup(req Request) (hit *prefixcache.Entry, fromDisk bool) {
-	if req.NoCache {
+// lookup finds the longest cached prefix of s's prompt (by its key): in memory, or on disk when
+// the disk holds a longer one (fromDisk: the entry is loaded, not yet in memory).
+func (r *Runner) lookup(s *seq) (hit *prefixcache.Entry, fromDisk bool) {
+	if s.req.NoCache {
 		return nil, false
 	}
-	hit = r.cache.Lookup(req.Prompt)
+	hit = r.cache.Lookup(s.key)
 	if r.disk == nil {
 		return hit, false
 	}
-	de := r.disk.Longest(req.Prompt)
+	de := r.disk.Longest(s.key)
 	if de == nil || hit != nil && len(de.Tokens) <= len(hit.Tokens) {
 		return hit, false
 	}

@@ -196,6 +196,9 @@ func (r *Runner) check(req Request) error {
 	if r.ctxLength > 0 && len(req.Prompt)+req.MaxTokens > r.ctxLength {
 		return fmt.Errorf("runner: %d prompt + %d new tokens exceed the context of %d", len(req.Prompt), req.MaxTokens, r.ctxLength)
 	}
+	if err := r.checkImages(req); err != nil {
+		return err
+	}
 	return req.Sampling.Validate()
 }
 

@@ -15,6 +15,7 @@ import (
 type seq struct {
 	ctx context.Context
 	req Request
+	key []int // the prompt as the prefix cache knows it (cacheKey)
 
 	// Owned by the loop.
 	res      Result
@@ -37,7 +38,7 @@ type seq struct {
 }
 
 func newSeq(ctx context.Context, req Request) *seq {
-	s := &seq{ctx: ctx, req: req, params: req.Sampling, arrived: time.Now()}
+	s := &seq{ctx: ctx, req: req, key: cacheKey(req), params: req.Sampling, arrived: time.Now()}
 	s.res.PromptTokens = len(req.Prompt)
 	if s.params.Seed == nil { // one seed for the host's choices and the device's
 		seed := rand.Uint64()
@@ -54,10 +55,11 @@ func (s *seq) reach() int { return len(s.req.Prompt) + s.req.MaxTokens }
 // prefilling reports whether the session has not yet consumed the whole prompt.
 func (s *seq) prefilling() bool { return s.logits == nil }
 
-// history is the sequence the session has consumed: the prompt and generated tokens.
+// history is the key of what the session has consumed: the prompt's (its images keyed by their
+// pixels) and the generated tokens.
 func (s *seq) history() []int {
-	h := make([]int, 0, len(s.req.Prompt)+s.consumed)
-	return append(append(h, s.req.Prompt...), s.res.Tokens[:s.consumed]...)
+	h := make([]int, 0, len(s.key)+s.consumed)
+	return append(append(h, s.key...), s.res.Tokens[:s.consumed]...)
 }
 
 // event is what the loop hands the caller: a token, a prefill's progress, or the end.
