@@ -53,23 +53,11 @@ func Decode(data []byte) (image.Image, string, error) {
 
 // DecodeLimit is Decode refusing, from the header alone, an image over maxPixels pixels.
 func DecodeLimit(data []byte, maxPixels int) (image.Image, string, error) {
-	format, err := sniff(data)
+	_, format, err := DecodeConfigLimit(data, maxPixels)
 	if err != nil {
-		return nil, "", err
+		return nil, format, err
 	}
-	c := codecs[format]
-	cfg, err := c.config(bytes.NewReader(data))
-	if err != nil {
-		return nil, format, fmt.Errorf("vision: reading the %s header: %w", format, err)
-	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return nil, format, fmt.Errorf("vision: the %s image declares an empty %d×%d size", format, cfg.Width, cfg.Height)
-	}
-	if px := int64(cfg.Width) * int64(cfg.Height); px > int64(maxPixels) {
-		return nil, format, fmt.Errorf("%w: the %s image is %d×%d = %d pixels, over the limit of %d",
-			ErrTooLarge, format, cfg.Width, cfg.Height, px, maxPixels)
-	}
-	img, err := c.decode(bytes.NewReader(data))
+	img, err := codecs[format].decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, format, fmt.Errorf("vision: decoding the %s image: %w", format, err)
 	}
