@@ -58,6 +58,7 @@ type anthBlock struct {
 	IsError   bool            `json:"is_error"`
 	Thinking  string          `json:"thinking"`
 	Signature string          `json:"signature"`
+	Source    json.RawMessage `json:"source"` // an image's
 }
 
 type anthTool struct {
@@ -186,6 +187,20 @@ type oaMessage struct {
 	ReasoningContent string       `json:"reasoning_content,omitempty"`
 	ToolCalls        []oaToolCall `json:"tool_calls,omitempty"`
 	ToolCallID       string       `json:"tool_call_id,omitempty"`
+	// Parts, when set, is the content instead of Content: text and images in order (content).
+	Parts []oaPart `json:"-"`
+}
+
+// MarshalJSON writes Parts as the content when the message has them.
+func (m oaMessage) MarshalJSON() ([]byte, error) {
+	type plain oaMessage
+	if m.Parts == nil {
+		return json.Marshal(plain(m))
+	}
+	return json.Marshal(struct {
+		plain
+		Content []oaPart `json:"content"`
+	}{plain(m), m.Parts})
 }
 
 type oaToolCall struct {
@@ -266,11 +281,11 @@ func anthBlocks(raw json.RawMessage) ([]anthBlock, error) {
 func translateMessage(role string, blocks []anthBlock, sig thinkingSigner) ([]oaMessage, error) {
 	var out []oaMessage
 	own := oaMessage{Role: role}
-	var text strings.Builder
+	var text content
 	for _, b := range blocks {
 		switch b.Type {
 		case "text":
-			text.WriteString(b.Text)
+			text.addText(b.Text)
 		case "tool_use":
 			if role != "assistant" {
 				return nil, fmt.Errorf("tool_use blocks belong to assistant messages")
@@ -286,28 +301,31 @@ func translateMessage(role string, blocks []anthBlock, sig thinkingSigner) ([]oa
 			if role != "user" {
 				return nil, fmt.Errorf("tool_result blocks belong to user messages")
 			}
-			result, err := toolResultText(b)
+			result, err := toolResult(b)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, oaMessage{Role: "tool", Content: result, ToolCallID: b.ToolUseID})
+			tool := oaMessage{Role: "tool", ToolCallID: b.ToolUseID}
+			result.set(&tool)
+			out = append(out, tool)
 		case "thinking":
 			if role == "assistant" {
 				own.ReasoningContent += sig.text(b.Thinking, b.Signature)
 			}
 		case "redacted_thinking":
 		case "image":
-			text.WriteString(imagePlaceholder)
+			addAnthImage(&text, b.Source)
 		case "document", "audio":
-			return nil, fmt.Errorf("%s blocks are not supported: Lily serves a text-only model", b.Type)
+			return nil, fmt.Errorf("%s blocks are not supported: Lily reads text and images", b.Type)
 		default:
 			return nil, fmt.Errorf("content block type %q is not supported", b.Type)
 		}
 	}
-	own.Content = text.String()
+	hasOwn := !text.empty()
+	text.set(&own)
 	switch role {
 	case "user", "system":
-		if own.Content != "" || len(out) == 0 {
+		if hasOwn || len(out) == 0 {
 			out = append(out, own)
 		}
 	case "assistant":
@@ -318,36 +336,58 @@ func translateMessage(role string, blocks []anthBlock, sig thinkingSigner) ([]oa
 	return out, nil
 }
 
-// toolResultText is a tool_result's content as text: a string, or text blocks joined; an image
-// or a document in a result becomes a placeholder, so a screenshot tool does not end the agent's
-// loop.
-func toolResultText(b anthBlock) (string, error) {
-	raw := bytes.TrimSpace(b.Content)
-	var text string
-	if len(raw) > 0 && string(raw) != "null" {
-		blocks, err := anthBlocks(raw)
-		if err != nil {
-			return "", fmt.Errorf("tool_result content %v", err)
-		}
-		var parts []string
-		for _, c := range blocks {
-			switch c.Type {
-			case "text":
-				parts = append(parts, c.Text)
-			case "image":
-				parts = append(parts, imagePlaceholder)
-			case "document":
-				parts = append(parts, "[a document was returned here; this model reads text only]")
-			default:
-				return "", fmt.Errorf("tool_result content block type %q is not supported", c.Type)
-			}
-		}
-		text = strings.Join(parts, "\n")
-	}
+// toolResult is a tool_result's content: a string, or text blocks joined by newlines, with its
+// images where they stand (a screenshot tool's, a Read of a PNG); a document in a result becomes
+// a placeholder, so the agent's loop goes on.
+func toolResult(b anthBlock) (*content, error) {
+	var c content
 	if b.IsError {
-		text = "Error: " + text
+		c.addText("Error: ")
 	}
-	return text, nil
+	raw := bytes.TrimSpace(b.Content)
+	if len(raw) == 0 || string(raw) == "null" {
+		return &c, nil
+	}
+	blocks, err := anthBlocks(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tool_result content %v", err)
+	}
+	for i, blk := range blocks {
+		if i > 0 {
+			c.addText("\n")
+		}
+		switch blk.Type {
+		case "text":
+			c.addText(blk.Text)
+		case "image":
+			addAnthImage(&c, blk.Source)
+		case "document":
+			c.addText("[a document was returned here; this model reads text and images only]")
+		default:
+			return nil, fmt.Errorf("tool_result content block type %q is not supported", blk.Type)
+		}
+	}
+	return &c, nil
+}
+
+// addAnthImage adds an Anthropic image block's source: base64 bytes (as a data URL) or a URL;
+// another source (a Files API id) becomes a placeholder saying so.
+func addAnthImage(c *content, raw json.RawMessage) {
+	var src struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	}
+	json.Unmarshal(raw, &src)
+	switch {
+	case src.Type == "base64" && src.Data != "":
+		c.addImage(dataURL(src.MediaType, src.Data))
+	case src.Type == "url" && src.URL != "":
+		c.addImage(src.URL)
+	default:
+		c.addText(imagePlaceholder(fmt.Sprintf("an image source of type %q is not supported", src.Type)))
+	}
 }
 
 // thinkingSigner makes and reads the signature of a thinking block: the text itself with an
@@ -412,12 +452,18 @@ func (s *Server) countTokens(c *gin.Context) {
 		return
 	}
 	defer a.end()
+	msgs, extra, err := countImages(m.Images, m.VisionWhy, p.t.messages)
+	if err != nil {
+		abortWith(c, err)
+		return
+	}
+	p.t.messages = msgs
 	text, err := renderTurn(m, p)
 	if err != nil {
 		abortWith(c, err)
 		return
 	}
-	reply(c, http.StatusOK, gin.H{"input_tokens": len(m.Tokenizer.Encode(text))})
+	reply(c, http.StatusOK, gin.H{"input_tokens": len(m.Tokenizer.Encode(text)) + extra})
 }
 
 // messagesCall carries one Messages answer's state.

@@ -220,7 +220,7 @@ func TestMessagesErrors(t *testing.T) {
 		kind, msg string
 	}{
 		"no max_tokens":    {`{"messages":[{"role":"user","content":"x"}]}`, "k", 400, "invalid_request_error", "max_tokens"},
-		"document":         {`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"AA=="}}]}]}`, "k", 400, "invalid_request_error", "text-only"},
+		"document":         {`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"AA=="}}]}]}`, "k", 400, "invalid_request_error", "reads text and images"},
 		"bad key":          {`{"max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, "nope", 401, "authentication_error", "API key"},
 		"thinking type":    {`{"max_tokens":5,"thinking":{"type":"sometimes"},"messages":[{"role":"user","content":"x"}]}`, "k", 400, "invalid_request_error", "thinking.type"},
 		"tool_use in user": {`{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_use","id":"a","name":"b","input":{}}]}]}`, "k", 400, "invalid_request_error", "assistant"},

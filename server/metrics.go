@@ -17,6 +17,8 @@ type metrics struct {
 	ttft            prometheus.Histogram
 	decodeRate      prometheus.Gauge
 	lastDecodeBits  atomic.Uint64 // float64 bits of the last generation's decode tok/s
+	// imagePlaceholders counts images that became a text placeholder (imagePlaceholder).
+	imagePlaceholders prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -42,6 +44,10 @@ func newMetrics(s *Server) *metrics {
 	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lily_prefix_cache_disk_bytes", Help: "Bytes of the prefix cache's disk tier."}, func() float64 { return float64(s.diskStats().Bytes) })
 	diskLoads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_loads_total", Help: "Prefixes restored from disk."}, func() float64 { return float64(s.diskStats().Loads) })
 	diskWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_prefix_cache_disk_writes_total", Help: "Snapshots written to disk."}, func() float64 { return float64(s.diskStats().Writes) })
+	m.imagePlaceholders = prometheus.NewCounter(prometheus.CounterOpts{Name: "lily_image_placeholders_total", Help: "Images in prompts that could not be used and became a text placeholder."})
+	encodes := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_image_encodes_total", Help: "Images the vision tower encoded."}, func() float64 { n, _ := s.imageStats(); return float64(n) })
+	imageHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_image_cache_hits_total", Help: "Images served from the cache of encoded images (not encoded again)."}, func() float64 { _, n := s.imageStats(); return float64(n) })
+	m.reg.MustRegister(m.imagePlaceholders, encodes, imageHits)
 	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, waiting, parallel, batchedSteps, batchedRows, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
 		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m

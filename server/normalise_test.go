@@ -54,7 +54,7 @@ func TestNormalisationInEveryDialect(t *testing.T) {
 			anthReq("", `[{"role":"user","content":"Hi"},{"role":"system","content":"Late"}]`),
 			ollamaReq(`[{"role":"user","content":"Hi"},{"role":"system","content":"Late"}]`),
 		}},
-		{"an image is a placeholder", `[{"role":"user","content":"What is this?` + imagePlaceholder + `"}]`, []dialect{
+		{"an image is a placeholder", `[{"role":"user","content":"What is this?` + imagePlaceholder("this server runs no vision tower") + `"}]`, []dialect{
 			chatReq(`[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]`),
 			respReq(`[{"role":"user","content":[{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]`),
 			anthReq("", `[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]`),

@@ -9,8 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -32,6 +32,14 @@ const ollamaVersion = "0.12.0"
 const ollamaArch = "qwen3moe"
 
 var ollamaCapabilities = []string{"completion", "tools", "thinking"}
+
+// capabilities are a model's Ollama capabilities: "vision" when it sees images.
+func capabilities(m *Model) []string {
+	if m.Images != nil {
+		return append(slices.Clone(ollamaCapabilities), "vision")
+	}
+	return ollamaCapabilities
+}
 
 // ollamaForever is the expiry /api/ps reports: the model stays loaded while Lily runs.
 var ollamaForever = time.Date(2999, 12, 31, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
@@ -92,7 +100,7 @@ func ollamaDetailsOf(m *Model) ollamaDetails {
 func (s *Server) ollamaModelOf(m *Model) ollamaModel {
 	sum := sha256.Sum256([]byte(m.ID)) // stable while the served model is
 	return ollamaModel{Name: m.ID, Model: m.ID, ModifiedAt: s.started.UTC().Format(time.RFC3339), Size: m.Size,
-		Digest: hex.EncodeToString(sum[:]), Details: ollamaDetailsOf(m), Capabilities: ollamaCapabilities, ContextLength: m.Context}
+		Digest: hex.EncodeToString(sum[:]), Details: ollamaDetailsOf(m), Capabilities: capabilities(m), ContextLength: m.Context}
 }
 
 func (s *Server) ollamaTags(c *gin.Context) {
@@ -129,7 +137,7 @@ func (s *Server) ollamaShow(c *gin.Context) {
 	}
 	reply(c, http.StatusOK, gin.H{"modelfile": "", "parameters": "", "template": "", "details": ollamaDetailsOf(m),
 		"model_info":   gin.H{"general.architecture": ollamaArch, "general.basename": m.ID, ollamaArch + ".context_length": m.Context},
-		"capabilities": ollamaCapabilities, "modified_at": s.started.UTC().Format(time.RFC3339)})
+		"capabilities": capabilities(m), "modified_at": s.started.UTC().Format(time.RFC3339)})
 }
 
 // ollamaName is the model name an answer carries: the one asked for, else the served model's.
@@ -251,10 +259,19 @@ func ollamaUnloads(raw json.RawMessage) bool {
 	return err == nil && d == 0
 }
 
-// imagesText is n of Ollama's images, which follow their message's text, as placeholders (glued
-// on, as the other dialects' parts are).
-func imagesText(n int) string {
-	return strings.Repeat(imagePlaceholder, n)
+// ollamaContent is a message's text followed by its images (base64, as Ollama sends them).
+func ollamaContent(text string, imgs []json.RawMessage) *content {
+	var c content
+	c.addText(text)
+	for _, raw := range imgs {
+		var b64 string
+		if json.Unmarshal(raw, &b64) != nil || b64 == "" {
+			c.addText(imagePlaceholder("an Ollama image must be a base64 string"))
+			continue
+		}
+		c.addImage(dataURL("", b64))
+	}
+	return &c
 }
 
 // ollamaMessage is a chat message, in a request and in an answer.
@@ -302,7 +319,8 @@ func (req *ollamaChatRequest) turn() (*turn, error) {
 func openAIFromOllama(msgs []ollamaMessage) (json.RawMessage, error) {
 	out := make([]oaMessage, 0, len(msgs))
 	for i, m := range msgs {
-		om := oaMessage{Role: m.Role, Content: m.Content + imagesText(len(m.Images)), ToolCallID: m.ToolCallID}
+		om := oaMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+		ollamaContent(m.Content, m.Images).set(&om)
 		if m.Role == "assistant" {
 			om.ReasoningContent = m.Thinking
 		}
@@ -364,13 +382,15 @@ type ollamaGenerateRequest struct {
 // turn is a one-message conversation (with the system prompt, if any), or with raw the prompt
 // as it is.
 func (req *ollamaGenerateRequest) turn() (*turn, error) {
-	req.Prompt += imagesText(len(req.Images))
 	switch {
 	case req.Suffix != "":
 		return nil, badRequest("suffix is not supported (no fill-in-the-middle)", "suffix")
 	case req.Template != "":
 		return nil, badRequest("template is not supported: the model's own chat template renders the prompt (send raw: true with a prompt already rendered)", "template")
 	case req.Raw:
+		for range req.Images { // a raw prompt has no place the template would put an image
+			req.Prompt += imagePlaceholder("a raw prompt cannot hold images")
+		}
 		t, err := req.ollamaCommon.turn(nil)
 		if t != nil {
 			t.prompt = &req.Prompt
@@ -381,7 +401,9 @@ func (req *ollamaGenerateRequest) turn() (*turn, error) {
 	if req.System != "" {
 		msgs = append(msgs, oaMessage{Role: "system", Content: req.System})
 	}
-	raw, err := json.Marshal(append(msgs, oaMessage{Role: "user", Content: req.Prompt}))
+	user := oaMessage{Role: "user"}
+	ollamaContent(req.Prompt, req.Images).set(&user)
+	raw, err := json.Marshal(append(msgs, user))
 	if err != nil {
 		return nil, err
 	}

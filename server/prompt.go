@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/lilyformac/lily/engine/chat"
+	"github.com/lilyformac/lily/engine/images"
+	"github.com/lilyformac/lily/engine/runner"
 )
 
 // The prompt side of every turn and text completion: checking the messages, encoding the
@@ -53,8 +55,11 @@ func checkMessages(raw json.RawMessage) error {
 			return badRequest(fmt.Sprintf("messages[%d].content must be a string or an array of content parts", i), "messages")
 		}
 		for j, p := range parts {
+			if imagePartTypes[p.Type] {
+				continue // an image: used, or a placeholder saying why not (imagesInPrompt)
+			}
 			if p.Type != "text" {
-				return badRequest(fmt.Sprintf("messages[%d]: content part type %q is not supported: Lily serves a text-only model", i, p.Type), "messages")
+				return badRequest(fmt.Sprintf("messages[%d]: content part type %q is not supported: Lily reads text and images", i, p.Type), "messages")
 			}
 			if t := bytes.TrimSpace(p.Text); len(t) == 0 || t[0] != '"' {
 				return badRequest(fmt.Sprintf("messages[%d].content[%d].text must be a string", i, j), fmt.Sprintf("messages[%d].content[%d].text", i, j))
@@ -98,6 +103,31 @@ func encodePrompt(m *Model, text string) ([]int, error) {
 	}
 	return ids, nil
 }
+
+// expandImages gives each image in the encoded prompt (one image-pad token each, as the template
+// renders it) its H·W pad tokens, and the runner its rows; the prompt must still leave room for
+// one token of output.
+func expandImages(m *Model, ids []int, ims []*images.Encoded) ([]int, []runner.Image, error) {
+	if len(ims) == 0 {
+		return ids, nil, nil
+	}
+	pad, ok := m.Tokenizer.TokenID(imagePad)
+	if !ok {
+		return nil, nil, fmt.Errorf("the tokenizer has no %s token", imagePad)
+	}
+	out, placed, err := images.Expand(ids, pad, ims)
+	if err != nil {
+		return nil, nil, badRequest("the prompt's image tokens do not match its images: "+err.Error(), "messages")
+	}
+	if len(out) > m.Context-1 {
+		return nil, nil, contextExceeded(fmt.Sprintf("the prompt is %d tokens with its images, more than %d; this model's context is %d tokens", len(out), m.Context-1, m.Context), len(out), m.Context-1)
+	}
+	return out, placed, nil
+}
+
+// imagePad is the token the chat template writes for an image, which Lily expands to the
+// image's token count.
+const imagePad = "<|image_pad|>"
 
 // budget resolves the completion-token limit against the context window.
 func (s *Server) budget(m *Model, promptLen int, limits ...*int) (int, error) {

@@ -73,8 +73,9 @@ type respItem struct {
 }
 
 type respPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	ImageURL json.RawMessage `json:"image_url,omitempty"` // input_image: a URL string ({url} tolerated)
 }
 
 // skippedItems are input items of tools the server does not run: they are left out.
@@ -208,11 +209,12 @@ func translateItem(it respItem, out []oaMessage, reasoning string, sig thinkingS
 	}
 	switch kind {
 	case "message":
-		text, err := respContentText(it.Content)
+		text, err := respContent(it.Content)
 		if err != nil {
 			return nil, "", err
 		}
-		m := oaMessage{Role: it.Role, Content: text}
+		m := oaMessage{Role: it.Role}
+		text.set(&m)
 		if it.Role == "assistant" {
 			m.ReasoningContent, reasoning = reasoning, ""
 		}
@@ -230,11 +232,13 @@ func translateItem(it respItem, out []oaMessage, reasoning string, sig thinkingS
 		}
 		return append(out, oaMessage{Role: "assistant", ReasoningContent: reasoning, ToolCalls: []oaToolCall{call}}), "", nil
 	case "function_call_output":
-		text, err := respContentText(it.Output)
+		text, err := respContent(it.Output)
 		if err != nil {
 			return nil, "", err
 		}
-		return append(out, oaMessage{Role: "tool", Content: text, ToolCallID: it.CallID}), reasoning, nil
+		tool := oaMessage{Role: "tool", ToolCallID: it.CallID}
+		text.set(&tool)
+		return append(out, tool), reasoning, nil
 	}
 	if skippedItems[kind] || strings.HasPrefix(kind, "custom_tool_call") || strings.HasPrefix(kind, "local_shell_call") {
 		return out, reasoning, nil
@@ -257,36 +261,42 @@ func reasoningText(it respItem, sig thinkingSigner) string {
 	return b.String()
 }
 
-// respContentText is a content or output: a string, or text parts (input_text, output_text);
-// an image becomes imagePlaceholder; files and audio get a 400 naming the text-only model.
-func respContentText(raw json.RawMessage) (string, error) {
+// respContent is a content or output: a string, or text parts (input_text, output_text) and
+// images (input_image, by URL or data URL; one by file id becomes a placeholder); files and
+// audio get a 400 naming what Lily reads.
+func respContent(raw json.RawMessage) (*content, error) {
+	var c content
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+		return &c, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
+		c.addText(s)
+		return &c, nil
 	}
 	var parts []respPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content must be a string or a list of parts")
+		return nil, fmt.Errorf("content must be a string or a list of parts")
 	}
-	var b strings.Builder
 	for _, p := range parts {
 		switch p.Type {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
-			b.WriteString(p.Text)
+			c.addText(p.Text)
 		case "refusal":
 		case "input_image":
-			b.WriteString(imagePlaceholder)
+			if url, err := imageRef(map[string]json.RawMessage{"image_url": p.ImageURL}); err == nil {
+				c.addImage(url)
+			} else {
+				c.addText(imagePlaceholder("an image by file id is not supported"))
+			}
 		case "input_file", "input_audio":
-			return "", fmt.Errorf("%s parts are not supported: Lily serves a text-only model", p.Type)
+			return nil, fmt.Errorf("%s parts are not supported: Lily reads text and images", p.Type)
 		default:
-			return "", fmt.Errorf("content part type %q is not supported", p.Type)
+			return nil, fmt.Errorf("content part type %q is not supported", p.Type)
 		}
 	}
-	return b.String(), nil
+	return &c, nil
 }
 
 func (s *Server) responses(c *gin.Context) {

@@ -185,7 +185,7 @@ func TestResponsesIncompleteAndErrors(t *testing.T) {
 		t.Fatalf("incomplete: %s", body)
 	}
 	for name, tc := range map[string]struct{ body, msg string }{
-		"file":        {`{"input":[{"role":"user","content":[{"type":"input_file","file_data":"AA=="}]}]}`, "text-only"},
+		"file":        {`{"input":[{"role":"user","content":[{"type":"input_file","file_data":"AA=="}]}]}`, "reads text and images"},
 		"bad effort":  {`{"input":"x","reasoning":{"effort":"extreme"}}`, "none, minimal, low, medium, high, xhigh or max"},
 		"bad item":    {`{"input":[{"type":"teleport"}]}`, "teleport"},
 		"bad format":  {`{"input":"x","text":{"format":{"type":"yaml"}}}`, "text.format.type"},

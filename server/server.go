@@ -23,6 +23,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/grammar"
+	"github.com/lilyformac/lily/engine/images"
 	"github.com/lilyformac/lily/engine/prefixcache"
 	"github.com/lilyformac/lily/engine/runner"
 )
@@ -76,6 +77,10 @@ type Model struct {
 	Vocab func() (*grammar.Vocab, error)
 	// Memory is the bytes the engine holds for this model, as /status reports it (nil: unknown).
 	Memory func() int64
+	// Images encodes the images of prompts (nil: none can be seen; VisionWhy says why, and each
+	// image becomes a placeholder saying so).
+	Images    *images.Encoder
+	VisionWhy string
 	// Prefill is the route the backend's batched prefill takes and why ("tensor: …", as
 	// /status's prefill_route reports it); "" where there is none (the cpu backend).
 	Prefill string
@@ -230,6 +235,14 @@ func (s *Server) cacheStats() prefixcache.Stats {
 	return prefixcache.Stats{}
 }
 
+// imageStats are the served model's image encodes and encoded-image cache hits.
+func (s *Server) imageStats() (encodes, hits int64) {
+	if m := s.model.Load(); m != nil && m.Images != nil {
+		return m.Images.Stats()
+	}
+	return 0, 0
+}
+
 func (s *Server) diskStats() prefixcache.DiskStats {
 	if m := s.model.Load(); m != nil && m.Runner != nil && m.Runner.Disk() != nil {
 		return m.Runner.Disk().Stats()
@@ -366,6 +379,10 @@ func (s *Server) status(c *gin.Context) {
 		if m.Prefill != "" {
 			out["prefill_route"] = m.Prefill
 		}
+		out["vision"] = m.Images != nil
+		if m.Images == nil && m.VisionWhy != "" {
+			out["vision_note"] = m.VisionWhy
+		}
 	}
 	s.residencyStatus(out)
 	out["decode_tokens_per_s"] = s.metrics.lastDecodeTokS()
@@ -405,11 +422,24 @@ type modelCard struct {
 	Type          string `json:"type"`
 	DisplayName   string `json:"display_name"`
 	CreatedAt     string `json:"created_at"`
+	// Capabilities are Ollama's names for what the model does ("vision": it sees images), and
+	// InputModalities what a prompt may hold.
+	Capabilities    []string `json:"capabilities"`
+	InputModalities []string `json:"input_modalities"`
 }
 
 func (s *Server) card(m *Model) modelCard {
 	return modelCard{ID: m.ID, Object: "model", Created: s.started.Unix(), OwnedBy: "lily", ContextLength: m.Context, MaxModelLen: m.Context,
-		Type: "model", DisplayName: m.ID, CreatedAt: s.started.UTC().Format(time.RFC3339)}
+		Type: "model", DisplayName: m.ID, CreatedAt: s.started.UTC().Format(time.RFC3339),
+		Capabilities: capabilities(m), InputModalities: modalities(m)}
+}
+
+// modalities are what a prompt to m may hold.
+func modalities(m *Model) []string {
+	if m.Images != nil {
+		return []string{"text", "image"}
+	}
+	return []string{"text"}
 }
 
 func (s *Server) listModels(c *gin.Context) {

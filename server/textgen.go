@@ -22,6 +22,7 @@ type genRequest struct {
 	topLogprobs int                 // alternatives per token when logprobs are on
 	logprobs    bool                // report per-token logprobs
 	checkpoints []int               // prompt lengths where the prefix cache should keep the prefill's state
+	images      []runner.Image      // the prompt's images (their pad tokens expanded in prompt)
 	steer       func() runner.Steer // a new steer for each generation (nil: none)
 	ticket      *ticket
 }
@@ -62,7 +63,7 @@ func (s *Server) generate(ctx context.Context, m *Model, g genRequest, out func(
 	admitted := time.Now()
 	stream := m.Tokenizer.NewStream()
 	stopped, first := false, true
-	req := runner.Request{Prompt: g.prompt, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints}
+	req := runner.Request{Prompt: g.prompt, Images: g.images, MaxTokens: g.maxTokens, Sampling: g.params, StopIDs: m.StopIDs, Checkpoints: g.checkpoints}
 	if g.steer != nil {
 		req.Steer = g.steer()
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/chat"
 	"github.com/lilyformac/lily/engine/grammar"
+	"github.com/lilyformac/lily/engine/images"
 	"github.com/lilyformac/lily/engine/parse"
 )
 
@@ -67,10 +68,11 @@ type turnPlan struct {
 	parsed   []parse.Tool
 	force    string // appended to the prompt to force a call ("": the model decides)
 	thinking bool
-	budget   int              // reasoning tokens allowed (0: no limit)
-	grammar  *grammar.Grammar // what the answer must follow (nil: free; constrain.go)
-	stops    []string         // the stop strings, which apply to the answer's text (runTurn)
-	text     string           // the rendered prompt
+	budget   int               // reasoning tokens allowed (0: no limit)
+	grammar  *grammar.Grammar  // what the answer must follow (nil: free; constrain.go)
+	stops    []string          // the stop strings, which apply to the answer's text (runTurn)
+	text     string            // the rendered prompt
+	images   []*images.Encoded // the prompt's images, in order (imagesInPrompt)
 	g        genRequest
 }
 
@@ -78,12 +80,10 @@ type turnPlan struct {
 func (s *Server) planTurn(m *Model, t *turn) (*turnPlan, error) {
 	p := &turnPlan{t: t}
 	if t.prompt == nil {
-		t.messages = placeholderImages(t.messages)
 		if err := checkMessages(t.messages); err != nil {
 			return nil, err
 		}
 	}
-	logPlaceholders(t)
 	if err := p.planTools(); err != nil {
 		return nil, err
 	}
@@ -205,13 +205,20 @@ func thinkingBudget(t *turn) (int, error) {
 
 // prepareTurn renders the conversation (normalised, chat.Normalize), encodes it and sizes the
 // completion against the context.
-func (s *Server) prepareTurn(m *Model, p *turnPlan) error {
+func (s *Server) prepareTurn(ctx context.Context, m *Model, p *turnPlan) error {
+	if err := s.imagesInPrompt(ctx, m, p); err != nil {
+		return err
+	}
 	var err error
 	if p.text, err = renderTurn(m, p); err != nil {
 		return err
 	}
 	p.t.messages = nil // the rendered text replaces it; let a long conversation be collected
-	if p.g.prompt, err = encodePrompt(m, p.text); err != nil {
+	ids, err := encodePrompt(m, p.text)
+	if err != nil {
+		return err
+	}
+	if p.g.prompt, p.g.images, err = expandImages(m, ids, p.images); err != nil {
 		return err
 	}
 	if p.g.maxTokens, err = s.budget(m, len(p.g.prompt), p.t.maxTokens...); err != nil {
@@ -416,7 +423,7 @@ func (s *Server) serveTurn(c *gin.Context, read func() (*turn, error), answer fu
 	if !a.enqueue() {
 		return
 	}
-	if err := s.prepareTurn(m, p); err != nil {
+	if err := s.prepareTurn(c.Request.Context(), m, p); err != nil {
 		abortWith(c, err)
 		return
 	}

@@ -40,6 +40,7 @@ type backendOptions struct {
 	chunkLogits  bool            // the batched prefill computes every row's logits too (prompt logits)
 	parallel     int             // sequences generating at once (0: by memory)
 	prefillRoute gpu.RouteChoice // --prefill-route (the zero value: auto, by device)
+	noVision     bool            // --vision off: the tower is not loaded
 }
 
 // maxParallel is the most sequences the engine loop runs at once (the GPU's multi-row step is
@@ -116,7 +117,7 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	default:
 		return nil, nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
 	}
-	w, err := model.Load(dir)
+	w, err := model.LoadWith(dir, model.Options{NoVision: o.noVision})
 	if err != nil {
 		return nil, nil, nil, err
 	}

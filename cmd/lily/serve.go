@@ -50,6 +50,7 @@ type serveOptions struct {
 	diskCacheGB                                               float64
 	demo, insecure, exitWithParent                            bool
 	timeout, stallTimeout, idleUnload                         time.Duration
+	images                                                    imageOptions
 }
 
 const idleUnloadHelp = "release the model and its caches after this long without requests, freeing their memory (about 20 GB); the next request that needs the model, or POST /status/load, loads it again and waits for it (0: never)"
@@ -99,6 +100,7 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, exitWithParentHelp)
 	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
 	f.DurationVar(&o.idleUnload, "idle-unload", 0, idleUnloadHelp)
+	o.images.flags(f)
 	return cmd
 }
 
@@ -151,6 +153,9 @@ func (o serveOptions) check() error {
 		return err
 	}
 	if err := checkPrefillRoute(o.prefillRoute, o.backend); err != nil {
+		return err
+	}
+	if err := o.images.check(); err != nil {
 		return err
 	}
 	return checkPrefillChunk(o.prefillChunk)
@@ -416,7 +421,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		id = filepath.Base(filepath.Clean(dir))
 	}
 	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk, parallel: o.parallel,
-		prefillRoute: o.prefillRoute})
+		prefillRoute: o.prefillRoute, noVision: !o.images.on()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -461,6 +466,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		Vocab:      sync.OnceValues(func() (*grammar.Vocab, error) { return grammar.VocabFromTokenizer(tok, cfg.VocabSize, stops) }),
 	}
 	m.Memory = modelMemory(o.backend, m.Size, m.Runner)
+	m.Images, m.VisionWhy = o.images.encoder(dir, cfg, b)
 	return m, func() {
 		if disk != nil {
 			disk.Close() // queued snapshot writes finish first
@@ -577,7 +583,22 @@ func demoDir() (string, error) {
 	}
 	return demo.Ensure(filepath.Join(cache, "lily"), demo.Files{
 		TokenizerJSON: raw, ChatTemplate: []byte(chat.BuiltinSource()), VocabSize: tok.VocabSize(), EOSTokenIDs: eos,
+		VisionTokens: demoVisionTokens(tok),
 	})
+}
+
+// demoVisionTokens are the tokenizer's image pad, video pad, vision start and end ids, which give
+// the demo model its vision tower (none when the tokenizer lacks one of them).
+func demoVisionTokens(tok *tokenizer.Tokenizer) [4]int {
+	var ids [4]int
+	for i, s := range []string{"<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"} {
+		id, ok := tok.TokenID(s)
+		if !ok {
+			return [4]int{}
+		}
+		ids[i] = id
+	}
+	return ids
 }
 
 // prefillRouteOf says which route a backend's batched prefill takes and why ("tensor: …"), for

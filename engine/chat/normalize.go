@@ -93,7 +93,12 @@ func fold(msgs []map[string]json.RawMessage, roles []string, i int) bool {
 	}
 	own, err := text(msgs[target]["content"])
 	if err != nil {
-		return false
+		// A content with images: the late text joins it as a part of its own.
+		c, ok := addTextPart(msgs[target]["content"], late, after)
+		if ok {
+			msgs[target]["content"] = c
+		}
+		return ok
 	}
 	switch {
 	case own == "":
@@ -105,6 +110,28 @@ func fold(msgs []map[string]json.RawMessage, roles []string, i int) bool {
 	}
 	msgs[target]["content"] = jsonString(own)
 	return true
+}
+
+// addTextPart adds s to a list of content parts as a text part, first (before: s and a blank
+// line) or last (a blank line and s).
+func addTextPart(raw json.RawMessage, s string, before bool) (json.RawMessage, bool) {
+	var parts []json.RawMessage
+	if json.Unmarshal(raw, &parts) != nil {
+		return nil, false
+	}
+	if before {
+		s += "\n\n"
+	} else {
+		s = "\n\n" + s
+	}
+	part, _ := json.Marshal(map[string]string{"type": "text", "text": s})
+	if before {
+		parts = append([]json.RawMessage{part}, parts...)
+	} else {
+		parts = append(parts, part)
+	}
+	out, err := json.Marshal(parts)
+	return out, err == nil
 }
 
 // text is a message content's text: a string, a list of text parts, or nothing.

@@ -91,10 +91,23 @@ func ignored(name string, vision bool) bool {
 }
 
 // Load reads config.json and the safetensors files of dir and checks every tensor.
-func Load(dir string) (*Weights, error) {
+func Load(dir string) (*Weights, error) { return LoadWith(dir, Options{}) }
+
+// Options change what Load takes from a checkpoint.
+type Options struct {
+	// NoVision leaves the vision tower out (serve's --vision off): its weights are not checked or
+	// used, and images become placeholders.
+	NoVision bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(dir string, o Options) (*Weights, error) {
 	cfg, err := config.Load(dir)
 	if err != nil {
 		return nil, err
+	}
+	if o.NoVision && cfg.Vision != nil {
+		cfg.Vision, cfg.VisionOff = nil, "vision is off (--vision off)"
 	}
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {

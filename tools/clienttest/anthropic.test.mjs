@@ -5,7 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
 
-import { startServer } from "./lib.mjs";
+import { pngBase64, startServer } from "./lib.mjs";
 
 let srv, client;
 before(async () => {
@@ -87,17 +87,17 @@ test("errors come back in Anthropic's shape", async () => {
   await assert.rejects(bad.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "x" }] }),
     (e) => e instanceof Anthropic.AuthenticationError && e.error?.error?.type === "authentication_error");
   await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "document", source: { type: "base64", media_type: "application/pdf", data: "AA==" } }] }] }),
-    (e) => e instanceof Anthropic.BadRequestError && /text-only/.test(e.message));
+    (e) => e instanceof Anthropic.BadRequestError && /reads text and images/.test(e.message));
 });
 
 test("an image, in a message or a tool result, is answered, and the next turn goes on", async () => {
-  const image = { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } };
+  const image = { type: "image", source: { type: "base64", media_type: "image/png", data: pngBase64(96, 64, 3) } };
   const plain = await client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "What is this?" }] });
   const first = await client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, image] }] });
   assert.equal(first.type, "message");
   // Anthropic's input_tokens leave out what the prefix cache served: the prompt is all three.
   const prompt = (u) => u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
-  assert.ok(prompt(first.usage) > prompt(plain.usage), "the image's placeholder is part of the prompt");
+  assert.equal(prompt(first.usage) - prompt(plain.usage), 8, "the image's 6 tokens and the vision start and end are in the prompt");
   const history = [
     { role: "user", content: "Look at the screenshot." },
     { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Read", input: { file_path: "shot.png" } }] },

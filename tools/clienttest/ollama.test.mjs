@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { Ollama } from "ollama";
 
-import { startServer } from "./lib.mjs";
+import { pngBase64, startServer } from "./lib.mjs";
 
 // freePort finds a loopback port nothing listens on (for --ollama-port).
 function freePort() {
@@ -64,7 +64,7 @@ test("list, show, ps and version describe the served model", async () => {
   assert.ok(!Number.isNaN(Date.parse(m.modified_at)));
 
   const info = await client.show({ model: m.name + ":latest" });
-  assert.deepEqual(info.capabilities, ["completion", "tools", "thinking"]);
+  assert.deepEqual(info.capabilities, ["completion", "tools", "thinking", "vision"]);
   assert.equal(info.model_info["general.architecture"], "qwen3moe");
   assert.ok(info.model_info["qwen3moe.context_length"] > 0);
 
@@ -142,10 +142,12 @@ test("embeddings and model management are refused with a clear error", async () 
   await assert.rejects(client.pull({ model: "llama3" }), (e) => e.status_code === 400 && /lily pull/.test(e.message));
 });
 
-test("a message with images is answered", async () => {
-  const res = await client.chat({ model, messages: [{ role: "user", content: "What is this?", images: ["iVBORw0KGgo="] }], options: { num_predict: 4 } });
+test("a message with images is answered, the image seen", async () => {
+  const plain = await client.chat({ model, messages: [{ role: "user", content: "What is this?" }], options: { num_predict: 4 } });
+  const res = await client.chat({ model, messages: [{ role: "user", content: "What is this?", images: [pngBase64(96, 64, 9)] }], options: { num_predict: 4 } });
   assert.equal(res.message.role, "assistant");
   assert.ok(res.done);
+  assert.equal(res.prompt_eval_count - plain.prompt_eval_count, 8, "the image's 6 tokens and the vision start and end");
 });
 
 test("--ollama-port serves the same API at the address Ollama's clients assume", async () => {

@@ -7,7 +7,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 
-import { bin, startServer } from "./lib.mjs";
+import { bin, pngBase64, startServer } from "./lib.mjs";
 
 const run = promisify(execFile);
 
@@ -124,11 +124,15 @@ test("errors are OpenAI errors", async () => {
     client.chat.completions.create({ model: "m", messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "AA==", format: "wav" } }] }] }),
     (e) => e.status === 400 && e.type === "invalid_request_error",
   );
-  // An image is not an error: it is answered (its placeholder counts in the prompt).
+  // An image is seen: its 6 tokens and the vision start and end are in the prompt. A corrupt one
+  // is not an error either: it is answered, with a placeholder in its place.
   const plain = await client.chat.completions.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "What is this?" }] });
-  const withImage = await client.chat.completions.create({ model: "m", max_tokens: 2,
-    messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }] }] });
-  assert.ok(withImage.usage.prompt_tokens > plain.usage.prompt_tokens);
+  const ask = (url) => client.chat.completions.create({ model: "m", max_tokens: 2,
+    messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url } }] }] });
+  const withImage = await ask("data:image/png;base64," + pngBase64(96, 64, 5));
+  assert.equal(withImage.usage.prompt_tokens - plain.usage.prompt_tokens, 8);
+  const corrupt = await ask("data:image/png;base64,iVBORw0KGgo=");
+  assert.ok(corrupt.usage.prompt_tokens > plain.usage.prompt_tokens);
   await assert.rejects(
     client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x ".repeat(40000) }] }),
     (e) => e.status === 400 && e.code === "context_length_exceeded",

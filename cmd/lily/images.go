@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/lilyformac/lily/engine/backend"
+	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/images"
+	"github.com/lilyformac/lily/engine/vision"
+)
+
+// imageOptions are serve's and run's image settings.
+type imageOptions struct {
+	vision    string // "on" or "off"
+	maxPixels int
+	urls      bool
+	cacheMB   int
+}
+
+// defaultImagePixels caps the pixels of an image the tower sees (it is resized to fit, as the
+// processor resizes): 2.5 MP keeps what agents send as it is (Claude Code's pastes come near
+// 2000×1030, Codex fits its images in 2048×768) and bounds an image at about 2,560 tokens;
+// a photo of 24 MP would otherwise take 16,000 tokens and minutes of tower.
+const defaultImagePixels = 2_621_440
+
+func (o *imageOptions) flags(f *pflag.FlagSet) {
+	f.StringVar(&o.vision, "vision", "on", "on: images in prompts are seen through the model's vision tower; off: the tower is not loaded and images become a text placeholder")
+	f.IntVar(&o.maxPixels, "image-max-pixels", defaultImagePixels, "the most pixels of an image the model sees: larger ones are downscaled to fit (the model's own limit is 16,777,216)")
+	f.BoolVar(&o.urls, "image-urls", false, "fetch images given by http(s) URL (off: such an image becomes a placeholder; data URLs always work)")
+	f.IntVar(&o.cacheMB, "image-cache-mb", 256, "memory for encoded images, so an image sent again (agents resend every screenshot) is not encoded again")
+}
+
+func (o imageOptions) on() bool { return o.vision != "off" }
+
+func (o imageOptions) check() error {
+	switch {
+	case o.vision != "on" && o.vision != "off":
+		return fmt.Errorf("--vision %q: expected on or off", o.vision)
+	case o.maxPixels < 32*32:
+		return fmt.Errorf("--image-max-pixels %d: expected at least 1024", o.maxPixels)
+	case o.cacheMB < 0:
+		return fmt.Errorf("--image-cache-mb %d: expected 0 or more", o.cacheMB)
+	}
+	return nil
+}
+
+// encoder is the image encoder of b's model in dir, or nil with the reason images cannot be seen.
+func (o imageOptions) encoder(dir string, cfg *config.Config, b backend.Backend) (*images.Encoder, string) {
+	d := b.Describe()
+	if !d.Vision {
+		return nil, d.VisionWhy
+	}
+	proc, err := vision.LoadProcessor(dir, cfg.Vision)
+	if err != nil {
+		log.Printf("serve: images off: %v", err)
+		return nil, "the checkpoint's image processor: " + strings.TrimSpace(err.Error())
+	}
+	return images.NewEncoder(b, proc.WithMaxPixels(o.maxPixels), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
+}
