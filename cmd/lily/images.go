@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/base64"
 	"fmt"
 	"log"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -10,6 +13,7 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/images"
+	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/vision"
 )
 
@@ -60,4 +64,37 @@ func (o imageOptions) encoder(dir string, cfg *config.Config, b backend.Backend)
 		return nil, "the checkpoint's image processor: " + strings.TrimSpace(err.Error())
 	}
 	return images.NewEncoder(b, proc.WithMaxPixels(o.maxPixels), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
+}
+
+// runImages encodes run's --image files and expands the prompt's image pads (one per file, in
+// order) to their tokens.
+func runImages(ctx context.Context, dir string, cfg *config.Config, b backend.Backend, prompt []int, files []string) ([]int, []runner.Image, error) {
+	if len(files) == 0 {
+		return prompt, nil, nil
+	}
+	if d := b.Describe(); !d.Vision {
+		return nil, nil, fmt.Errorf("--image: this model cannot see images here: %s", d.VisionWhy)
+	}
+	proc, err := vision.LoadProcessor(dir, cfg.Vision)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--image: %w", err)
+	}
+	enc := images.NewEncoder(b, proc, images.Options{})
+	var encoded []*images.Encoded
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--image: %w", err)
+		}
+		im, err := enc.Encode(ctx, "data:;base64,"+base64.StdEncoding.EncodeToString(data))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--image %s: %w", f, err)
+		}
+		encoded = append(encoded, im)
+	}
+	out, placed, err := images.Expand(prompt, cfg.Vision.ImageToken, encoded)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--image: the prompt's <|image_pad|> tokens must match the images: %w", err)
+	}
+	return out, placed, nil
 }

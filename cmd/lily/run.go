@@ -34,6 +34,7 @@ type runOptions struct {
 	seed                                                 int64
 	ignoreEOS                                            bool
 	prefillRoute                                         gpu.RouteChoice
+	images                                               []string // --image files, in prompt order
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -77,6 +78,7 @@ func newRunCmd() *cobra.Command {
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
 	f.IntVar(&o.prefillChunk, "prefill-chunk", -1, prefillChunkHelp)
 	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp)
+	f.StringArrayVar(&o.images, "image", nil, "an image file (PNG, JPEG, GIF, WebP) for the prompt, repeatable: with --prompt --chat each goes before the text; else each <|image_pad|> in --prompt-ids or --prompt is one image, in order; Lily expands each to its tokens (--prompt-logits-out then has a row per expanded position)")
 	return cmd
 }
 
@@ -98,9 +100,13 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 	defer closeBackend()
 	var tok *tokenizer.Tokenizer
 	if o.prompt != "" {
-		if tok, prompt, err = textPrompt(o.model, o.prompt, o.chat); err != nil {
+		if tok, prompt, err = textPrompt(o.model, o.prompt, o.chat, len(o.images)); err != nil {
 			return err
 		}
+	}
+	prompt, ims, err := runImages(cmd.Context(), o.model, cfg, b, prompt, o.images)
+	if err != nil {
+		return err
 	}
 	for _, id := range prompt {
 		if id >= cfg.VocabSize {
@@ -112,11 +118,11 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		stop = cfg.EOSTokenIDs
 	}
 	if o.promptLogitsOut != "" {
-		if err := writePromptLogits(b, prompt, o.promptLogitsOut); err != nil {
+		if err := writePromptLogits(b, prompt, ims, o.promptLogitsOut); err != nil {
 			return err
 		}
 	}
-	req := runner.Request{Prompt: prompt, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
+	req := runner.Request{Prompt: prompt, Images: ims, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
 	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: b.Describe().Context, Hold: mtl.BeginActivity}), req, o.logitsOut)
 	if err != nil {
 		return err
@@ -216,8 +222,9 @@ func rate(n int, seconds float64) float64 {
 	return math.Round(float64(n)/seconds*100) / 100
 }
 
-// textPrompt tokenizes text with the checkpoint's tokenizer, optionally as a chat turn.
-func textPrompt(dir, text string, asChat bool) (*tokenizer.Tokenizer, []int, error) {
+// textPrompt tokenizes text with the checkpoint's tokenizer, optionally as a chat turn whose
+// user message holds images images before the text.
+func textPrompt(dir, text string, asChat bool, images int) (*tokenizer.Tokenizer, []int, error) {
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--prompt needs the checkpoint's tokenizer: %w", err)
@@ -227,7 +234,11 @@ func textPrompt(dir, text string, asChat bool) (*tokenizer.Tokenizer, []int, err
 		if err != nil {
 			return nil, nil, err
 		}
-		msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": text}})
+		var content []map[string]string
+		for range images {
+			content = append(content, map[string]string{"type": "image"})
+		}
+		msgs, _ := json.Marshal([]map[string]any{{"role": "user", "content": append(content, map[string]string{"type": "text", "text": text})}})
 		if text, err = tmpl.Render(chat.Request{Messages: msgs, AddGenerationPrompt: true}); err != nil {
 			return nil, nil, err
 		}
@@ -255,7 +266,7 @@ func parseIDs(s string) ([]int, error) {
 // writePromptLogits writes the logits of every position of prompt, through a session of its own
 // (on a GPU backend built with chunk logits: the batched prefill, the last chunk's worth of
 // tokens through the decode step).
-func writePromptLogits(b backend.Backend, prompt []int, path string) error {
+func writePromptLogits(b backend.Backend, prompt []int, ims []runner.Image, path string) error {
 	w, err := newLogitsWriter(path, "--prompt-logits-out")
 	if err != nil {
 		return err
@@ -263,7 +274,11 @@ func writePromptLogits(b backend.Backend, prompt []int, path string) error {
 	defer w.abort()
 	s := b.NewSession()
 	defer s.Close()
-	rows, err := s.Forward(prompt, true)
+	var placed []backend.Image
+	for _, im := range ims {
+		placed = append(placed, im.Image)
+	}
+	rows, err := s.ForwardImages(prompt, placed, true)
 	if err != nil {
 		return fmt.Errorf("--prompt-logits-out: %w", err)
 	}

@@ -196,7 +196,7 @@ func TestRunTextPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, ids, err := textPrompt(dir, "Hello there", false)
+	tok, ids, err := textPrompt(dir, "Hello there", false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,48 @@ func TestRunTextPrompt(t *testing.T) {
 	if !slices.Equal(byText.TokenIDs, byIDs.TokenIDs) || byText.Text == nil || *byText.Text != tok.Decode(byText.TokenIDs) || byIDs.Text != nil {
 		t.Fatalf("--prompt %+v vs --prompt-ids %+v", byText, byIDs)
 	}
-	_, chatIDs, err := textPrompt(dir, "Hello there", true)
+	_, chatIDs, err := textPrompt(dir, "Hello there", true, 0)
 	if err != nil || len(chatIDs) <= len(ids) || !strings.HasSuffix(tok.Decode(chatIDs), "<|im_start|>assistant\n<think>\n") {
 		t.Fatalf("chat prompt: %q %v", tok.Decode(chatIDs), err)
+	}
+}
+
+// TestRunImagesAgainstHF: run --image with one <|image_pad|> per image in --prompt-ids expands
+// the pads, generates transformers' greedy tokens for the vision golden's landscape prompt, and
+// writes a prompt logits row per expanded position, each within 2e-3 of transformers'.
+func TestRunImagesAgainstHF(t *testing.T) {
+	dir := "../../testdata/vision/tiny-v"
+	g := goldens.MustLoadVision(t, dir)
+	p := g.Prompts["landscape"]
+	var ids []string
+	for i, id := range p.IDs {
+		if id == 1000 && i > 0 && p.IDs[i-1] == 1000 {
+			continue // the image's pads collapse to the one the template writes
+		}
+		ids = append(ids, strconv.Itoa(id))
+	}
+	n := 4
+	logitsPath := filepath.Join(t.TempDir(), "prompt.f32")
+	out, err := execute(t, "run", "--model", dir, "--backend", "cpu", "--prompt-ids", strings.Join(ids, ","), "--image", filepath.Join(dir, "images", p.Images[0]),
+		"--max-tokens", strconv.Itoa(n), "--ignore-eos", "--prompt-logits-out", logitsPath)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	var res runOutput
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.PromptTokens != len(p.IDs) || !slices.Equal(res.TokenIDs, p.GreedyIDs[:n]) {
+		t.Fatalf("prompt %d tokens (want %d), tokens %v (HF %v)", res.PromptTokens, len(p.IDs), res.TokenIDs, p.GreedyIDs[:n])
+	}
+	rows := readFloats(t, logitsPath)
+	if len(rows) != len(p.Prefill) {
+		t.Fatalf("%d prompt logits, want %d", len(rows), len(p.Prefill))
+	}
+	if d := goldens.MaxAbsDiff(rows, p.Prefill); d > 2e-3 {
+		t.Fatalf("prompt logits: max |logit − HF| = %.3g", d)
+	}
+	if _, err := execute(t, "run", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2,3", "--image", filepath.Join(dir, "images", p.Images[0])); err == nil || !strings.Contains(err.Error(), "image_pad") {
+		t.Errorf("an image without a pad token: %v", err)
 	}
 }
