@@ -538,6 +538,10 @@ func parameterCount(cfg *config.Config) string {
 
 // openDiskCache opens the prefix cache's disk tier for the checkpoint in dir on b (nil when
 // disabled): under the user cache directory, its files named by the checkpoint's identity.
+// snapshotFormat names the snapshot files' layout in the disk cache's identity, so files of an
+// older layout are foreign (not read): "delta" snapshots end with the rotary delta images leave.
+const snapshotFormat = "delta"
+
 func openDiskCache(o serveOptions, dir string, b backend.Backend) (*prefixcache.Disk, error) {
 	if o.diskCacheGB == 0 || o.cacheMB == 0 {
 		return nil, nil
@@ -550,7 +554,7 @@ func openDiskCache(o serveOptions, dir string, b backend.Backend) (*prefixcache.
 		return nil, err
 	}
 	sum := sha256.Sum256(cfg)
-	id := prefixcache.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: fmt.Sprintf("%s kv%d", b.Name(), cmp.Or(o.kvBits, 16))}
+	id := prefixcache.Identity{Model: dir, Config: hex.EncodeToString(sum[:]), Backend: fmt.Sprintf("%s kv%d %s", b.Name(), cmp.Or(o.kvBits, 16), snapshotFormat)}
 	if m, err := hub.ReadMarker(dir); err == nil {
 		id.Model = m.Repo + "@" + m.Revision
 	}

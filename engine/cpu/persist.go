@@ -10,7 +10,8 @@ import (
 )
 
 // EncodeSnapshot writes a snapshot's state as little-endian float32s: per layer its conv window
-// and DeltaNet state (GDN layers) or its K and V rows (attention layers), in layer order.
+// and DeltaNet state (GDN layers) or its K and V rows (attention layers), in layer order; then
+// the state's rotary delta (State.Delta: nonzero after an image) as a little-endian int64.
 func (m *Model) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	sn, ok := s.(*snapshot)
 	if !ok || sn.m != m {
@@ -19,17 +20,13 @@ func (m *Model) EncodeSnapshot(s backend.Snapshot) ([]byte, error) {
 	if sn.parts == nil {
 		return nil, errors.New("cpu: encoding a closed snapshot")
 	}
-	if sn.delta != 0 {
-		// The disk format holds no rotary delta yet: a state after an image stays in memory.
-		return nil, errors.New("cpu: a snapshot after an image is not written to disk")
-	}
-	out := make([]byte, 0, len(sn.mem))
+	out := make([]byte, 0, len(sn.mem)+8)
 	for _, v := range sn.parts {
 		for _, f := range v {
 			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
 		}
 	}
-	return out, nil
+	return binary.LittleEndian.AppendUint64(out, uint64(int64(sn.delta))), nil
 }
 
 // DecodeSnapshot reads what EncodeSnapshot wrote for pos positions.
@@ -41,10 +38,11 @@ func (m *Model) DecodeSnapshot(data []byte, pos int) (backend.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(sn.mem) != len(data) {
+	if len(sn.mem)+8 != len(data) {
 		sn.Close()
-		return nil, fmt.Errorf("cpu: a snapshot of %d positions is %d bytes, not %d", pos, len(sn.mem), len(data))
+		return nil, fmt.Errorf("cpu: a snapshot of %d positions is %d bytes, not %d", pos, len(sn.mem)+8, len(data))
 	}
+	sn.delta = int(int64(binary.LittleEndian.Uint64(data[len(sn.mem):])))
 	for _, v := range sn.parts {
 		for j := range v {
 			v[j] = math.Float32frombits(binary.LittleEndian.Uint32(data))

@@ -10,6 +10,10 @@
 # "max_output_tokens", Codex prints "Incomplete response returned, reason: max_output_tokens",
 # opencode exits 0 — while every request the server saw was answered with a 2xx.
 #
+# claude-image sends Claude Code a PNG with its prompt (stream-json input), then continues the
+# conversation with a second prompt: the image, sent again with the history, must be seen both
+# times (the tower ran once: the second turn found it in the cache), and both turns answered.
+#
 # Run: LILY_BIN=/path/to/lily bash tools/agents/run.sh   (tools/test.sh does this; needs root
 # or user namespaces for `unshare --net`).
 set -euo pipefail
@@ -38,12 +42,20 @@ if [ "${1:-}" = "--inside" ]; then
     OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 CODEX_HOME="$HOME/.codex"
   case $agent in
   claude) args=(-p "Say hello" --max-turns 1 --output-format json) ;;
+  claude-image)
+    node -e 'import(process.argv[1]).then((m) => console.log(JSON.stringify({ type: "user", message: { role: "user",
+      content: [{ type: "text", text: "What is in this picture?" }, { type: "image", source: { type: "base64", media_type: "image/png", data: m.pngBase64(96, 64, 11) } }] } })))' \
+      "$(dirname "$self")/../clienttest/lib.mjs" >"$out/turn1.jsonl"
+    timeout 300 "$LILY_BIN" launch claude --url $base -- -p --input-format stream-json --output-format stream-json --verbose --max-turns 1 \
+      <"$out/turn1.jsonl" >"$out/stdout1" 2>"$out/stderr1" || true
+    args=(-p "And what else?" --continue --max-turns 1 --output-format json) ;;
   codex) args=(exec --skip-git-repo-check -c check_for_update_on_startup=false -c analytics.enabled=false "Say hello") ;;
   opencode) args=(run "Say hello") ;;
   esac
-  timeout 300 "$LILY_BIN" launch "$agent" --url $base -- "${args[@]}" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
+  timeout 300 "$LILY_BIN" launch "${agent%-image}" --url $base -- "${args[@]}" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
   echo "$rc" >"$out/rc"
   curl -s $base/metrics | grep '^lily_requests_total' >"$out/requests" || true
+  curl -s $base/metrics | grep '^lily_image' >"$out/images" || true
   exit 0
 fi
 
@@ -52,9 +64,9 @@ LILY_BIN=$(realpath "$LILY_BIN")
 export LILY_BIN
 # Exact versions in package.json; no lock file: npm writes one without the other platforms' binaries,
 # which `npm ci` then rejects. The CLIs are native binaries (Codex has a Node launcher).
-npm install --silent --no-audit --no-fund --no-package-lock --engine-strict=false
+[ -n "${AGENTS_NO_INSTALL:-}" ] || npm install --silent --no-audit --no-fund --no-package-lock --engine-strict=false
 failed=0
-for agent in claude codex opencode; do
+for agent in ${AGENTS:-claude claude-image codex opencode}; do
   out=$(mktemp -d)
   start=$(date +%s)
   unshare --net bash "$self" --inside "$agent" "$out"
@@ -65,8 +77,12 @@ for agent in claude codex opencode; do
     why="the server answered an error: $(grep -v 'status="2' "$out/requests" | tr '\n' ' ')"
   fi
   case $agent in
-  claude)
+  claude*)
     endpoint=/v1/messages
+    if [ "$agent" = claude-image ] && ! { grep -qx 'lily_image_encodes_total 1' "$out/images" && grep -q '^lily_image_cache_hits_total [1-9]' "$out/images" &&
+      grep -qx 'lily_image_placeholders_total 0' "$out/images"; }; then
+      why="${why:-the image was not seen once and then found again: $(tr '\n' ' ' <"$out/images")}"
+    fi
     [ -n "$why" ] || why=$(node -e '
       const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop());
       if (r.api_error !== "max_output_tokens" && r.is_error) console.log("claude reported: " + (r.api_error || r.result));
