@@ -22,6 +22,7 @@ import (
 
 type benchOptions struct {
 	model, backend, output, trace string
+	image                         string // --image: measure an image's encode and first token
 	ctx, steps, traceTokens       int
 	kvBits, prefillChunk          int
 	prefillRoute                  gpu.RouteChoice
@@ -79,6 +80,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
 	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
+	f.StringVar(&o.image, "image", "", "measure one image (PNG, JPEG, GIF, WebP): its decoding and preprocessing, the vision tower, and the time to the first token of a prompt holding it")
 	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+"); with --profile: also time one such chunk")
 	return cmd
 }
@@ -128,6 +130,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	if o.trace != "" {
 		return runBenchTrace(cmd, o)
+	}
+	if o.image != "" {
+		return runBenchImage(cmd, o)
 	}
 	b, cfg, closeBackend, err := openBackend(o.backend, o.model, backendOptions{kvBits: o.kvBits, prefillChunk: o.prefillChunk, prefillRoute: o.prefillRoute})
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,5 +221,27 @@ func checkPrefillRoutes(t *testing.T, p map[string]any) {
 		case !tensor && math.Abs(v-chunk/max(bytes/chip.Bandwidth, flops/chip.FLOPs)) > 0.05:
 			t.Errorf("%s: %g tok/s on the simdgroup route at %g TFLOP/s", chip.Name, v, peak)
 		}
+	}
+}
+
+// TestBenchImage: bench --image reports the image's grid and tokens as the processor makes them,
+// and times each phase of its way to the first token.
+func TestBenchImage(t *testing.T) {
+	dir := "../../testdata/vision/tiny-v"
+	out, err := execute(t, "bench", "--model", dir, "--backend", "cpu", "--image", filepath.Join(dir, "images", "portrait.png"), "--output", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var r benchImageOutput
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	im := r.Image
+	// 70×100 rounds to 64×96: 4×6 patches, 2×3 tokens; the prompt adds start, end and 16 tokens.
+	if im.Source != [2]int{70, 100} || im.Resized != [2]int{64, 96} || im.Patches != 24 || im.Tokens != 6 || im.PrefillTokens != 6+2+16 {
+		t.Errorf("unexpected image figures %+v", im)
+	}
+	if !(im.EncodeS > 0 && im.PrefillS > 0 && im.TTFTS >= im.PreprocessS+im.EncodeS+im.PrefillS-1e-9) {
+		t.Errorf("phase times %+v", im)
 	}
 }
