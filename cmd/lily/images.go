@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -17,10 +18,10 @@ import (
 	"github.com/lilyformac/lily/engine/vision"
 )
 
-// imageOptions are serve's and run's image settings.
+// imageOptions are serve's image settings (zero values: the defaults).
 type imageOptions struct {
-	vision    string // "on" or "off"
-	maxPixels int
+	vision    string // "on" (or ""), or "off"
+	maxPixels int    // 0: defaultImagePixels
 	urls      bool
 	cacheMB   int
 }
@@ -42,9 +43,9 @@ func (o imageOptions) on() bool { return o.vision != "off" }
 
 func (o imageOptions) check() error {
 	switch {
-	case o.vision != "on" && o.vision != "off":
+	case o.vision != "" && o.vision != "on" && o.vision != "off":
 		return fmt.Errorf("--vision %q: expected on or off", o.vision)
-	case o.maxPixels < 32*32:
+	case o.maxPixels != 0 && o.maxPixels < 32*32:
 		return fmt.Errorf("--image-max-pixels %d: expected at least 1024", o.maxPixels)
 	case o.cacheMB < 0:
 		return fmt.Errorf("--image-cache-mb %d: expected 0 or more", o.cacheMB)
@@ -63,7 +64,7 @@ func (o imageOptions) encoder(dir string, cfg *config.Config, b backend.Backend)
 		log.Printf("serve: images off: %v", err)
 		return nil, "the checkpoint's image processor: " + strings.TrimSpace(err.Error())
 	}
-	return images.NewEncoder(b, proc.WithMaxPixels(o.maxPixels), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
+	return images.NewEncoder(b, proc.WithMaxPixels(cmp.Or(o.maxPixels, defaultImagePixels)), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
 }
 
 // runImages encodes run's --image files and expands the prompt's image pads (one per file, in

@@ -104,6 +104,9 @@ func TestServeOptionsChecked(t *testing.T) {
 		"--prefill-chunk -2":           func(o *serveOptions) { o.prefillChunk = -2 },
 		"--idle-unload -1s":            func(o *serveOptions) { o.idleUnload = -time.Second },
 		"--prefill-route tensor (cpu)": func(o *serveOptions) { o.prefillRoute, o.backend = tensor, "cpu" },
+		"--vision maybe":               func(o *serveOptions) { o.images.vision = "maybe" },
+		"--image-max-pixels 100":       func(o *serveOptions) { o.images.maxPixels = 100 },
+		"--image-cache-mb -1":          func(o *serveOptions) { o.images.cacheMB = -1 },
 	} {
 		o := ok
 		mutate(&o)
