@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/vision"
 )
@@ -69,16 +70,9 @@ func runBenchImage(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	im.EncodeS = time.Since(t).Seconds()
-	v := cfg.Vision
-	prompt := append([]int{v.StartToken}, make([]int, im.Tokens)...)
-	for i := 1; i <= im.Tokens; i++ {
-		prompt[i] = v.ImageToken
-	}
-	prompt = append(prompt, append([]int{v.EndToken}, benchPrompt(16, cfg.VocabSize)...)...)
-	placed := runner.Image{ID: 1}
-	placed.At, placed.H, placed.W, placed.Embeds = 1, px.MergedH(), px.MergedW(), rows
+	prompt, placed := imagePrompt(cfg, px, rows)
 	r := runner.New(b, runner.Options{CheckpointEvery: -1})
-	res, err := r.Generate(cmd.Context(), runner.Request{Prompt: prompt, Images: []runner.Image{placed}, MaxTokens: 1, NoCache: true},
+	res, err := r.Generate(cmd.Context(), runner.Request{Prompt: prompt, Images: placed, MaxTokens: 1, NoCache: true},
 		func(runner.Token) (bool, error) { return false, nil })
 	if err != nil {
 		return err
@@ -91,4 +85,18 @@ func runBenchImage(cmd *cobra.Command, o benchOptions) error {
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backend %s  image %d×%d → %d×%d: %d patches, %d tokens\npreprocess %.3f s  tower %.3f s  prefill %d tokens %.3f s  first token after %.3f s\n",
 		out.Backend, im.Source[0], im.Source[1], im.Resized[0], im.Resized[1], im.Patches, im.Tokens, im.PreprocessS, im.EncodeS, im.PrefillTokens, im.PrefillS, im.TTFTS)
 	return err
+}
+
+// imagePrompt is a prompt holding one image: vision start, its tokens, vision end and 16 tokens
+// of text.
+func imagePrompt(cfg *config.Config, px *vision.Pixels, rows [][]float32) ([]int, []runner.Image) {
+	v := cfg.Vision
+	prompt := []int{v.StartToken}
+	for range px.Tokens() {
+		prompt = append(prompt, v.ImageToken)
+	}
+	prompt = append(append(prompt, v.EndToken), benchPrompt(16, cfg.VocabSize)...)
+	placed := runner.Image{ID: 1}
+	placed.At, placed.H, placed.W, placed.Embeds = 1, px.MergedH(), px.MergedW(), rows
+	return prompt, []runner.Image{placed}
 }

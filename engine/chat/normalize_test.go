@@ -41,6 +41,12 @@ func TestNormalizeCases(t *testing.T) {
 		{"system before the first user message after an assistant one folded forwards",
 			`[{"role":"assistant","content":"Hello"},{"role":"system","content":"Note"},{"role":"user","content":"Q"}]`,
 			`[{"role":"assistant","content":"Hello"},{"role":"user","content":"Note\n\nQ"}]`},
+		{"late system folded into a message with an image, as a text part of its own",
+			`[{"role":"user","content":[{"type":"image"},{"type":"text","text":"What is this?"}]},{"role":"system","content":"Late"}]`,
+			`[{"role":"user","content":[{"type":"image"},{"type":"text","text":"What is this?"},{"type":"text","text":"\n\nLate"}]}]`},
+		{"system before a message with an image folded forwards",
+			`[{"role":"assistant","content":"Hello"},{"role":"system","content":"Note"},{"role":"user","content":[{"type":"image"}]}]`,
+			`[{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Note\n\n"},{"type":"image"}]}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := renderNormalized(t, tc.in, nil)

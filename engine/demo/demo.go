@@ -138,14 +138,7 @@ func build(dir string, f Files) error {
 	files := map[string][]byte{"tokenizer.json": f.TokenizerJSON, "chat_template.jinja": f.ChatTemplate}
 	if f.VisionTokens != [4]int{} {
 		w.visionTower()
-		ids := f.VisionTokens
-		cfg["image_token_id"], cfg["video_token_id"], cfg["vision_start_token_id"], cfg["vision_end_token_id"] = ids[0], ids[1], ids[2], ids[3]
-		cfg["vision_config"] = map[string]any{"model_type": "qwen3_5_moe", "depth": tower.depth, "hidden_size": tower.hidden,
-			"num_heads": tower.heads, "intermediate_size": tower.intermediate, "hidden_act": "gelu_pytorch_tanh",
-			"patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2, "in_channels": 3,
-			"out_hidden_size": s.hidden, "num_position_embeddings": tower.positions, "deepstack_visual_indexes": []int{}}
-		// Up to 1 MP (1,024 tokens): the demo's answers are random, its images need not be large.
-		files["preprocessor_config.json"] = []byte(`{"size": {"shortest_edge": 4096, "longest_edge": 1048576}, "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}`)
+		visionConfig(cfg, files, f.VisionTokens)
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), w.tensors, map[string]string{"format": "mlx"}); err != nil {
 		return err
@@ -190,6 +183,17 @@ func (w *writer) linear(name string, rows, cols int, gain float64, bits int, exp
 	if bits != 4 {
 		w.quant[name] = map[string]any{"group_size": 64, "bits": bits}
 	}
+}
+
+// visionConfig adds the tower's configuration, image token ids and image processor settings.
+func visionConfig(cfg map[string]any, files map[string][]byte, ids [4]int) {
+	cfg["image_token_id"], cfg["video_token_id"], cfg["vision_start_token_id"], cfg["vision_end_token_id"] = ids[0], ids[1], ids[2], ids[3]
+	cfg["vision_config"] = map[string]any{"model_type": "qwen3_5_moe", "depth": tower.depth, "hidden_size": tower.hidden,
+		"num_heads": tower.heads, "intermediate_size": tower.intermediate, "hidden_act": "gelu_pytorch_tanh",
+		"patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2, "in_channels": 3,
+		"out_hidden_size": shape.hidden, "num_position_embeddings": tower.positions, "deepstack_visual_indexes": []int{}}
+	// Up to 1 MP (1,024 tokens): the demo's answers are random, its images need not be large.
+	files["preprocessor_config.json"] = []byte(`{"size": {"shortest_edge": 4096, "longest_edge": 1048576}, "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}`)
 }
 
 // visionTower adds the vision tower's tensors as mlx-vlm writes them: under vision_tower., bfloat16,
