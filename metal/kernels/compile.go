@@ -45,6 +45,9 @@ var mathModes = map[string]mtl.MathMode{
 	"attn_rope.metal":    mtl.MathRelaxed, // the rotation angles use metal::precise sin and cos
 	"attn_decode.metal":  mtl.MathRelaxed,
 	"attn_prefill.metal": mtl.MathRelaxed,
+	// Relaxed like the other GEMMs and norms; vit_erf and the GELUs call the precise exp, tanh
+	// and divide themselves, which their accuracy needs.
+	"vit.metal": mtl.MathRelaxed,
 	// Relaxed like attn_prefill: its bfloat tolerance is far above fast exp's error.
 	"attn_prefill_tensor.metal": mtl.MathRelaxed,
 }
