@@ -50,6 +50,9 @@ var mathModes = map[string]mtl.MathMode{
 	"vit.metal": mtl.MathRelaxed,
 	// Relaxed like attn_prefill: its bfloat tolerance is far above fast exp's error.
 	"attn_prefill_tensor.metal": mtl.MathRelaxed,
+	// Relaxed like attn_prefill: the rotary's angles use metal::precise sin and cos, the rest is
+	// checked with tolerances (cases/vit_attn.go).
+	"vit_attn.metal": mtl.MathRelaxed,
 }
 
 // TensorFile reports whether name is a file of Metal 4 tensor-op kernels (`mpp::tensor_ops`):

@@ -83,6 +83,17 @@ kernel void vit_layernorm(device const float* x [[buffer(0)]],    // [rows][D]
   }
 }
 
+// The erf below follows fdlibm's s_erff.c, whose notice is kept here as its licence asks:
+//
+//   Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+//
+//   Developed at SunPro, a Sun Microsystems, Inc. business.
+//   Permission to use, copy, modify, and distribute this
+//   software is freely granted, provided that this notice
+//   is preserved.
+//
+//   Conversion to float by Ian Lance Taylor, Cygnus Support, ian@cygnus.com.
+//
 // vit_erf is erf(x) in float32, within about an ulp: fdlibm's erff method and coefficients
 // (Sun Microsystems' fdlibm, 1993, freely distributable with that notice; the float conversion is
 // Ian Lance Taylor's, Cygnus Support). Rational approximations on |x| < 0.84375 (erf(x) = x +
