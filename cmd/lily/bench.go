@@ -80,7 +80,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
 	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
-	f.StringVar(&o.image, "image", "", "measure one image (PNG, JPEG, GIF, WebP): its decoding and preprocessing, the vision tower, and the time to the first token of a prompt holding it")
+	f.StringVar(&o.image, "image", "", "measure one image (PNG, JPEG, GIF, WebP): its decoding and preprocessing, the vision tower, and the time to the first token of a prompt holding it; with --plan, an image size WxH: model the production vision tower on it per chip")
 	f.IntVar(&o.prefill, "prefill", 0, "with --plan: model a prefill chunk of this many tokens after --ctx cached positions instead of a decode token ("+prefillModelHelp+"); with --profile: also time one such chunk")
 	return cmd
 }
@@ -235,6 +235,9 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	}
 	if o.prefill > 0 {
 		return runBenchPrefillPlan(cmd, o)
+	}
+	if o.image != "" {
+		return runBenchPlanImage(cmd, o)
 	}
 	if o.batch > 0 {
 		return runBenchBatchPlan(cmd, o)
