@@ -15,18 +15,17 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/model"
-	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/internal/hostmem"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// KernelFiles are the kernel sources the decode step uses; the tensor-op files' kernels
-// (qmm_tensor.metal, attn_prefill_tensor.metal) only on the tensor prefill route (a Metal device
-// compiles them only where it runs them).
+// KernelFiles are the kernel sources the decode step and the vision tower (vision.go) use; the
+// tensor-op files' kernels (qmm_tensor.metal, attn_prefill_tensor.metal) only on the tensor
+// prefill route (a Metal device compiles them only where it runs them).
 var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.metal", "rmsnorm.metal", "attn_prefill.metal", "attn_prefill_tensor.metal", "conv.metal", "gdn.metal",
-	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal"}
+	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal", "vit.metal", "vit_attn.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
 // whose sessions each run on a one-row executor (their recurrent state, step entry and block
@@ -47,6 +46,7 @@ type GPU struct {
 	dev  *sharedDevice
 	size Sizing     // what the plan was built for (Size)
 	mu   sync.Mutex // one step at a time (the executors share the weight buffers and pipelines)
+	vit  towers     // the vision tower's executors per grid (vision.go), under mu
 
 	poolMu sync.Mutex // the idle lane and, with rows, which session owns which row
 	idle   []*lane
@@ -181,9 +181,6 @@ func (e *GPU) Describe() backend.Description {
 		VisionWhy: ErrNoImages.Error()}
 }
 
-// EncodeImage is refused: the tower's kernels are not on Metal yet (ErrNoImages).
-func (e *GPU) EncodeImage(*vision.Pixels) ([][]float32, error) { return nil, ErrNoImages }
-
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
 // and bytes.
 func (e *GPU) Live() (buffers int, bytes int64) { return e.dev.live() }
@@ -199,6 +196,7 @@ func (e *GPU) Close() {
 	e.idle = nil
 	e.rows.close(e.dev)
 	e.rows = nil
+	e.closeTowers()
 	e.dev.freeWeights()
 	e.dev.freePipelines()
 	if e.closeDev != nil {

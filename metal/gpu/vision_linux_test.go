@@ -1,0 +1,125 @@
+//go:build linux
+
+package gpu
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/engine/vision"
+	"github.com/lilyformac/lily/internal/goldens"
+	"github.com/lilyformac/lily/metal/emu"
+)
+
+const visionDir = "../../testdata/vision/tiny-v"
+
+// towerTolerance bounds max |GPU row − reference| relative to the reference's largest value.
+// The CPU tower sums every product in float64; vit_gemm sums in float32 on 8×8 simdgroup
+// matrices and vit_attention keeps an online softmax, so the rows differ by float32 rounding
+// over tiny-v's sums of 64 to 256 products: far below 1e-4 of the output's scale.
+const towerTolerance = 1e-4
+
+// referencePixels are transformers' pixel rows for an image with the repeated frame dropped.
+func referencePixels(im *goldens.VisionImage) *vision.Pixels {
+	ref := im.Pixels["default"]
+	n := im.Grid[1] * im.Grid[2]
+	width, pp := len(ref)/n, 16*16
+	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
+	for i := range n {
+		row := make([]float32, 0, 3*pp)
+		for c := range 3 {
+			row = append(row, ref[i*width+2*c*pp:i*width+(2*c+1)*pp]...)
+		}
+		px.Rows = append(px.Rows, row)
+	}
+	return px
+}
+
+// relDiff is max |got − want| over every value, and the largest |want|.
+func relDiff(got [][]float32, want func(i int) []float32) (worst, scale float64) {
+	for i, row := range got {
+		w := want(i)
+		worst = max(worst, maxAbsDiff(row, w))
+		for _, v := range w {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+	}
+	return worst, scale
+}
+
+// TestEncodeImageMatchesTower: on the emulator (threads shuffled, the dispatches between barriers
+// in reverse), EncodeImage on transformers' pixel rows of each of tiny-v's images gives the CPU
+// tower's rows and transformers' embeddings within towerTolerance of their scale; the executors
+// of at most towerCacheSize grids are kept, and an image encoded again after its executor was
+// dropped gives the same rows bit for bit.
+func TestEncodeImageMatchesTower(t *testing.T) {
+	g := goldens.MustLoadVision(t, visionDir)
+	w, err := model.Load(visionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32}, Threads: emu.Shuffle, GroupOrder: emu.Reverse, Seed: 7})
+	defer e.Close()
+	tower := vision.NewTower(w.Config.Vision, w.Vision)
+	files := make([]string, 0, len(g.Images))
+	for f := range g.Images {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	got := map[string][][]float32{}
+	for _, f := range files {
+		px := referencePixels(g.Images[f])
+		rows, err := e.EncodeImage(px)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		want := tower.Encode(px)
+		if len(rows) != len(want) {
+			t.Fatalf("%s: %d rows, the CPU tower %d", f, len(rows), len(want))
+		}
+		worst, scale := relDiff(rows, func(i int) []float32 { return want[i] })
+		t.Logf("%s (%d×%d patches): max |GPU − CPU tower| = %.3g (%.3g of the largest value %.3g)", f, px.GridH, px.GridW, worst, worst/scale, scale)
+		if worst > towerTolerance*scale {
+			t.Errorf("%s: max |GPU − CPU tower| = %.3g > %g × %.3g", f, worst, towerTolerance, scale)
+		}
+		got[f] = rows
+	}
+	if n := len(e.vit.runs); n > towerCacheSize || n == 0 {
+		t.Errorf("%d tower executors kept, want 1 to %d", n, towerCacheSize)
+	}
+	checkTransformersEmbeds(t, g, got)
+	again, err := e.EncodeImage(referencePixels(g.Images[files[0]]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range again {
+		if !slices.Equal(again[i], got[files[0]][i]) {
+			t.Fatalf("%s encoded again: row %d differs", files[0], i)
+		}
+	}
+}
+
+// checkTransformersEmbeds: each golden prompt's image rows (the GPU's, in the prompt's order)
+// are transformers' embeddings within towerTolerance of their scale.
+func checkTransformersEmbeds(t *testing.T, g *goldens.Vision, got map[string][][]float32) {
+	t.Helper()
+	H := g.HiddenSize
+	for name, p := range g.Prompts {
+		var rows [][]float32
+		for _, f := range p.Images {
+			rows = append(rows, got[f]...)
+		}
+		if len(rows)*H != len(p.Embeds) {
+			t.Fatalf("%s: %d image rows, transformers %d", name, len(rows), len(p.Embeds)/H)
+		}
+		worst, scale := relDiff(rows, func(i int) []float32 { return p.Embeds[i*H : (i+1)*H] })
+		t.Logf("%s: max |GPU − transformers| = %.3g (%.3g of the largest value %.3g)", name, worst, worst/scale, scale)
+		if worst > towerTolerance*scale {
+			t.Errorf("%s: max |GPU − transformers| = %.3g > %g × %.3g", name, worst, towerTolerance, scale)
+		}
+	}
+}
