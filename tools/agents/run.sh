@@ -10,9 +10,10 @@
 # "max_output_tokens", Codex prints "Incomplete response returned, reason: max_output_tokens",
 # opencode exits 0 — while every request the server saw was answered with a 2xx.
 #
-# claude-image sends Claude Code a PNG with its prompt (stream-json input), then continues the
-# conversation with a second prompt: the image, sent again with the history, must be seen both
-# times (the tower ran once: the second turn found it in the cache), and both turns answered.
+# Claude Code's prompt holds a PNG (stream-json input). Its answers hit the cap, so it goes on
+# with more turns of the same conversation, each sending the image again: the image must be seen
+# every time (the tower ran once, the later turns found it in the encoded-image cache, no
+# placeholder), and every turn answered.
 #
 # Run: LILY_BIN=/path/to/lily bash tools/agents/run.sh   (tools/test.sh does this; needs root
 # or user namespaces for `unshare --net`).
@@ -41,18 +42,18 @@ if [ "${1:-}" = "--inside" ]; then
   export PATH="$bin:$PATH" DISABLE_AUTOUPDATER=1 DISABLE_FEEDBACK_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 \
     OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 CODEX_HOME="$HOME/.codex"
   case $agent in
-  claude) args=(-p "Say hello" --max-turns 1 --output-format json) ;;
-  claude-image)
-    node -e 'import(process.argv[1]).then((m) => console.log(JSON.stringify({ type: "user", message: { role: "user",
-      content: [{ type: "text", text: "What is in this picture?" }, { type: "image", source: { type: "base64", media_type: "image/png", data: m.pngBase64(96, 64, 11) } }] } })))' \
-      "$(dirname "$self")/../clienttest/lib.mjs" >"$out/turn1.jsonl"
-    timeout 300 "$LILY_BIN" launch claude --url $base -- -p --input-format stream-json --output-format stream-json --verbose --max-turns 1 \
-      <"$out/turn1.jsonl" >"$out/stdout1" 2>"$out/stderr1" || true
-    args=(-p "And what else?" --continue --max-turns 1 --output-format json) ;;
+  claude)
+    node -e 'import(process.argv[1]).then((m) => {
+      const user = (content) => console.log(JSON.stringify({ type: "user", message: { role: "user", content } }));
+      user([{ type: "text", text: "What is in this picture?" }, { type: "image", source: { type: "base64", media_type: "image/png", data: m.pngBase64(96, 64, 11) } }]); })' \
+      "$(dirname "$self")/../clienttest/lib.mjs" >"$out/turns.jsonl"
+    args=(-p --input-format stream-json --output-format stream-json --verbose --max-turns 1) ;;
   codex) args=(exec --skip-git-repo-check -c check_for_update_on_startup=false -c analytics.enabled=false "Say hello") ;;
   opencode) args=(run "Say hello") ;;
   esac
-  timeout 300 "$LILY_BIN" launch "${agent%-image}" --url $base -- "${args[@]}" </dev/null >"$out/stdout" 2>"$out/stderr" || rc=$?
+  input=/dev/null
+  [ "$agent" != claude ] || input="$out/turns.jsonl"
+  timeout 300 "$LILY_BIN" launch "$agent" --url $base -- "${args[@]}" <"$input" >"$out/stdout" 2>"$out/stderr" || rc=$?
   echo "$rc" >"$out/rc"
   curl -s $base/metrics | grep '^lily_requests_total' >"$out/requests" || true
   curl -s $base/metrics | grep '^lily_image' >"$out/images" || true
@@ -66,7 +67,7 @@ export LILY_BIN
 # which `npm ci` then rejects. The CLIs are native binaries (Codex has a Node launcher).
 [ -n "${AGENTS_NO_INSTALL:-}" ] || npm install --silent --no-audit --no-fund --no-package-lock --engine-strict=false
 failed=0
-for agent in ${AGENTS:-claude claude-image codex opencode}; do
+for agent in ${AGENTS:-claude codex opencode}; do
   out=$(mktemp -d)
   start=$(date +%s)
   unshare --net bash "$self" --inside "$agent" "$out"
@@ -77,16 +78,18 @@ for agent in ${AGENTS:-claude claude-image codex opencode}; do
     why="the server answered an error: $(grep -v 'status="2' "$out/requests" | tr '\n' ' ')"
   fi
   case $agent in
-  claude*)
+  claude)
     endpoint=/v1/messages
-    if [ "$agent" = claude-image ] && ! { grep -qx 'lily_image_encodes_total 1' "$out/images" && grep -q '^lily_image_cache_hits_total [1-9]' "$out/images" &&
+    if ! { grep -qx 'lily_image_encodes_total 1' "$out/images" && grep -q '^lily_image_cache_hits_total [1-9]' "$out/images" &&
       grep -qx 'lily_image_placeholders_total 0' "$out/images"; }; then
       why="${why:-the image was not seen once and then found again: $(tr '\n' ' ' <"$out/images")}"
     fi
     [ -n "$why" ] || why=$(node -e '
-      const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop());
-      if (r.api_error !== "max_output_tokens" && r.is_error) console.log("claude reported: " + (r.api_error || r.result));
-      else if (!(r.num_turns >= 1)) console.log("no turn ran");' "$out/stdout" 2>&1) ;;
+      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      const results = lines.filter((r) => r.type === "result");
+      const bad = results.find((r) => r.api_error !== "max_output_tokens" && r.is_error);
+      if (bad) console.log("claude reported: " + (bad.api_error || bad.result));
+      else if (results.length !== 1 || !(results[0].num_turns >= 1)) console.log("no turn ran");' "$out/stdout" 2>&1) ;;
   codex)
     endpoint=/v1/responses
     grep -q "Incomplete response returned, reason: max_output_tokens" "$out/stderr" "$out/stdout" || why="${why:-codex did not report the cap of the server (rc $rc)}" ;;
