@@ -1,11 +1,13 @@
 package cases
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 
+	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/quant"
 	"github.com/lilyformac/lily/metal/kernels"
 )
@@ -72,7 +74,7 @@ func ropeCases() []Case {
 	for _, r := range shapes {
 		out = append(out, ropeCase(r))
 	}
-	return append(out, ropeBatchCases()...)
+	return append(append(out, ropeBatchCases()...), mropeCases()...)
 }
 
 // ropeCase runs attn_qk_rope_kv for one token at pos (or a chunk of tokens from pos) and
@@ -215,4 +217,143 @@ func bf16Line(h uint16) int {
 		a = math.MinInt16 - a
 	}
 	return a
+}
+
+// mropeAxes is the production axis table: the config's interleaved sections [11, 11, 10].
+func mropeAxes(s kernels.AttnShape) []uint32 {
+	c := config.Config{MRoPESection: [3]int{11, 11, 10}}
+	return kernels.MRoPEAxes(s.RotaryDim/2, c.MRoPEAxis)
+}
+
+// mropeCases run attn_qk_rope_kv with ATTN_MROPE (multimodal rotary positions) on the model's
+// heads, in both KV formats: a chunk of image tokens, a chunk of text (checked bit for bit against
+// the constant unset) and a multi-row decode step.
+func mropeCases() []Case {
+	var out []Case
+	for _, bits := range []int{kernels.KVBF16, kernels.KV8} {
+		// a pool of 5 pages of 16 positions: the chunk's slots 13..17 cross a page boundary.
+		s := attnShapeOf(16, 2, 256, 64, 64, bits, 16, 5)
+		out = append(out, mropeChunkCase(s, false), mropeChunkCase(s, true))
+		b := attnBatchShape{s: attnShapeOf(16, 2, 256, 64, 64, bits, 16, 0), pos: []int{5, 40, 63}, threads: kernels.AttnRopeThreads}
+		out = append(out, mropeRowsCase(b))
+	}
+	return out
+}
+
+// mropeChunkCase is a chunk of 5 tokens at slots 13..17. Image (!text): the tokens of a 2×3 grid
+// whose positions start at 40 (an earlier image left a delta), t = 40, h = 40 + row, w = 40 +
+// column, against AttnQKRopeKVChunkMulti. Text: three equal positions = the slot, and the same
+// dispatch with ATTN_MROPE unset into caches of its own must agree bit for bit.
+func mropeChunkCase(s kernels.AttnShape, text bool) Case {
+	const pos0, tokens = 13, 5
+	kind, why := "image", "an image's 2×3 grid, positions from 40"
+	if text {
+		kind, why = "text", "text: equal positions, bit for bit against ATTN_MROPE unset"
+	}
+	return Case{
+		Name:    fmt.Sprintf("attn_qk_rope_kv+chunk+mrope/%s_%s_t%d", kind, attnTag(s), tokens),
+		Kernels: []string{"attn_qk_rope_kv+chunk+mrope"}, Tol: ropeTol,
+		Shape: fmt.Sprintf("%s, rotary %d, %d tokens from slot %d (%s)", attnShape(s), s.RotaryDim, tokens, pos0, why),
+		Run: func(c *Ctx) error {
+			if err := s.Validate(); err != nil {
+				return err
+			}
+			ropePos := make([]uint32, 3*tokens)
+			for t := range tokens {
+				p := [3]int{40, 40 + t/3, 40 + t%3}
+				if text {
+					p = [3]int{pos0 + t, pos0 + t, pos0 + t}
+				}
+				ropePos[3*t], ropePos[3*t+1], ropePos[3*t+2] = uint32(p[0]), uint32(p[1]), uint32(p[2])
+			}
+			return mropeChunkRun(c, s, pos0, tokens, ropePos, text)
+		},
+	}
+}
+
+// mropeChunkRun dispatches the chunk with ropePos (and, for text, without ATTN_MROPE) and checks it.
+func mropeChunkRun(c *Ctx, s kernels.AttnShape, pos0, tokens int, ropePos []uint32, text bool) error {
+	p, axes := ropeParams(c.R, s), mropeAxes(s)
+	qg := kernels.BF16Round(RandFloats(c.R, tokens*s.Heads*2*s.HeadDim, 1))
+	kd := tokens * s.KVHeads * s.HeadDim
+	k, v := kernels.BF16Round(RandFloats(c.R, kd, 1)), kernels.BF16Round(RandFloats(c.R, kd, 1))
+	table := attnTable(c.R, s, nil)
+	poison := bytes.Repeat([]byte{0xFF}, s.CacheBytes())
+	bufs := func(name string) kernels.AttnQKRopeKVBuffers[int] {
+		return kernels.AttnQKRopeKVBuffers[int]{QG: c.inAct(name+"qg", qg, true), K: c.inAct(name+"k", k, true), V: c.inAct(name+"v", v, true),
+			QNorm: c.In(name+"q_norm", p.QNorm), KNorm: c.In(name+"k_norm", p.KNorm), InvFreq: c.In(name+"inv_freq", p.InvFreq),
+			Step: c.In(name+"step", []uint32{uint32(pos0), 7}), QOut: c.outAct(name+"q_rot", tokens*s.Heads*s.HeadDim, true),
+			KCache: c.InOut(name+"k_cache", poison), VCache: c.InOut(name+"v_cache", poison), Table: c.In(name+"table", table)}
+	}
+	bs := bufs("")
+	c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVChunkCall(s, p.Eps, kernels.AttnRopeThreads, tokens, bs), c.In("rope_pos", ropePos), c.In("rope_axis", axes)), false)
+	var plain kernels.AttnQKRopeKVBuffers[int]
+	if text {
+		plain = bufs("plain.")
+		c.Add(kernels.AttnQKRopeKVChunkCall(s, p.Eps, kernels.AttnRopeThreads, tokens, plain), false)
+	}
+	if err := c.Step(); err != nil {
+		return err
+	}
+	kWant, vWant := bytes.Clone(poison), bytes.Clone(poison)
+	c.relAct("q", bs.QOut, kernels.AttnQKRopeKVChunkMulti(s, p, pos0, tokens, ropePos, axes, qg, k, v, kWant, vWant, table), true)
+	var writes []ropeWrite
+	for t := range tokens {
+		writes = append(writes, ropeWrite{pos: pos0 + t, row: s.Row(table, pos0+t)})
+	}
+	if err := ropeCheckCaches(c, s, writes, c.Bytes(bs.KCache), c.Bytes(bs.VCache), kWant, vWant); err != nil || !text {
+		return err
+	}
+	return mropeSame(c, bs, plain)
+}
+
+// mropeSame requires two dispatches' queries and caches to be bit-identical.
+func mropeSame(c *Ctx, a, b kernels.AttnQKRopeKVBuffers[int]) error {
+	if !bytes.Equal(c.Bytes(a.QOut), c.Bytes(b.QOut)) {
+		return fmt.Errorf("q differs from the dispatch without ATTN_MROPE")
+	}
+	if !bytes.Equal(c.Bytes(a.KCache), c.Bytes(b.KCache)) || !bytes.Equal(c.Bytes(a.VCache), c.Bytes(b.VCache)) {
+		return fmt.Errorf("the caches differ from the dispatch without ATTN_MROPE")
+	}
+	return nil
+}
+
+// mropeRowsCase is a multi-row decode step (ATTN_SEQ_ROWS) whose rows sit at slots b.pos with
+// deltas 0, 7 and 100: row 0 text (three equal positions slot + delta), rows 1 and 2 with distinct
+// positions per axis, against AttnQKRopeKVRowsMulti.
+func mropeRowsCase(b attnBatchShape) Case {
+	s, R := b.pool(), b.rows()
+	kernel := fmt.Sprintf("attn_qk_rope_kv+rows%d+mrope", R)
+	return Case{
+		Name: fmt.Sprintf("%s/%s_rot%d_tg%d", kernel, attnTag(s), s.RotaryDim, b.threads), Kernels: []string{kernel}, Tol: ropeTol,
+		Shape: fmt.Sprintf("%s, rotary %d, threadgroups of %d, deltas 0, 7, 100", b.describe(s), s.RotaryDim, b.threads),
+		Run: func(c *Ctx) error {
+			if err := s.Validate(); err != nil {
+				return err
+			}
+			p, axes := ropeParams(c.R, s), mropeAxes(s)
+			qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
+			qg, k, v := RandFloats(c.R, R*qd, 1), RandFloats(c.R, R*kd, 1), RandFloats(c.R, R*kd, 1)
+			tables, steps := attnBatchTables(c.R, s, R, false), attnBatchSteps(b.pos)
+			ropePos := make([]uint32, 3*R)
+			for r, d := range []int{0, 7, 100}[:R] {
+				at := uint32(b.pos[r] + d)
+				ropePos[3*r], ropePos[3*r+1], ropePos[3*r+2] = at, at+uint32(r), at+uint32(2*r)
+			}
+			poison := bytes.Repeat([]byte{0xFF}, s.CacheBytes())
+			norms := kernels.AttnQKRopeKVBuffers[int]{QNorm: c.In("q_norm", p.QNorm), KNorm: c.In("k_norm", p.KNorm), InvFreq: c.In("inv_freq", p.InvFreq)}
+			all := ropeBatchBufs(c, s, R, "", qg, k, v, steps, tables, norms, c.InOut("k_cache", poison), c.InOut("v_cache", poison))
+			c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVRowsCall(s, p.Eps, b.threads, R, all), c.In("rope_pos", ropePos), c.In("rope_axis", axes)), false)
+			if err := c.Step(); err != nil {
+				return err
+			}
+			kWant, vWant := bytes.Clone(poison), bytes.Clone(poison)
+			c.Rel("q", c.F32(all.QOut)[:R*s.Heads*s.HeadDim], kernels.AttnQKRopeKVRowsMulti(s, p, steps, ropePos, axes, qg, k, v, kWant, vWant, tables))
+			var writes []ropeWrite
+			for r, pos := range b.pos {
+				writes = append(writes, ropeWrite{pos: pos, row: s.Row(attnBatchTable(s, tables, r), pos)})
+			}
+			return ropeCheckCaches(c, s, writes, c.Bytes(all.KCache), c.Bytes(all.VCache), kWant, vWant)
+		},
+	}
 }

@@ -449,6 +449,9 @@ func (p *Pipeline) Dispatch(d Dispatch) error {
 		pd := k.params[i]
 		switch gp.Kind {
 		case gen.Buffer:
+			if gp.Gate != "" && !p.on(gp.Gate) {
+				continue // the argument is absent from this pipeline: nothing to bind (nil in the kernel)
+			}
 			b, ok := d.Buffers[gp.Index]
 			if !ok || b.Buffer == nil {
 				return fmt.Errorf("emu: %s: no buffer bound at index %d (%s)", k.name, gp.Index, gp.Decl)
@@ -513,6 +516,16 @@ func (p *Pipeline) Dispatch(d Dispatch) error {
 		return err
 	}
 	return errors.Join(cerrs...)
+}
+
+// on reports whether the bool function constant name is set and true in the pipeline.
+func (p *Pipeline) on(name string) bool {
+	for _, c := range p.k.unit.Constants {
+		if c.Name == name {
+			return p.fcDefined[c.Index] == 1 && p.fcValues[c.Index] != 0
+		}
+	}
+	return false
 }
 
 // KernelError is a failure inside a kernel: misuse the scheduler detected, or a sanitizer or

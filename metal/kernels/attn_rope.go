@@ -25,6 +25,10 @@ const (
 	// multi-row decode step, each at its own position with its own block table, instead of a
 	// chunk's tokens; unset, every existing dispatch keeps its pipeline.
 	AttnSeqRows = 11
+	// AttnMRoPE (bool ATTN_MROPE, attn_qk_rope_kv only) takes each token's (row's) rotary
+	// positions from buffer 11, [T or R][3] (time, height, width), and each frequency's axis from
+	// buffer 12 (MRoPEAxes); the cache slot stays step.pos. Unset, neither buffer is an argument.
+	AttnMRoPE = 12
 )
 
 // KV cache formats (AttnShape.KVBits). An 8-bit cache holds int8 codes, then a binary16 scale
@@ -237,25 +241,41 @@ type AttnRopeParams struct {
 	Eps          float32
 }
 
+// MRoPEAxes is attn_qk_rope_kv's axis table (buffer 12) for half rotary frequencies: axis(i)
+// (0 time, 1 height, 2 width), the model config's MRoPEAxis.
+func MRoPEAxes(half int, axis func(i int) int) []uint32 {
+	a := make([]uint32, half)
+	for i := range a {
+		a[i] = uint32(axis(i))
+	}
+	return a
+}
+
 // AttnQKRopeKV is the Go reference of attn_qk_rope_kv for the token at pos: engine/cpu's q and k
 // RMSNorm and RoPE with the same float32 operations. qg is the q projection ([Heads][2·HeadDim]:
 // query ‖ gate per head), k and v the kv projections; it returns the rotated queries
 // ([Heads·HeadDim]) and writes K (normalised, rotated) and V into the caches at pos's pool row
 // under table (when pos < MaxCtx), in the shape's format.
 func AttnQKRopeKV(s AttnShape, p AttnRopeParams, pos int, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
+	return AttnQKRopeKVMulti(s, p, pos, [3]int{pos, pos, pos}, nil, qg, k, v, kCache, vCache, table)
+}
+
+// AttnQKRopeKVMulti is AttnQKRopeKV with multimodal rotary positions (ATTN_MROPE): the cache
+// slot is pos, and frequency i turns by ropePos[axes[i]] (axes nil: axis 0 throughout).
+func AttnQKRopeKVMulti(s AttnShape, p AttnRopeParams, pos int, ropePos [3]int, axes []uint32, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
 	hd := s.HeadDim
 	q := make([]float32, s.Heads*hd)
 	for h := range s.Heads {
 		qh := q[h*hd : (h+1)*hd]
 		copy(qh, qg[h*2*hd:h*2*hd+hd])
 		f32.RMSNorm(qh, qh, p.QNorm, p.Eps)
-		ropeRotate(qh, p.InvFreq, pos)
+		ropeRotate(qh, p.InvFreq, ropePos, axes)
 	}
 	kh := make([]float32, hd)
 	for j := range s.KVHeads {
 		copy(kh, k[j*hd:(j+1)*hd])
 		f32.RMSNorm(kh, kh, p.KNorm, p.Eps)
-		ropeRotate(kh, p.InvFreq, pos)
+		ropeRotate(kh, p.InvFreq, ropePos, axes)
 		if pos >= s.MaxCtx {
 			continue // as the kernel: no cache write past the end
 		}
@@ -304,12 +324,26 @@ func AttnQKRopeKVChunkCall[B any](s AttnShape, eps float32, threads, tokens int,
 // the tokens rows of qg ([tokens][Heads·2·HeadDim]), k and v ([tokens][KVHeads·HeadDim]) at
 // positions pos0, pos0+1, ...; it returns the rotated queries, a row per token.
 func AttnQKRopeKVChunk(s AttnShape, p AttnRopeParams, pos0, tokens int, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
+	return AttnQKRopeKVChunkMulti(s, p, pos0, tokens, nil, nil, qg, k, v, kCache, vCache, table)
+}
+
+// AttnQKRopeKVChunkMulti is AttnQKRopeKVChunk with multimodal rotary positions: token t's are
+// ropePos[3t:3t+3] under axes (ropePos nil: each token's slot).
+func AttnQKRopeKVChunkMulti(s AttnShape, p AttnRopeParams, pos0, tokens int, ropePos, axes []uint32, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
 	var q []float32
 	qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
 	for t := range tokens {
-		q = append(q, AttnQKRopeKV(s, p, pos0+t, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
+		q = append(q, AttnQKRopeKVMulti(s, p, pos0+t, ropeAt(ropePos, t, pos0+t), axes, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
 	}
 	return q
+}
+
+// ropeAt is token (row) t's three rotary positions in ropePos, or slot thrice when ropePos is nil.
+func ropeAt(ropePos []uint32, t, slot int) [3]int {
+	if ropePos == nil {
+		return [3]int{slot, slot, slot}
+	}
+	return [3]int{int(ropePos[3*t]), int(ropePos[3*t+1]), int(ropePos[3*t+2])}
 }
 
 // AttnQKRopeKVRowsCall is attn_qk_rope_kv for the rows sequences of a multi-row decode step
@@ -320,6 +354,15 @@ func AttnQKRopeKVRowsCall[B any](s AttnShape, eps float32, threads, rows int, b 
 	c := AttnQKRopeKVCall(s, eps, threads, b)
 	c.Constants[AttnSeqRows] = true
 	c.Threadgroups[1] = attnRows(rows)
+	return c
+}
+
+// AttnQKRopeKVMRoPE is c (an attn_qk_rope_kv call of any form) with multimodal rotary
+// positions: ATTN_MROPE set, ropePos ([tokens or rows][3] uint32) at buffer 11 and the axis
+// table (MRoPEAxes) at buffer 12.
+func AttnQKRopeKVMRoPE[B any](c Call[B], ropePos, axes B) Call[B] {
+	c.Constants[AttnMRoPE] = true
+	c.Buffers[11], c.Buffers[12] = ropePos, axes
 	return c
 }
 
@@ -335,20 +378,31 @@ func attnRows(rows int) int {
 // of steps ([rows]{pos, token}) on its rows of qg, k and v at its pos under its table (row r of
 // tables, [rows][TableLen]); it returns the rotated queries, a row per sequence.
 func AttnQKRopeKVRows(s AttnShape, p AttnRopeParams, steps []uint32, qg, k, v []float32, kCache, vCache []byte, tables []uint32) []float32 {
+	return AttnQKRopeKVRowsMulti(s, p, steps, nil, nil, qg, k, v, kCache, vCache, tables)
+}
+
+// AttnQKRopeKVRowsMulti is AttnQKRopeKVRows with multimodal rotary positions: row r's are
+// ropePos[3r:3r+3] under axes (ropePos nil: each row's pos).
+func AttnQKRopeKVRowsMulti(s AttnShape, p AttnRopeParams, steps, ropePos, axes []uint32, qg, k, v []float32, kCache, vCache []byte, tables []uint32) []float32 {
 	var q []float32
 	qd, kd, tl := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim, s.TableLen()
 	for r := range len(steps) / 2 {
-		q = append(q, AttnQKRopeKV(s, p, int(steps[2*r]), qg[r*qd:(r+1)*qd], k[r*kd:(r+1)*kd], v[r*kd:(r+1)*kd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
+		pos := int(steps[2*r])
+		q = append(q, AttnQKRopeKVMulti(s, p, pos, ropeAt(ropePos, r, pos), axes, qg[r*qd:(r+1)*qd], k[r*kd:(r+1)*kd], v[r*kd:(r+1)*kd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
 	}
 	return q
 }
 
-// ropeRotate is engine/cpu's rope with the inverse-frequency table passed in.
-
-func ropeRotate(x, invFreq []float32, pos int) {
+// ropeRotate is engine/cpu's rope with the inverse-frequency table and the axis of each frequency
+// passed in (axes nil: axis 0).
+func ropeRotate(x, invFreq []float32, pos [3]int, axes []uint32) {
 	half := len(invFreq)
 	for i, f := range invFreq {
-		theta := float64(float32(pos) * f)
+		p := pos[0]
+		if axes != nil {
+			p = pos[axes[i]]
+		}
+		theta := float64(float32(p) * f)
 		cos, sin := float32(math.Cos(theta)), float32(math.Sin(theta))
 		a, b := x[i], x[i+half]
 		x[i] = a*cos - b*sin

@@ -39,6 +39,12 @@
 // page pool; qg, k, v and q_out hold a row per sequence as in a chunk. A threadgroup reads only
 // its row, so each row is bit-identical to a one-row dispatch on it whatever R is. Unset: the
 // kernel above (a chunk's tokens, or the one-row decode step at T = 1).
+//
+// Multimodal RoPE (ATTN_MROPE set): a token (or row) t has three rotary positions, rope_pos[t] =
+// {time, height, width} (buffer 11), and frequency i turns by theta_i = float(rope_pos[t][axis_i])
+// * inv_freq[i], axis_i = rope_axis[i] (buffer 12, the host's table from the config's interleaved
+// sections). Text has three equal positions, slot + the sequence's delta; the cache slot stays pos
+// above. Unset, the two buffers are not arguments and the kernel is the one above.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -53,6 +59,8 @@ constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a m
 constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool (pages · PAGE)
 constant bool ATTN_SEQ_ROWS_FC [[function_constant(11)]];  // grid y: sequences, not a chunk's tokens
 constant bool ATTN_SEQ_ROWS = is_function_constant_defined(ATTN_SEQ_ROWS_FC) && ATTN_SEQ_ROWS_FC;
+constant bool ATTN_MROPE_FC [[function_constant(12)]];  // rotary positions per axis (rope_pos, rope_axis)
+constant bool ATTN_MROPE = is_function_constant_defined(ATTN_MROPE_FC) && ATTN_MROPE_FC;
 constant uint ATTN_TABLE_LEN = (ATTN_MAX_CTX + ATTN_PAGE - 1) / ATTN_PAGE;  // a sequence's table
 
 #define ATTN_ROPE_MAX_HD 512
@@ -101,6 +109,10 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device uchar* k_cache [[buffer(8)]],         // [NKV][POOL][HD]
                             device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
                             device const uint* table [[buffer(10)]],     // [TABLE_LEN] pages ([R] rows)
+                            // ATTN_MROPE only: [T or R][3] positions (time, height, width), and the
+                            // axis of each frequency [ROT/2]
+                            device const uint* rope_pos [[buffer(11), function_constant(ATTN_MROPE_FC)]],
+                            device const uint* rope_axis [[buffer(12), function_constant(ATTN_MROPE_FC)]],
                             uint2 tg [[threadgroup_position_in_grid]],  // (head, token or row)
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],
@@ -159,7 +171,8 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
     float o = y[d];
     if (d < ATTN_ROT) {
       const uint i = d < half_rot ? d : d - half_rot;
-      const float th = float(pos) * inv_freq[i];
+      const uint rp = ATTN_MROPE ? rope_pos[3 * t + rope_axis[i]] : pos;  // the rotary position
+      const float th = float(rp) * inv_freq[i];
       const float c = precise::cos(th), s = precise::sin(th);
       const float a = y[i], b = y[i + half_rot];
       o = d < half_rot ? a * c - b * s : b * c + a * s;

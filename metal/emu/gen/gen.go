@@ -45,6 +45,10 @@ type Param struct {
 	Index   int    // buffer or threadgroup index; -1 for built-ins
 	Builtin string // the attribute of a built-in
 	Decl    string // declaration text without the attribute
+	// Gate names the bool function constant of a [[buffer(n), function_constant(NAME)]]
+	// parameter: the argument exists only in pipelines where the constant is true, so the others
+	// need not bind it.
+	Gate string
 }
 
 // Kernel is a kernel a pipeline can be made from.
@@ -306,6 +310,7 @@ var (
 	reDerived = regexp.MustCompile(`^\s*constant\s+(\w+)\s+(\w+)\s*=\s*([^;]*)$`)
 	reIndex   = regexp.MustCompile(`^(buffer|threadgroup)\s*\(\s*(\d+)\s*\)$`)
 	reMaxTh   = regexp.MustCompile(`max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)`)
+	reGate    = regexp.MustCompile(`^function_constant\s*\(\s*(\w+)\s*\)$`)
 	reHost    = regexp.MustCompile(`^host_name\s*\(\s*"\s*"\s*\)$`)
 )
 
@@ -672,7 +677,11 @@ func (t *translator) params(d kernelDecl) ([]Param, error) {
 		if attrBody == "" {
 			return nil, t.errorf(d.pos, "kernel %s: parameter %q has no attribute; give every buffer an explicit [[buffer(n)]] (metal/README.md)", d.name, p.Decl)
 		}
-		first := strings.TrimSpace(splitTop(attrBody, ',')[0])
+		items := splitTop(attrBody, ',')
+		first := strings.TrimSpace(items[0])
+		if err := t.gate(d, &p, items[1:]); err != nil {
+			return nil, err
+		}
 		if m := reIndex.FindStringSubmatch(first); m != nil {
 			p.Index, _ = strconv.Atoi(m[2])
 			if p.Index >= maxIndex {
@@ -695,9 +704,28 @@ func (t *translator) params(d kernelDecl) ([]Param, error) {
 		} else {
 			return nil, t.errorf(d.pos, "kernel %s: parameter %s: attribute [[%s]] is not supported by the emulator", d.name, p.Name, first)
 		}
+		if p.Gate != "" && p.Kind != Buffer {
+			return nil, t.errorf(d.pos, "kernel %s: parameter %s: only a buffer may be gated by a function constant", d.name, p.Name)
+		}
 		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// gate reads a buffer parameter's optional function_constant(NAME) after its index: NAME must be
+// a bool function constant of the file (the emulator reads its value per pipeline).
+func (t *translator) gate(d kernelDecl, p *Param, rest []string) error {
+	for _, item := range rest {
+		m := reGate.FindStringSubmatch(strings.TrimSpace(item))
+		if m == nil {
+			return t.errorf(d.pos, "kernel %s: parameter %s: attribute %q is not supported by the emulator", d.name, p.Name, strings.TrimSpace(item))
+		}
+		if c := t.fcs[m[1]]; c == nil || c.Type != "bool" {
+			return t.errorf(d.pos, "kernel %s: parameter %s: function_constant(%s) must name a bool function constant of the file", d.name, p.Name, m[1])
+		}
+		p.Gate = m[1]
+	}
+	return nil
 }
 
 // apply performs the edits on the original text, keeping every newline where it was.

@@ -171,3 +171,30 @@ func TestMetal4Includes(t *testing.T) {
 		}
 	}
 }
+
+// TestGatedBuffer: [[buffer(n), function_constant(NAME)]] records NAME as the parameter's gate;
+// a gate that is not a bool function constant of the file is refused.
+func TestGatedBuffer(t *testing.T) {
+	const src = `#include <metal_stdlib>
+using namespace metal;
+constant bool USE_FC [[function_constant(3)]];
+constant uint N [[function_constant(4)]];
+constant bool USE = is_function_constant_defined(USE_FC) && USE_FC;
+kernel void k(device float* x [[buffer(0)]], device const float* y [[buffer(1), function_constant(%s)]],
+              uint i [[thread_position_in_grid]]) {
+  x[i] = USE ? y[i] : float(N);
+}
+`
+	u, err := Translate("g.metal", strings.Replace(src, "%s", "USE_FC", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := u.Kernels[0].Params; ps[0].Gate != "" || ps[1].Gate != "USE_FC" || ps[1].Index != 1 || ps[1].Kind != Buffer {
+		t.Errorf("params: %+v", ps)
+	}
+	for _, bad := range []string{"N", "MISSING", "USE"} {
+		if _, err := Translate("g.metal", strings.Replace(src, "%s", bad, 1)); err == nil || !strings.Contains(err.Error(), "must name a bool function constant") {
+			t.Errorf("gate %s: %v", bad, err)
+		}
+	}
+}
