@@ -110,9 +110,11 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
                             device const uint* table [[buffer(10)]],     // [TABLE_LEN] pages ([R] rows)
                             // ATTN_MROPE only: [T or R][3] positions (time, height, width), and the
-                            // axis of each frequency [ROT/2]
-                            device const uint* rope_pos [[buffer(11), function_constant(ATTN_MROPE_FC)]],
-                            device const uint* rope_axis [[buffer(12), function_constant(ATTN_MROPE_FC)]],
+                            // axis of each frequency [ROT/2]; gated on ATTN_MROPE, which is false
+                            // while ATTN_MROPE_FC is unset, so the decode plan's pipelines (which
+                            // leave it unset) have no such arguments
+                            device const uint* rope_pos [[buffer(11), function_constant(ATTN_MROPE)]],
+                            device const uint* rope_axis [[buffer(12), function_constant(ATTN_MROPE)]],
                             uint2 tg [[threadgroup_position_in_grid]],  // (head, token or row)
                             uint tid [[thread_index_in_threadgroup]],
                             uint ntg [[threads_per_threadgroup]],

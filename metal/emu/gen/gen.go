@@ -713,17 +713,23 @@ func (t *translator) params(d kernelDecl) ([]Param, error) {
 }
 
 // gate reads a buffer parameter's optional function_constant(NAME) after its index: NAME must be
-// a bool function constant of the file (the emulator reads its value per pipeline).
+// a bool function constant of the file, or a program-scope bool defined as
+// `is_function_constant_defined(FC) && FC` of one (the form that stays false when FC is left
+// unset, which an optional constant needs on Metal); the emulator reads FC's value per pipeline.
 func (t *translator) gate(d kernelDecl, p *Param, rest []string) error {
 	for _, item := range rest {
 		m := reGate.FindStringSubmatch(strings.TrimSpace(item))
 		if m == nil {
 			return t.errorf(d.pos, "kernel %s: parameter %s: attribute %q is not supported by the emulator", d.name, p.Name, strings.TrimSpace(item))
 		}
-		if c := t.fcs[m[1]]; c == nil || c.Type != "bool" {
+		name := m[1]
+		if dm := regexp.MustCompile(`constant\s+bool\s+` + name + `\s*=\s*is_function_constant_defined\s*\(\s*(\w+)\s*\)\s*&&\s*(\w+)\s*;`).FindStringSubmatch(t.src); dm != nil && dm[1] == dm[2] {
+			name = dm[1]
+		}
+		if c := t.fcs[name]; c == nil || c.Type != "bool" {
 			return t.errorf(d.pos, "kernel %s: parameter %s: function_constant(%s) must name a bool function constant of the file", d.name, p.Name, m[1])
 		}
-		p.Gate = m[1]
+		p.Gate = name
 	}
 	return nil
 }

@@ -172,8 +172,9 @@ func TestMetal4Includes(t *testing.T) {
 	}
 }
 
-// TestGatedBuffer: [[buffer(n), function_constant(NAME)]] records NAME as the parameter's gate;
-// a gate that is not a bool function constant of the file is refused.
+// TestGatedBuffer: [[buffer(n), function_constant(NAME)]] records NAME's function constant as the
+// parameter's gate (NAME itself, or the constant NAME stays false without); a gate that is neither
+// is refused.
 func TestGatedBuffer(t *testing.T) {
 	const src = `#include <metal_stdlib>
 using namespace metal;
@@ -185,14 +186,17 @@ kernel void k(device float* x [[buffer(0)]], device const float* y [[buffer(1), 
   x[i] = USE ? y[i] : float(N);
 }
 `
-	u, err := Translate("g.metal", strings.Replace(src, "%s", "USE_FC", 1))
-	if err != nil {
-		t.Fatal(err)
+	// The function constant itself, or the bool that stays false while it is unset (USE).
+	for _, gate := range []string{"USE_FC", "USE"} {
+		u, err := Translate("g.metal", strings.Replace(src, "%s", gate, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := u.Kernels[0].Params; ps[0].Gate != "" || ps[1].Gate != "USE_FC" || ps[1].Index != 1 || ps[1].Kind != Buffer {
+			t.Errorf("gate %s: params: %+v", gate, ps)
+		}
 	}
-	if ps := u.Kernels[0].Params; ps[0].Gate != "" || ps[1].Gate != "USE_FC" || ps[1].Index != 1 || ps[1].Kind != Buffer {
-		t.Errorf("params: %+v", ps)
-	}
-	for _, bad := range []string{"N", "MISSING", "USE"} {
+	for _, bad := range []string{"N", "MISSING"} {
 		if _, err := Translate("g.metal", strings.Replace(src, "%s", bad, 1)); err == nil || !strings.Contains(err.Error(), "must name a bool function constant") {
 			t.Errorf("gate %s: %v", bad, err)
 		}
