@@ -2,6 +2,7 @@ package vit
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
@@ -205,5 +206,49 @@ func TestCheck(t *testing.T) {
 	odd.Heads = 16 // head dim 4
 	if _, err := Build(odd, 4, 4); err == nil {
 		t.Error("head dim 4: built")
+	}
+}
+
+// TestNoSquareBuffer: at 8,160 patches (1920×1080 resized to 1920×1088: 68×120 patches, 2,040 tokens) the production tower's
+// plan holds no buffer of patches² values: attention streams its keys, so its memory grows with
+// N, not N² (a score matrix would be 8,160² × 4 bytes, 266 MB, per head). Its largest buffer is
+// the MLP's [N][4304] rows, and threadgroup memory does not depend on N.
+func TestNoSquareBuffer(t *testing.T) {
+	v := config.ProductionVision()
+	small, err := Build(v, 8, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := Build(v, 68, 120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(tw.N)
+	if n != 8160 {
+		t.Fatalf("%d patches", n)
+	}
+	var largest plan.Buffer
+	for _, b := range tw.Plan.Buffers {
+		if b.Size >= 4*n*n {
+			t.Errorf("buffer %s of %d bytes: N² floats (%d bytes) or more", b.Name, b.Size, 4*n*n)
+		}
+		if b.Kind != plan.Weights && b.Size > largest.Size {
+			largest = b
+		}
+	}
+	if want := 4 * n * int64(v.Intermediate); largest.Size != want {
+		t.Errorf("largest activation %s of %d bytes, want the MLP's %d", largest.Name, largest.Size, want)
+	}
+	tgMem := func(p *plan.Plan) map[string]int {
+		out := map[string]int{}
+		for _, d := range p.Dispatches {
+			for _, m := range d.ThreadgroupMem {
+				out[d.Kernel] = max(out[d.Kernel], m)
+			}
+		}
+		return out
+	}
+	if a, b := tgMem(small.Plan), tgMem(tw.Plan); !maps.Equal(a, b) {
+		t.Errorf("threadgroup memory depends on the grid: %v at 48 patches, %v at 8,160", a, b)
 	}
 }
