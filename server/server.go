@@ -93,7 +93,7 @@ type Config struct {
 	CORSOrigins  []string // browser origins allowed besides the defaults: exact, "scheme://*", or "*"
 	AllowedHosts []string // Host names accepted besides this machine's: exact, ".domain" (it and its subdomains), or "*"
 	BindHost     string   // the address the listener is bound to ("" or loopback: this machine only)
-	MaxBodyBytes int64    // largest request body (default 16 MiB)
+	MaxBodyBytes int64    // largest request body (default 64 MiB: agents resend every image each turn)
 	QueueLimit   int      // requests that may wait while the model's Parallel generate; more get 429 (0: none may wait)
 	// MaxOutputTokens caps every answer's tokens, whatever the request asks (0: the context's room).
 	MaxOutputTokens int
@@ -132,7 +132,7 @@ type Server struct {
 // New builds a server; SetModel makes it ready.
 func New(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
+		cfg.MaxBodyBytes = 64 << 20
 	}
 	cfg.QueueLimit = max(cfg.QueueLimit, 0)
 	if cfg.RequestTimeout <= 0 {

@@ -94,7 +94,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.parallel, "parallel", 0, parallelHelp)
 	f.IntVar(&o.cacheMB, "cache-mb", 4096, "prefix-cache memory budget in MiB (0 disables; default on metal 4096, 1024 on Macs under 32 GB)")
 	f.Float64Var(&o.diskCacheGB, "disk-cache-gb", 8, "prefix-cache budget on disk in GiB, under the user cache directory, so conversations survive a restart (0 disables)")
-	f.IntVar(&o.maxBodyMB, "max-body-mb", 16, "largest request body in MiB")
+	f.IntVar(&o.maxBodyMB, "max-body-mb", 64, "largest request body in MiB (agents send every image of a conversation again on each turn, base64 in the body)")
 	f.DurationVar(&o.timeout, "request-timeout", 30*time.Minute, "per-request time limit")
 	f.IntVar(&o.emuMemoryMB, "emu-gpu-memory-mb", 0, "with --backend emu: the GPU working set to size the KV cache in, as Metal's recommendedMaxWorkingSetSize (0: no limit)")
 	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, exitWithParentHelp)
