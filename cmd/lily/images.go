@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"log"
 	"os"
@@ -87,7 +86,7 @@ func runImages(ctx context.Context, dir string, cfg *config.Config, b backend.Ba
 		if err != nil {
 			return nil, nil, fmt.Errorf("--image: %w", err)
 		}
-		im, err := enc.Encode(ctx, "data:;base64,"+base64.StdEncoding.EncodeToString(data))
+		im, err := enc.EncodeBytes(ctx, data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--image %s: %w", f, err)
 		}

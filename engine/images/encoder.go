@@ -77,11 +77,28 @@ func (e *Encoder) Stats() (encodes, hits int64) { return e.encodes.Load(), e.hit
 // Encode reads ref and returns its image's embeddings, from the cache when the same bytes were
 // encoded before. Concurrent calls for the same new image share one tower run.
 func (e *Encoder) Encode(ctx context.Context, ref string) (*Encoded, error) {
-	if d := e.b.Describe(); !d.Vision {
-		return nil, fmt.Errorf("%w: %s", ErrVisionOff, d.VisionWhy)
+	if err := e.visionOff(); err != nil {
+		return nil, err
 	}
 	data, err := e.load(ctx, ref)
 	if err != nil {
+		return nil, err
+	}
+	return e.EncodeBytes(ctx, data)
+}
+
+// visionOff is ErrVisionOff with the backend's reason when it takes no images (checked before a
+// remote image is fetched), else nil.
+func (e *Encoder) visionOff() error {
+	if d := e.b.Describe(); !d.Vision {
+		return fmt.Errorf("%w: %s", ErrVisionOff, d.VisionWhy)
+	}
+	return nil
+}
+
+// EncodeBytes is Encode for an image file's bytes already in hand (lily run's --image).
+func (e *Encoder) EncodeBytes(ctx context.Context, data []byte) (*Encoded, error) {
+	if err := e.visionOff(); err != nil {
 		return nil, err
 	}
 	id := imageID(data)
