@@ -43,27 +43,11 @@ func promptImages(t *testing.T, g *goldens.Vision, w *model.Weights, p *goldens.
 				t.Fatal(err)
 			}
 		} else {
-			px = referencePixels(g.Images[file])
+			px = goldens.MustReferencePixels(t, g.Images[file])
 		}
 		out = append(out, backend.Image{At: i, H: px.MergedH(), W: px.MergedW(), Embeds: tower.Encode(px)})
 	}
 	return out
-}
-
-// referencePixels are transformers' pixel rows with their repeated frame dropped.
-func referencePixels(im *goldens.VisionImage) *vision.Pixels {
-	ref := im.Pixels["default"]
-	n := im.Grid[1] * im.Grid[2]
-	width, pp := len(ref)/n, 16*16
-	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
-	for i := range n {
-		row := make([]float32, 0, 3*pp)
-		for c := range 3 {
-			row = append(row, ref[i*width+2*c*pp:i*width+(2*c+1)*pp]...)
-		}
-		px.Rows = append(px.Rows, row)
-	}
-	return px
 }
 
 // TestVisionGoldenHF: image prompts (landscape, portrait, two images) on the CPU reference give

@@ -11,7 +11,6 @@ import (
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
-	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/internal/goldens"
 )
 
@@ -42,7 +41,7 @@ func twoImages(t *testing.T) visionCase {
 			continue
 		}
 		file := p.Images[len(images)]
-		px := referencePixels(g.Images[file])
+		px := goldens.MustReferencePixels(t, g.Images[file])
 		embeds, err := m.EncodeImage(px)
 		if err != nil {
 			t.Fatal(err)
@@ -55,22 +54,6 @@ func twoImages(t *testing.T) visionCase {
 		t.Fatalf("%d images in the two-image prompt", len(images))
 	}
 	return visionCase{m, p, images}
-}
-
-// referencePixels are transformers' pixel rows with their repeated frame dropped.
-func referencePixels(im *goldens.VisionImage) *vision.Pixels {
-	ref := im.Pixels["default"]
-	n := im.Grid[1] * im.Grid[2]
-	width, pp := len(ref)/n, 16*16
-	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
-	for i := range n {
-		row := make([]float32, 0, 3*pp)
-		for c := range 3 {
-			row = append(row, ref[i*width+2*c*pp:i*width+(2*c+1)*pp]...)
-		}
-		px.Rows = append(px.Rows, row)
-	}
-	return px
 }
 
 // request is the golden's greedy run of prompt (the golden's ids, or an edit of them).

@@ -14,24 +14,6 @@ import (
 
 const goldenDir = "../../testdata/vision/tiny-v"
 
-// folded is a reference pixel row ([c][t][y][x], the frame repeated) as Lily keeps it ([c][y][x]),
-// after checking that its two temporal copies are equal.
-func folded(t *testing.T, row []float32, patch int) []float32 {
-	t.Helper()
-	pp := patch * patch
-	out := make([]float32, 3*pp)
-	for c := range 3 {
-		a, b := row[(2*c)*pp:(2*c+1)*pp], row[(2*c+1)*pp:(2*c+2)*pp]
-		for i := range a {
-			if a[i] != b[i] {
-				t.Fatalf("the reference's temporal copies differ at channel %d value %d", c, i)
-			}
-		}
-		copy(out[c*pp:], a)
-	}
-	return out
-}
-
 // TestPixelsMatchTransformers: the processor's rows equal transformers' exactly for an image
 // needing no resize, and within 2/255 for resized ones (its resampling is torchvision's, Lily's
 // PIL's), with the same grid.
@@ -63,7 +45,10 @@ func TestPixelsMatchTransformers(t *testing.T) {
 				width := len(ref) / len(px.Rows)
 				var worst float64
 				for i, row := range px.Rows {
-					want := folded(t, ref[i*width:(i+1)*width], 16)
+					want, err := goldens.FoldRow(ref[i*width:(i+1)*width], 16)
+					if err != nil {
+						t.Fatal(err)
+					}
 					worst = max(worst, goldens.MaxAbsDiff(row, want))
 				}
 				resized := im.Grid[1]*16 != imageHeight(t, data) || im.Grid[2]*16 != imageWidth(t, data)
@@ -89,18 +74,6 @@ func imageHeight(t *testing.T, data []byte) int {
 	return img.Bounds().Dy()
 }
 
-// goldenPixels are transformers' own rows for an image, folded: the tower's test input.
-func goldenPixels(t *testing.T, im *goldens.VisionImage) *vision.Pixels {
-	ref := im.Pixels["default"]
-	n := im.Grid[1] * im.Grid[2]
-	width := len(ref) / n
-	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
-	for i := range n {
-		px.Rows = append(px.Rows, folded(t, ref[i*width:(i+1)*width], 16))
-	}
-	return px
-}
-
 // TestTowerMatchesTransformers: the float32 tower on transformers' pixel rows gives
 // transformers' image embeddings, for every image of every prompt.
 func TestTowerMatchesTransformers(t *testing.T) {
@@ -115,7 +88,7 @@ func TestTowerMatchesTransformers(t *testing.T) {
 	for name, p := range g.Prompts {
 		at := 0
 		for _, file := range p.Images {
-			got := tower.Encode(goldenPixels(t, g.Images[file]))
+			got := tower.Encode(goldens.MustReferencePixels(t, g.Images[file]))
 			var worst, scale float64
 			for i, row := range got {
 				want := p.Embeds[(at+i)*H : (at+i+1)*H]

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lilyformac/lily/engine/vision"
 )
 
 // Vision is the vision-language golden (testdata/vision/tiny-v, tools/golden/gen_vision.py):
@@ -117,4 +120,48 @@ func MustLoadVision(t testing.TB, dir string) *Vision {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// FoldRow is a reference processor row, [channel][t][y][x] with the still frame repeated over
+// the two temporal slots, as Lily keeps it: [channel][y][x]. The two copies must be equal.
+func FoldRow(row []float32, patch int) ([]float32, error) {
+	pp := patch * patch
+	if len(row) != 6*pp {
+		return nil, fmt.Errorf("goldens: a pixel row of %d values, expected %d", len(row), 6*pp)
+	}
+	out := make([]float32, 0, 3*pp)
+	for c := range 3 {
+		a, b := row[2*c*pp:(2*c+1)*pp], row[(2*c+1)*pp:(2*c+2)*pp]
+		if !slices.Equal(a, b) {
+			return nil, fmt.Errorf("goldens: the temporal copies of channel %d differ", c)
+		}
+		out = append(out, a...)
+	}
+	return out, nil
+}
+
+// ReferencePixels are transformers' (default processor's) pixel rows of the image, folded: the
+// tower's input without Lily's own preprocessing.
+func (im *VisionImage) ReferencePixels() (*vision.Pixels, error) {
+	ref := im.Pixels["default"]
+	n := im.Grid[1] * im.Grid[2]
+	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
+	for i := range n {
+		row, err := FoldRow(ref[i*len(ref)/n:(i+1)*len(ref)/n], 16)
+		if err != nil {
+			return nil, err
+		}
+		px.Rows = append(px.Rows, row)
+	}
+	return px, nil
+}
+
+// MustReferencePixels is ReferencePixels for tests: a failure ends the test.
+func MustReferencePixels(t testing.TB, im *VisionImage) *vision.Pixels {
+	t.Helper()
+	px, err := im.ReferencePixels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px
 }

@@ -22,22 +22,6 @@ const visionDir = "../../testdata/vision/tiny-v"
 // over tiny-v's sums of 64 to 256 products: far below 1e-4 of the output's scale.
 const towerTolerance = 1e-4
 
-// referencePixels are transformers' pixel rows for an image with the repeated frame dropped.
-func referencePixels(im *goldens.VisionImage) *vision.Pixels {
-	ref := im.Pixels["default"]
-	n := im.Grid[1] * im.Grid[2]
-	width, pp := len(ref)/n, 16*16
-	px := &vision.Pixels{GridH: im.Grid[1], GridW: im.Grid[2], Merge: 2}
-	for i := range n {
-		row := make([]float32, 0, 3*pp)
-		for c := range 3 {
-			row = append(row, ref[i*width+2*c*pp:i*width+(2*c+1)*pp]...)
-		}
-		px.Rows = append(px.Rows, row)
-	}
-	return px
-}
-
 // relDiff is max |got − want| over every value, and the largest |want|.
 func relDiff(got [][]float32, want func(i int) []float32) (worst, scale float64) {
 	for i, row := range got {
@@ -72,7 +56,7 @@ func TestEncodeImageMatchesTower(t *testing.T) {
 	sort.Strings(files)
 	got := map[string][][]float32{}
 	for _, f := range files {
-		px := referencePixels(g.Images[f])
+		px := goldens.MustReferencePixels(t, g.Images[f])
 		rows, err := e.EncodeImage(px)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -92,7 +76,7 @@ func TestEncodeImageMatchesTower(t *testing.T) {
 		t.Errorf("%d tower executors kept, want 1 to %d", n, towerCacheSize)
 	}
 	checkTransformersEmbeds(t, g, got)
-	again, err := e.EncodeImage(referencePixels(g.Images[files[0]]))
+	again, err := e.EncodeImage(goldens.MustReferencePixels(t, g.Images[files[0]]))
 	if err != nil {
 		t.Fatal(err)
 	}
