@@ -223,7 +223,9 @@ func TestRunTextPrompt(t *testing.T) {
 
 // TestRunImagesAgainstHF: run --image with one <|image_pad|> per image in --prompt-ids expands
 // the pads, generates transformers' greedy tokens for the vision golden's landscape prompt, and
-// writes a prompt logits row per expanded position, each within 2e-3 of transformers'.
+// writes a prompt logits row per expanded position: on the CPU reference each within 2e-3 of
+// transformers', on the emulated GPU (the tower and the chunk modes, bfloat activations) within
+// the bfloat16 yardstick.
 func TestRunImagesAgainstHF(t *testing.T) {
 	dir := "../../testdata/vision/tiny-v"
 	g := goldens.MustLoadVision(t, dir)
@@ -236,25 +238,32 @@ func TestRunImagesAgainstHF(t *testing.T) {
 		ids = append(ids, strconv.Itoa(id))
 	}
 	n := 4
-	logitsPath := filepath.Join(t.TempDir(), "prompt.f32")
-	out, err := execute(t, "run", "--model", dir, "--backend", "cpu", "--prompt-ids", strings.Join(ids, ","), "--image", filepath.Join(dir, "images", p.Images[0]),
-		"--max-tokens", strconv.Itoa(n), "--ignore-eos", "--prompt-logits-out", logitsPath)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	var res runOutput
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatal(err)
-	}
-	if res.PromptTokens != len(p.IDs) || !slices.Equal(res.TokenIDs, p.GreedyIDs[:n]) {
-		t.Fatalf("prompt %d tokens (want %d), tokens %v (HF %v)", res.PromptTokens, len(p.IDs), res.TokenIDs, p.GreedyIDs[:n])
-	}
-	rows := readFloats(t, logitsPath)
-	if len(rows) != len(p.Prefill) {
-		t.Fatalf("%d prompt logits, want %d", len(rows), len(p.Prefill))
-	}
-	if d := goldens.MaxAbsDiff(rows, p.Prefill); d > 2e-3 {
-		t.Fatalf("prompt logits: max |logit − HF| = %.3g", d)
+	for _, backend := range []string{"cpu", "emu"} {
+		logitsPath := filepath.Join(t.TempDir(), "prompt.f32")
+		out, err := execute(t, "run", "--model", dir, "--backend", backend, "--prompt-ids", strings.Join(ids, ","), "--image", filepath.Join(dir, "images", p.Images[0]),
+			"--max-tokens", strconv.Itoa(n), "--ignore-eos", "--prompt-logits-out", logitsPath)
+		if err != nil {
+			t.Fatalf("run --backend %s: %v\n%s", backend, err, out)
+		}
+		var res runOutput
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.PromptTokens != len(p.IDs) || !slices.Equal(res.TokenIDs, p.GreedyIDs[:n]) {
+			t.Fatalf("%s: prompt %d tokens (want %d), tokens %v (HF %v)", backend, res.PromptTokens, len(p.IDs), res.TokenIDs, p.GreedyIDs[:n])
+		}
+		rows := readFloats(t, logitsPath)
+		if len(rows) != len(p.Prefill) {
+			t.Fatalf("%s: %d prompt logits, want %d", backend, len(rows), len(p.Prefill))
+		}
+		if backend == "emu" {
+			_, _, errs := g.BF16Check(p, rows)
+			for _, err := range errs {
+				t.Errorf("emu: %v", err)
+			}
+		} else if d := goldens.MaxAbsDiff(rows, p.Prefill); d > 2e-3 {
+			t.Fatalf("prompt logits: max |logit − HF| = %.3g", d)
+		}
 	}
 	if _, err := execute(t, "run", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2,3", "--image", filepath.Join(dir, "images", p.Images[0])); err == nil || !strings.Contains(err.Error(), "image_pad") {
 		t.Errorf("an image without a pad token: %v", err)

@@ -74,13 +74,17 @@ func (g *Golden) BF16Check(rows []float32) (mean, worst float64, errs []error) {
 	if err := g.SafeRouting(); err != nil {
 		return 0, 0, []error{err}
 	}
-	V := g.VocabSize
+	return bf16Check(rows, g.VocabSize, g.bf16Errors(), g.f64Row)
+}
+
+// bf16Check is the bfloat16 yardstick of rows ([positions][V]) against transformers' bfloat16
+// error at each prompt position (hf) and its float64 rows.
+func bf16Check(rows []float32, V int, hf []float64, f64Row func(p int) []float64) (mean, worst float64, errs []error) {
 	n := len(rows) / V
-	hf := g.bf16Errors()
 	hfWorst := slices.Max(hf)
 	var hfMean float64
 	for p := range n {
-		d := MaxAbsDiff(rows[p*V:(p+1)*V], g.f64Row(p))
+		d := MaxAbsDiff(rows[p*V:(p+1)*V], f64Row(p))
 		mean, worst, hfMean = mean+d, max(worst, d), hfMean+hf[p]
 		if !(d <= BF16MaxFactor*hfWorst) {
 			errs = append(errs, fmt.Errorf("prompt position %d: max |logit − float64| = %.3g > %g × transformers' bfloat16 worst %.3g", p, d, float64(BF16MaxFactor), hfWorst))

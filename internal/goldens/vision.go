@@ -21,7 +21,10 @@ type Vision struct {
 	Prompts    map[string]*VisionPrompt `json:"prompts"`
 	Images     map[string]*VisionImage  `json:"images"`
 	Stats      struct {
-		MinGreedyTop2Gap float64 `json:"min_greedy_top2_gap"`
+		MinGreedyTop2Gap   float64 `json:"min_greedy_top2_gap"`
+		MinRouterTopKGap   float64 `json:"min_router_topk_gap"`
+		MaxRouterBF16Shift float64 `json:"max_router_bf16_shift"`
+		RoutingAgreesF32   bool    `json:"routing_agrees_f32"`
 	} `json:"stats"`
 }
 
@@ -110,6 +113,23 @@ func (p *VisionPrompt) read(dir, name string, V int) error {
 		}
 	}
 	return nil
+}
+
+// BF16Check holds prompt logits rows of p ([positions][vocab], a prefix of the prompt's) to the
+// bfloat16 yardstick (Golden.BF16Check): fair where the golden's router gaps are RouteSafety
+// times the largest shift transformers' bfloat16 run gave a router logit.
+func (g *Vision) BF16Check(p *VisionPrompt, rows []float32) (mean, worst float64, errs []error) {
+	s := g.Stats
+	if !p.HasF64 || !s.RoutingAgreesF32 || !(s.MinRouterTopKGap >= RouteSafety*s.MaxRouterBF16Shift) {
+		return 0, 0, []error{fmt.Errorf("vision golden: no float64 run, or routing not safe from bfloat16 (agrees %v, smallest top-k gap %.3g, bfloat16 shift %.3g)", s.RoutingAgreesF32, s.MinRouterTopKGap, s.MaxRouterBF16Shift)}
+	}
+	V := g.VocabSize
+	hf := make([]float64, len(p.IDs))
+	f64Row := func(i int) []float64 { return p.PrefillF64[i*V : (i+1)*V] }
+	for i := range hf {
+		hf[i] = MaxAbsDiff(p.PrefillBF16[i*V:(i+1)*V], f64Row(i))
+	}
+	return bf16Check(rows, V, hf, f64Row)
 }
 
 // MustLoadVision is LoadVision for tests: a failure ends the test.

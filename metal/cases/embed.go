@@ -16,7 +16,7 @@ var embedTol = Tol{Emu: 0, Metal: 1e-6}
 func embedCases() []Case {
 	var out []Case
 	// Edge shapes: one row, rows and widths that fill no whole threadgroup, the model's width;
-	// tokens first, last, middle and past the end (clamped to the last row).
+	// tokens first, last, middle and past the end (the host's row: left as it was).
 	for _, s := range []struct{ rows, cols int }{{1, 64}, {5, 128}, {7, 192}, {37, 192}, {9, 960}, {3, 2048}} {
 		var tokens []int
 		for _, t := range []int{0, s.rows - 1, s.rows / 2, s.rows + 5} {
@@ -44,19 +44,20 @@ func embedCases() []Case {
 	out = append(out, embedBatchCase(1000, 2048, 8))
 	out = append(out, Case{
 		Name: "embed_chunk/37x192_5tok", Kernels: []string{"embed_chunk"}, Tol: embedTol,
-		Shape: "vocab 37 × hidden 192, tokens 3 0 36 3 17 (a row of threadgroups each)",
+		Shape: "vocab 37 × hidden 192, tokens 3 0 host 36 3 17 (a row of threadgroups each; the host's row left as it was)",
 		Run: func(c *Ctx) error {
 			const rows, cols = 37, 192
 			e := quant.Quantize(RandFloats(c.R, rows*cols, 0.02), rows, cols, 4)
-			tokens := []uint32{3, 0, 36, 3, 17}
-			bs := kernels.EmbedChunkBuffers[int]{Embed: c.QM("embed", e), Tokens: c.In("tokens", tokens), Out: c.Out("out", 4*len(tokens)*cols)}
+			tokens := []uint32{3, 0, kernels.EmbedHostRow, 36, 3, 17}
+			prev := RandFloats(c.R, len(tokens)*cols, 1) // what the host wrote
+			bs := kernels.EmbedChunkBuffers[int]{Embed: c.QM("embed", e), Tokens: c.In("tokens", tokens), Out: c.InOut("out", prev)}
 			c.Add(kernels.EmbedChunkCall(cols, rows, len(tokens), bs), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
 			var want []float32
-			for _, t := range tokens {
-				want = append(want, kernels.Embed(e, int(t))...)
+			for i, t := range tokens {
+				want = append(want, kernels.Embed(e, t, prev[i*cols:(i+1)*cols])...)
 			}
 			return c.embedCompare(c.F32(bs.Out), want)
 		},
@@ -80,12 +81,13 @@ func embedCase(rows, cols, token int, heavy bool, gen func(*rand.Rand) *quant.Ma
 		Shape: fmt.Sprintf("vocab %d × hidden %d, token %d read from the step buffer", rows, cols, token),
 		Run: func(c *Ctx) error {
 			e := gen(c.R)
-			bs := kernels.EmbedBuffers[int]{Embed: c.QM("embed", e), Step: c.In("step", []uint32{17, uint32(token)}), Out: c.Out("out", 4*e.Cols)}
+			prev := RandFloats(c.R, e.Cols, 1)
+			bs := kernels.EmbedBuffers[int]{Embed: c.QM("embed", e), Step: c.In("step", []uint32{17, uint32(token)}), Out: c.InOut("out", prev)}
 			c.Add(kernels.EmbedCall(e.Cols, e.Rows, bs), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
-			return c.embedCompare(c.F32(bs.Out), kernels.Embed(e, token))
+			return c.embedCompare(c.F32(bs.Out), kernels.Embed(e, uint32(token), prev))
 		},
 	}
 }
@@ -114,14 +116,15 @@ func embedBatchCase(vocab, hidden, rows int) Case {
 				steps[2*r], steps[2*r+1] = uint32(100+r), uint32(c.R.IntN(vocab))
 			}
 			if rows > 1 {
-				steps[2*rows-1] = uint32(vocab + 2) // past the end: clamped to the last row
+				steps[2*rows-1] = uint32(vocab + 2) // past the end: the host's row, left as it was
 			}
 			em := c.QM("embed", e)
-			all := kernels.EmbedBuffers[int]{Embed: em, Step: c.In("steps", steps), Out: c.Out("out", 4*rows*hidden)}
+			prev := RandFloats(c.R, rows*hidden, 1)
+			all := kernels.EmbedBuffers[int]{Embed: em, Step: c.In("steps", steps), Out: c.InOut("out", prev)}
 			c.Add(kernels.EmbedRowsCall(hidden, vocab, rows, all), false)
 			one := make([]int, rows)
 			for r := range rows {
-				one[r] = c.Out(fmt.Sprintf("row%d.out", r), 4*hidden)
+				one[r] = c.InOut(fmt.Sprintf("row%d.out", r), prev[r*hidden:(r+1)*hidden])
 				c.Add(kernels.EmbedCall(hidden, vocab, kernels.EmbedBuffers[int]{Embed: em, Step: c.In(fmt.Sprintf("row%d.step", r), steps[2*r:2*r+2]), Out: one[r]}), false)
 			}
 			if err := c.Step(); err != nil {
@@ -130,7 +133,7 @@ func embedBatchCase(vocab, hidden, rows int) Case {
 			got := c.F32(all.Out)
 			for r := range rows {
 				row := got[r*hidden : (r+1)*hidden]
-				if err := c.embedCompare(row, kernels.Embed(e, int(steps[2*r+1]))); err != nil {
+				if err := c.embedCompare(row, kernels.Embed(e, steps[2*r+1], prev[r*hidden:(r+1)*hidden])); err != nil {
 					return fmt.Errorf("row %d of %d: %w", r, rows, err)
 				}
 				if err := Bits(fmt.Sprintf("row %d of %d: out", r, rows), row, c.F32(one[r])); err != nil {

@@ -241,12 +241,12 @@ func mropeCases() []Case {
 }
 
 // mropeChunkCase is a chunk of 5 tokens at slots 13..17. Image (!text): the tokens of a 2×3 grid
-// whose positions start at 40 (an earlier image left a delta), t = 40, h = 40 + row, w = 40 +
-// column, against AttnQKRopeKVChunkMulti. Text: three equal positions = the slot, and the same
-// dispatch with ATTN_MROPE unset into caches of its own must agree bit for bit.
+// whose positions start at 5 (an earlier image left the text 8 behind its slots: negative
+// offsets), t = 5, h = 5 + row, w = 5 + column, against AttnQKRopeKVChunkMulti. Text: offsets 0,
+// and the same dispatch with ATTN_MROPE unset into caches of its own must agree bit for bit.
 func mropeChunkCase(s kernels.AttnShape, text bool) Case {
 	const pos0, tokens = 13, 5
-	kind, why := "image", "an image's 2×3 grid, positions from 40"
+	kind, why := "image", "an image's 2×3 grid, positions from 5"
 	if text {
 		kind, why = "text", "text: equal positions, bit for bit against ATTN_MROPE unset"
 	}
@@ -258,21 +258,23 @@ func mropeChunkCase(s kernels.AttnShape, text bool) Case {
 			if err := s.Validate(); err != nil {
 				return err
 			}
-			ropePos := make([]uint32, 3*tokens)
+			var pos [3][]int
 			for t := range tokens {
-				p := [3]int{40, 40 + t/3, 40 + t%3}
+				p := [3]int{5, 5 + t/3, 5 + t%3}
 				if text {
 					p = [3]int{pos0 + t, pos0 + t, pos0 + t}
 				}
-				ropePos[3*t], ropePos[3*t+1], ropePos[3*t+2] = uint32(p[0]), uint32(p[1]), uint32(p[2])
+				for a := range pos {
+					pos[a] = append(pos[a], p[a])
+				}
 			}
-			return mropeChunkRun(c, s, pos0, tokens, ropePos, text)
+			return mropeChunkRun(c, s, pos0, tokens, kernels.RopeOffsets(pos0, pos), text)
 		},
 	}
 }
 
-// mropeChunkRun dispatches the chunk with ropePos (and, for text, without ATTN_MROPE) and checks it.
-func mropeChunkRun(c *Ctx, s kernels.AttnShape, pos0, tokens int, ropePos []uint32, text bool) error {
+// mropeChunkRun dispatches the chunk with ropeOff (and, for text, without ATTN_MROPE) and checks it.
+func mropeChunkRun(c *Ctx, s kernels.AttnShape, pos0, tokens int, ropeOff []uint32, text bool) error {
 	p, axes := ropeParams(c.R, s), mropeAxes(s)
 	qg := kernels.BF16Round(RandFloats(c.R, tokens*s.Heads*2*s.HeadDim, 1))
 	kd := tokens * s.KVHeads * s.HeadDim
@@ -286,7 +288,7 @@ func mropeChunkRun(c *Ctx, s kernels.AttnShape, pos0, tokens int, ropePos []uint
 			KCache: c.InOut(name+"k_cache", poison), VCache: c.InOut(name+"v_cache", poison), Table: c.In(name+"table", table)}
 	}
 	bs := bufs("")
-	c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVChunkCall(s, p.Eps, kernels.AttnRopeThreads, tokens, bs), c.In("rope_pos", ropePos), c.In("rope_axis", axes)), false)
+	c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVChunkCall(s, p.Eps, kernels.AttnRopeThreads, tokens, bs), c.In("rope_off", ropeOff), c.In("rope_axis", axes)), false)
 	var plain kernels.AttnQKRopeKVBuffers[int]
 	if text {
 		plain = bufs("plain.")
@@ -296,7 +298,7 @@ func mropeChunkRun(c *Ctx, s kernels.AttnShape, pos0, tokens int, ropePos []uint
 		return err
 	}
 	kWant, vWant := bytes.Clone(poison), bytes.Clone(poison)
-	c.relAct("q", bs.QOut, kernels.AttnQKRopeKVChunkMulti(s, p, pos0, tokens, ropePos, axes, qg, k, v, kWant, vWant, table), true)
+	c.relAct("q", bs.QOut, kernels.AttnQKRopeKVChunkMulti(s, p, pos0, tokens, ropeOff, axes, qg, k, v, kWant, vWant, table), true)
 	var writes []ropeWrite
 	for t := range tokens {
 		writes = append(writes, ropeWrite{pos: pos0 + t, row: s.Row(table, pos0+t)})
@@ -319,14 +321,14 @@ func mropeSame(c *Ctx, a, b kernels.AttnQKRopeKVBuffers[int]) error {
 }
 
 // mropeRowsCase is a multi-row decode step (ATTN_SEQ_ROWS) whose rows sit at slots b.pos with
-// deltas 0, 7 and 100: row 0 text (three equal positions slot + delta), rows 1 and 2 with distinct
-// positions per axis, against AttnQKRopeKVRowsMulti.
+// deltas 0, −7 and 100: row 0 text (three equal offsets, the delta), rows 1 and 2 with distinct
+// offsets per axis, against AttnQKRopeKVRowsMulti.
 func mropeRowsCase(b attnBatchShape) Case {
 	s, R := b.pool(), b.rows()
 	kernel := fmt.Sprintf("attn_qk_rope_kv+rows%d+mrope", R)
 	return Case{
 		Name: fmt.Sprintf("%s/%s_rot%d_tg%d", kernel, attnTag(s), s.RotaryDim, b.threads), Kernels: []string{kernel}, Tol: ropeTol,
-		Shape: fmt.Sprintf("%s, rotary %d, threadgroups of %d, deltas 0, 7, 100", b.describe(s), s.RotaryDim, b.threads),
+		Shape: fmt.Sprintf("%s, rotary %d, threadgroups of %d, deltas 0, −7, 100", b.describe(s), s.RotaryDim, b.threads),
 		Run: func(c *Ctx) error {
 			if err := s.Validate(); err != nil {
 				return err
@@ -335,20 +337,19 @@ func mropeRowsCase(b attnBatchShape) Case {
 			qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
 			qg, k, v := RandFloats(c.R, R*qd, 1), RandFloats(c.R, R*kd, 1), RandFloats(c.R, R*kd, 1)
 			tables, steps := attnBatchTables(c.R, s, R, false), attnBatchSteps(b.pos)
-			ropePos := make([]uint32, 3*R)
-			for r, d := range []int{0, 7, 100}[:R] {
-				at := uint32(b.pos[r] + d)
-				ropePos[3*r], ropePos[3*r+1], ropePos[3*r+2] = at, at+uint32(r), at+uint32(2*r)
+			ropeOff := make([]uint32, 3*R)
+			for r, d := range []int{0, -7, 100}[:R] {
+				ropeOff[3*r], ropeOff[3*r+1], ropeOff[3*r+2] = uint32(int32(d)), uint32(int32(d+r)), uint32(int32(d+2*r))
 			}
 			poison := bytes.Repeat([]byte{0xFF}, s.CacheBytes())
 			norms := kernels.AttnQKRopeKVBuffers[int]{QNorm: c.In("q_norm", p.QNorm), KNorm: c.In("k_norm", p.KNorm), InvFreq: c.In("inv_freq", p.InvFreq)}
 			all := ropeBatchBufs(c, s, R, "", qg, k, v, steps, tables, norms, c.InOut("k_cache", poison), c.InOut("v_cache", poison))
-			c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVRowsCall(s, p.Eps, b.threads, R, all), c.In("rope_pos", ropePos), c.In("rope_axis", axes)), false)
+			c.Add(kernels.AttnQKRopeKVMRoPE(kernels.AttnQKRopeKVRowsCall(s, p.Eps, b.threads, R, all), c.In("rope_off", ropeOff), c.In("rope_axis", axes)), false)
 			if err := c.Step(); err != nil {
 				return err
 			}
 			kWant, vWant := bytes.Clone(poison), bytes.Clone(poison)
-			c.Rel("q", c.F32(all.QOut)[:R*s.Heads*s.HeadDim], kernels.AttnQKRopeKVRowsMulti(s, p, steps, ropePos, axes, qg, k, v, kWant, vWant, tables))
+			c.Rel("q", c.F32(all.QOut)[:R*s.Heads*s.HeadDim], kernels.AttnQKRopeKVRowsMulti(s, p, steps, ropeOff, axes, qg, k, v, kWant, vWant, tables))
 			var writes []ropeWrite
 			for r, pos := range b.pos {
 				writes = append(writes, ropeWrite{pos: pos, row: s.Row(attnBatchTable(s, tables, r), pos)})

@@ -104,11 +104,23 @@ type Step struct {
 	Chunks                   []int
 	ChunkTokens, ChunkLogits int
 
-	StepBuf  int // {pos, token} uint32
-	Logits   int // [vocab] float32
-	Logprobs int // two slots of Rows kernels.LogprobRecordLen-word records (the logprob modes' output)
-	Sampler  SamplerBuffers
-	Session  []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
+	StepBuf int // {pos, token} uint32
+	// Residual is the decode step's residual rows ([Rows][H] float32), ChunkResidual the chunk
+	// modes' ([largest chunk][H]; 0 without chunks): a row whose token id is kernels.EmbedHostRow
+	// keeps what the host wrote there before the step (an image's embedding).
+	Residual, ChunkResidual int
+	// Images says the plan takes images, as it does where the model has its vision tower
+	// (config.Config.Vision): every attention layer turns by multimodal rotary positions
+	// (ATTN_MROPE), each token's its slot plus three offsets the host writes. RopeOff is then
+	// every row's offsets ([Rows][3] uint32, a Session buffer: between prompts the sequence's
+	// delta three times, which the GPU-resident decode loop keeps while it advances pos), and
+	// ChunkRopeOff a chunk's ([largest chunk][3]). A text-only model's plan is as before.
+	Images                bool
+	RopeOff, ChunkRopeOff int
+	Logits                int // [vocab] float32
+	Logprobs              int // two slots of Rows kernels.LogprobRecordLen-word records (the logprob modes' output)
+	Sampler               SamplerBuffers
+	Session               []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
 	weights []weightSrc
 	consts  []constSrc
@@ -446,6 +458,7 @@ func newBuilder(c *config.Config, o Options) (*builder, error) {
 	if err := s.Attn.Validate(); err != nil {
 		return nil, err
 	}
+	s.Images = c.Vision != nil
 	return &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute, bf16: map[int]bool{},
 		o: o, c: c, tctx: tctx, eps: c.RMSNormEps, as: s.Attn, splits: kernels.AttnSplits(o.MaxCtx),
 		gs: kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim},
@@ -468,7 +481,7 @@ type gdnActs struct{ qkv, u, z, ga, gb, y int }
 
 // attnActs are an attention layer's activations (q with its gates, k, v, the rotated q, the
 // split-context partials, the gated output) and the RoPE table.
-type attnActs struct{ qg, k, v, qrot, opart, mlpart, out, invFreq int }
+type attnActs struct{ qg, k, v, qrot, opart, mlpart, out, invFreq, axes int }
 
 // moeActs are the MoE block's chosen experts, their weights and the gate/up activations.
 type moeActs struct{ ids, weights, act int }
@@ -489,6 +502,7 @@ func (b *builder) stepBuffers() {
 		Status: b.buffer("sample.status", 4*int64(R), plan.Control),
 	}
 	b.bufs.res = b.floats("residual", R*H, plan.Activations)
+	s.Residual = b.bufs.res
 	s.consts = append(s.consts, constSrc{s.Sampler.Params, BytesOf(repeatRows(kernels.SampleParams{}.Words(), R))})
 	if gs := b.gs; gs.HV > 0 && hasKind(c, config.LinearAttention) {
 		b.bufs.gdn = gdnActs{
@@ -502,6 +516,10 @@ func (b *builder) stepBuffers() {
 	}
 	if hasKind(c, config.FullAttention) {
 		b.bufs.attn = b.attnActs()
+	}
+	if b.s.Images {
+		s.RopeOff = b.buffer("rope.off", 12*int64(R), plan.State)
+		s.Session = append(s.Session, s.RopeOff)
 	}
 	b.bufs.moe = moeActs{
 		ids:     b.buffer("moe.ids", int64(4*R*ms.K), plan.Activations),
@@ -528,6 +546,10 @@ func (b *builder) attnActs() attnActs {
 	a.out = b.floats("attn.out", R*qd, plan.Activations)
 	a.invFreq = b.floats("rope.inv_freq", b.c.RotaryDim/2, plan.Weights)
 	b.s.consts = append(b.s.consts, constSrc{a.invFreq, BytesOf(kernels.RopeInvFreq(b.c.RotaryDim, b.c.RopeTheta))})
+	if b.s.Images {
+		a.axes = b.buffer("rope.axis", 4*int64(b.c.RotaryDim/2), plan.Weights)
+		b.s.consts = append(b.s.consts, constSrc{a.axes, BytesOf(kernels.MRoPEAxes(b.c.RotaryDim/2, b.c.MRoPEAxis))})
+	}
 	return a
 }
 

@@ -34,3 +34,10 @@ func FloatsOf(b []byte) []float32 {
 	copy(BytesOf(out), b)
 	return out
 }
+
+// U32sOf reads little-endian uint32 values.
+func U32sOf(b []byte) []uint32 {
+	out := make([]uint32, len(b)/4)
+	copy(BytesOf(out), b)
+	return out
+}

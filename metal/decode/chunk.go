@@ -46,6 +46,10 @@ func (b *builder) chunkBuffers(n int, gs kernels.GDNShape, as kernels.AttnShape,
 		s.ChunkLogits = f32("logits", n*s.Config.VocabSize)
 	}
 	c.res, c.xn, c.o = f32("res", n*H), act("xn", n*H), act("o", n*H)
+	s.ChunkResidual = c.res
+	if s.Images {
+		s.ChunkRopeOff = b.buffer("chunk.rope_off", 12*int64(n), plan.Control)
+	}
 	// Zeros no kernel writes: scratch-like, so the GPU backend keeps one copy for all sessions.
 	c.zero = b.bfloats("chunk.zero", n*H, plan.Activations)
 	s.consts = append(s.consts, constSrc{c.zero, make([]byte, 2*n*H)})
@@ -217,10 +221,16 @@ func (c *chunkBufs) attnLayer(l attnWeights, first bool, inNorm, postNorm int) {
 	id := as.IdentityTable()
 	writes := b.kvRanges(id, tctx, min(c.n, b.o.MaxCtx-tctx), l.kc, l.vc)
 	reads := b.kvRanges(id, 0, min(tctx+c.n, b.o.MaxCtx), l.kc, l.vc)
-	c.callRanges(kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, c.n, kernels.AttnQKRopeKVBuffers[int]{
+	rope := kernels.AttnQKRopeKVChunkCall(as, eps, kernels.AttnRopeThreads, c.n, kernels.AttnQKRopeKVBuffers[int]{
 		QG: c.qg, K: c.k, V: c.v, QNorm: l.qNorm, KNorm: l.kNorm, InvFreq: invFreq, Step: s.StepBuf, QOut: c.qrot,
-		KCache: l.kc, VCache: l.vc, Table: s.Table}),
-		[]int{c.qg, c.k, c.v, l.qNorm, l.kNorm, invFreq, s.StepBuf, s.Table}, nil, []int{c.qrot}, writes)
+		KCache: l.kc, VCache: l.vc, Table: s.Table})
+	ropeReads := []int{c.qg, c.k, c.v, l.qNorm, l.kNorm, invFreq, s.StepBuf, s.Table}
+	if s.Images {
+		axes := b.bufs.attn.axes
+		rope = kernels.AttnQKRopeKVMRoPE(rope, s.ChunkRopeOff, axes)
+		ropeReads = append(ropeReads, s.ChunkRopeOff, axes)
+	}
+	c.callRanges(rope, ropeReads, nil, []int{c.qrot}, writes)
 	c.callRanges(kernels.AttnPrefillCall(as, c.n, kernels.AttnPrefillBuffers[int]{
 		Q: c.qrot, KCache: l.kc, VCache: l.vc, Step: s.StepBuf, Table: s.Table, QG: c.qg, Out: c.ao}),
 		[]int{c.qrot, s.StepBuf, s.Table, c.qg}, reads, []int{c.ao}, nil)

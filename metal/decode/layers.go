@@ -148,10 +148,13 @@ func (b *builder) attnLayer(li, inNorm, postNorm int) {
 	if R > 1 { // ATTN_SEQ_ROWS: unset keeps the one-row plan's pipeline
 		rope = kernels.AttnQKRopeKVRowsCall(as, b.eps, kernels.AttnRopeThreads, R, bufs)
 	}
-	b.call(rope,
-		[]plan.Range{b.whole(d.qg), b.whole(d.k), b.whole(d.v), b.whole(l.qNorm), b.whole(l.kNorm), b.whole(d.invFreq),
-			b.whole(s.StepBuf), table},
-		append([]plan.Range{b.whole(d.qrot)}, kvWrites...))
+	reads := []plan.Range{b.whole(d.qg), b.whole(d.k), b.whole(d.v), b.whole(l.qNorm), b.whole(l.kNorm), b.whole(d.invFreq),
+		b.whole(s.StepBuf), table}
+	if s.Images {
+		rope = kernels.AttnQKRopeKVMRoPE(rope, s.RopeOff, d.axes)
+		reads = append(reads, b.whole(s.RopeOff), b.whole(d.axes))
+	}
+	b.call(rope, reads, append([]plan.Range{b.whole(d.qrot)}, kvWrites...))
 	b.call(kernels.AttnDecodePartialRowsCall(as, b.splits, R, kernels.AttnDecodePartialBuffers[int]{
 		Q: d.qrot, KCache: l.kc, VCache: l.vc, Step: s.StepBuf, OPart: d.opart, MLPart: d.mlpart, Table: s.Table}),
 		append([]plan.Range{b.whole(d.qrot), b.whole(s.StepBuf), table}, kvReads...),

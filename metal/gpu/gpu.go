@@ -6,6 +6,7 @@
 package gpu
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log"
@@ -173,12 +174,16 @@ func (e *GPU) Name() string { return e.name }
 func (e *GPU) Config() *config.Config { return e.w.Config }
 
 // Describe is what the backend was sized for (Size): the context, the sequences at once, the
-// prefill chunks, slice and route, each with why.
+// prefill chunks, slice and route, each with why, and whether prompts may hold images.
 func (e *GPU) Describe() backend.Description {
 	s := e.size
-	return backend.Description{Name: e.name, Context: e.step.MaxCtx, ContextWhy: s.ContextWhy, Parallel: s.Parallel, ParallelWhy: s.ParallelWhy,
+	d := backend.Description{Name: e.name, Context: e.step.MaxCtx, ContextWhy: s.ContextWhy, Parallel: s.Parallel, ParallelWhy: s.ParallelWhy,
 		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy,
-		VisionWhy: ErrNoImages.Error()}
+		Vision: e.step.Images}
+	if !d.Vision {
+		d.VisionWhy = cmp.Or(e.w.Config.VisionOff, ErrNoImages.Error())
+	}
+	return d
 }
 
 // Live is the device memory allocated beside the weights and the KV pool (executors), in buffers
@@ -287,146 +292,6 @@ func (s *Session) lock() error {
 		s.e.mu.Unlock()
 		return errClosed
 	}
-	return nil
-}
-
-// ErrNoImages is a GPU session's answer to a prompt holding images: the vision kernels and the
-// multimodal rotary positions are not on Metal yet.
-var ErrNoImages = errors.New("gpu: images are not supported on Metal yet")
-
-// ForwardImages feeds a piece of prompt; one that holds images is refused (ErrNoImages).
-func (s *Session) ForwardImages(tokens []int, images []backend.Image, all bool) ([][]float32, error) {
-	if len(images) > 0 {
-		return nil, ErrNoImages
-	}
-	return s.Forward(tokens, all)
-}
-
-// Forward runs the decode step once per token (prefill is token by token for now) and returns
-// the logits rows.
-func (s *Session) Forward(tokens []int, all bool) ([][]float32, error) {
-	if err := s.lock(); err != nil {
-		return nil, err
-	}
-	defer s.e.mu.Unlock()
-	c := s.e.w.Config
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("gpu: no tokens")
-	}
-	for _, id := range tokens {
-		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("gpu: token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
-		}
-	}
-	if s.pos+len(tokens) > s.e.step.MaxCtx {
-		return nil, fmt.Errorf("gpu: %d positions exceed the backend's KV cache of %d", s.pos+len(tokens), s.e.step.MaxCtx)
-	}
-	// The greedy mode leaves its token in the step buffer (NextToken); tokens whose logits are
-	// not returned skip the LM head and the selection, and go through the batched prefill kernels
-	// a chunk at a time (the last token always through the decode step, for its logits).
-	defer func() { s.x.Mode = decode.ModeGreedy }()
-	var out [][]float32
-	if sizes, rest := s.chunkSizes(len(tokens)); !all && len(sizes) > 0 && rest == 0 {
-		// Whole chunks only: the last one computes its last row's logits and greedy token.
-		done := 0
-		for i, n := range sizes {
-			mode := decode.ChunkModes(n).Run
-			if i == len(sizes)-1 {
-				mode = decode.ChunkModes(n).Last
-			}
-			if err := s.chunk(tokens[done:done+n], mode); err != nil {
-				return nil, err
-			}
-			done += n
-		}
-		return [][]float32{s.logits()}, nil
-	}
-	if !all || s.e.step.ChunkLogits > 0 {
-		rows, n, err := s.chunks(tokens[:len(tokens)-1], all)
-		if err != nil {
-			return nil, err
-		}
-		out, tokens = rows, tokens[n:]
-	}
-	for i, id := range tokens {
-		st := s.x.Bytes(s.e.step.StepBuf)
-		copy(st, decode.BytesOf([]uint32{uint32(s.pos), uint32(id)}))
-		keep := all || i == len(tokens)-1
-		if err := s.ensure(s.pos); err != nil {
-			return nil, fmt.Errorf("gpu: position %d: %w", s.pos, err)
-		}
-		s.x.Mode = decode.ModePrefill
-		if keep {
-			s.x.Mode = decode.ModeGreedy
-		}
-		if err := s.x.Step(); err != nil {
-			return nil, fmt.Errorf("gpu: position %d: %w", s.pos, err)
-		}
-		s.pos++
-		if keep {
-			out = append(out, s.logits())
-		}
-	}
-	return out, nil
-}
-
-// chunkSizes splits n prompt tokens into the plan's chunk sizes, largest first, and returns them
-// with the tokens left over.
-func (s *Session) chunkSizes(n int) (sizes []int, rest int) {
-	for _, c := range s.e.step.Chunks {
-		for c > 0 && n >= c {
-			sizes = append(sizes, c)
-			n -= c
-		}
-	}
-	return sizes, n
-}
-
-// chunks runs tokens through the chunk modes, whole chunks only, and returns how many it
-// consumed, with every row's logits when rows is set (the plan then has the +logits modes). The
-// caller holds the step lock.
-func (s *Session) chunks(tokens []int, rows bool) ([][]float32, int, error) {
-	sizes, _ := s.chunkSizes(len(tokens))
-	var out [][]float32
-	done := 0
-	for _, n := range sizes {
-		mode := decode.ChunkModes(n).Run
-		if rows {
-			mode = decode.ChunkModes(n).Logits
-		}
-		if err := s.chunk(tokens[done:done+n], mode); err != nil {
-			return nil, done, err
-		}
-		if rows {
-			all := slices.Clone(decode.FloatsOf(s.x.Bytes(s.e.step.ChunkLogits))) // shared scratch
-			V := s.e.w.Config.VocabSize
-			for i := range n {
-				out = append(out, all[i*V:(i+1)*V])
-			}
-		}
-		done += n
-	}
-	return out, done, nil
-}
-
-// chunk runs one chunk of tokens at the session's position in mode (one of the chunk modes).
-func (s *Session) chunk(tokens []int, mode string) error {
-	for p := s.pos; p < s.pos+len(tokens); p++ {
-		if err := s.ensure(p); err != nil {
-			return fmt.Errorf("gpu: position %d: %w", p, err)
-		}
-	}
-	ids := make([]uint32, len(tokens))
-	for i, id := range tokens {
-		ids[i] = uint32(id)
-	}
-	copy(s.x.Bytes(s.e.step.ChunkTokens), decode.BytesOf(ids))
-	copy(s.x.Bytes(s.e.step.StepBuf), decode.BytesOf([]uint32{uint32(s.pos), ids[0]}))
-	s.x.Mode = mode
-	if err := s.x.Step(); err != nil {
-		return fmt.Errorf("gpu: the chunk at position %d: %w", s.pos, err)
-	}
-	s.pos += len(tokens)
 	return nil
 }
 

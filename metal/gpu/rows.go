@@ -234,7 +234,7 @@ func (e *GPU) Batched() (steps, rows int64) {
 // The caller holds the step lock.
 func (e *GPU) batchable(r backend.Row) *Session {
 	if len(r.Images) > 0 {
-		return nil // refused by the session's ForwardImages (ErrNoImages)
+		return nil // an image row: its session's ForwardImages runs it
 	}
 	s, ok := r.Session.(*Session)
 	if !ok || s.e != e || s.err != nil || s.lane == nil || s.row < 0 || len(r.Tokens) != 1 {

@@ -25,9 +25,10 @@ const (
 	// multi-row decode step, each at its own position with its own block table, instead of a
 	// chunk's tokens; unset, every existing dispatch keeps its pipeline.
 	AttnSeqRows = 11
-	// AttnMRoPE (bool ATTN_MROPE, attn_qk_rope_kv only) takes each token's (row's) rotary
-	// positions from buffer 11, [T or R][3] (time, height, width), and each frequency's axis from
-	// buffer 12 (MRoPEAxes); the cache slot stays step.pos. Unset, neither buffer is an argument.
+	// AttnMRoPE (bool ATTN_MROPE, attn_qk_rope_kv only) takes each token's (row's) three rotary
+	// positions (time, height, width) as its cache slot plus the offsets in buffer 11, [T or R][3]
+	// uint32 two's complement (RopeOffsets), and each frequency's axis from buffer 12
+	// (MRoPEAxes). Unset, neither buffer is an argument.
 	AttnMRoPE = 12
 )
 
@@ -328,22 +329,38 @@ func AttnQKRopeKVChunk(s AttnShape, p AttnRopeParams, pos0, tokens int, qg, k, v
 }
 
 // AttnQKRopeKVChunkMulti is AttnQKRopeKVChunk with multimodal rotary positions: token t's are
-// ropePos[3t:3t+3] under axes (ropePos nil: each token's slot).
-func AttnQKRopeKVChunkMulti(s AttnShape, p AttnRopeParams, pos0, tokens int, ropePos, axes []uint32, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
+// its slot plus ropeOff[3t:3t+3] (RopeOffsets) under axes (ropeOff nil: the slot).
+func AttnQKRopeKVChunkMulti(s AttnShape, p AttnRopeParams, pos0, tokens int, ropeOff, axes []uint32, qg, k, v []float32, kCache, vCache []byte, table []uint32) []float32 {
 	var q []float32
 	qd, kd := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim
 	for t := range tokens {
-		q = append(q, AttnQKRopeKVMulti(s, p, pos0+t, ropeAt(ropePos, t, pos0+t), axes, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
+		q = append(q, AttnQKRopeKVMulti(s, p, pos0+t, ropeAt(ropeOff, t, pos0+t), axes, qg[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*kd:(t+1)*kd], kCache, vCache, table)...)
 	}
 	return q
 }
 
-// ropeAt is token (row) t's three rotary positions in ropePos, or slot thrice when ropePos is nil.
-func ropeAt(ropePos []uint32, t, slot int) [3]int {
-	if ropePos == nil {
+// ropeAt is token (row) t's three rotary positions: slot plus its offsets in ropeOff (none when
+// ropeOff is nil).
+func ropeAt(ropeOff []uint32, t, slot int) [3]int {
+	if ropeOff == nil {
 		return [3]int{slot, slot, slot}
 	}
-	return [3]int{int(ropePos[3*t]), int(ropePos[3*t+1]), int(ropePos[3*t+2])}
+	at := func(a int) int { return slot + int(int32(ropeOff[3*t+a])) }
+	return [3]int{at(0), at(1), at(2)}
+}
+
+// RopeOffsets is attn_qk_rope_kv's offsets buffer (ATTN_MROPE) for tokens at slots start,
+// start+1, ... whose rotary positions are pos ([3][n], backend.Positions): [n][3] position −
+// slot, as uint32 two's complement (an image leaves the text after it behind its slots).
+func RopeOffsets(start int, pos [3][]int) []uint32 {
+	n := len(pos[0])
+	out := make([]uint32, 3*n)
+	for t := range n {
+		for a := range 3 {
+			out[3*t+a] = uint32(int32(pos[a][t] - (start + t)))
+		}
+	}
+	return out
 }
 
 // AttnQKRopeKVRowsCall is attn_qk_rope_kv for the rows sequences of a multi-row decode step
@@ -358,11 +375,11 @@ func AttnQKRopeKVRowsCall[B any](s AttnShape, eps float32, threads, rows int, b 
 }
 
 // AttnQKRopeKVMRoPE is c (an attn_qk_rope_kv call of any form) with multimodal rotary
-// positions: ATTN_MROPE set, ropePos ([tokens or rows][3] uint32) at buffer 11 and the axis
-// table (MRoPEAxes) at buffer 12.
-func AttnQKRopeKVMRoPE[B any](c Call[B], ropePos, axes B) Call[B] {
+// positions: ATTN_MROPE set, ropeOff ([tokens or rows][3] offsets from the slot, RopeOffsets) at
+// buffer 11 and the axis table (MRoPEAxes) at buffer 12.
+func AttnQKRopeKVMRoPE[B any](c Call[B], ropeOff, axes B) Call[B] {
 	c.Constants[AttnMRoPE] = true
-	c.Buffers[11], c.Buffers[12] = ropePos, axes
+	c.Buffers[11], c.Buffers[12] = ropeOff, axes
 	return c
 }
 
@@ -381,14 +398,14 @@ func AttnQKRopeKVRows(s AttnShape, p AttnRopeParams, steps []uint32, qg, k, v []
 	return AttnQKRopeKVRowsMulti(s, p, steps, nil, nil, qg, k, v, kCache, vCache, tables)
 }
 
-// AttnQKRopeKVRowsMulti is AttnQKRopeKVRows with multimodal rotary positions: row r's are
-// ropePos[3r:3r+3] under axes (ropePos nil: each row's pos).
-func AttnQKRopeKVRowsMulti(s AttnShape, p AttnRopeParams, steps, ropePos, axes []uint32, qg, k, v []float32, kCache, vCache []byte, tables []uint32) []float32 {
+// AttnQKRopeKVRowsMulti is AttnQKRopeKVRows with multimodal rotary positions: row r's are its
+// pos plus ropeOff[3r:3r+3] under axes (ropeOff nil: its pos).
+func AttnQKRopeKVRowsMulti(s AttnShape, p AttnRopeParams, steps, ropeOff, axes []uint32, qg, k, v []float32, kCache, vCache []byte, tables []uint32) []float32 {
 	var q []float32
 	qd, kd, tl := s.Heads*2*s.HeadDim, s.KVHeads*s.HeadDim, s.TableLen()
 	for r := range len(steps) / 2 {
 		pos := int(steps[2*r])
-		q = append(q, AttnQKRopeKVMulti(s, p, pos, ropeAt(ropePos, r, pos), axes, qg[r*qd:(r+1)*qd], k[r*kd:(r+1)*kd], v[r*kd:(r+1)*kd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
+		q = append(q, AttnQKRopeKVMulti(s, p, pos, ropeAt(ropeOff, r, pos), axes, qg[r*qd:(r+1)*qd], k[r*kd:(r+1)*kd], v[r*kd:(r+1)*kd], kCache, vCache, tables[r*tl:(r+1)*tl])...)
 	}
 	return q
 }

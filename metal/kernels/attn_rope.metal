@@ -40,11 +40,14 @@
 // its row, so each row is bit-identical to a one-row dispatch on it whatever R is. Unset: the
 // kernel above (a chunk's tokens, or the one-row decode step at T = 1).
 //
-// Multimodal RoPE (ATTN_MROPE set): a token (or row) t has three rotary positions, rope_pos[t] =
-// {time, height, width} (buffer 11), and frequency i turns by theta_i = float(rope_pos[t][axis_i])
-// * inv_freq[i], axis_i = rope_axis[i] (buffer 12, the host's table from the config's interleaved
-// sections). Text has three equal positions, slot + the sequence's delta; the cache slot stays pos
-// above. Unset, the two buffers are not arguments and the kernel is the one above.
+// Multimodal RoPE (ATTN_MROPE set): a token (or row) t has three rotary positions, {time,
+// height, width}, each its cache slot plus an offset, rope_off[t] (buffer 11, uint32 two's
+// complement: an image moves the text after it behind its slots), and frequency i turns by
+// theta_i = float(pos + rope_off[t][axis_i]) * inv_freq[i], axis_i = rope_axis[i] (buffer 12, the
+// host's table from the config's interleaved sections). Text has three equal offsets, the
+// sequence's delta, which stays the same from one decode step to the next: the GPU-resident
+// decode loop advances pos alone. Unset, the two buffers are not arguments and the kernel is the
+// one above.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -59,7 +62,7 @@ constant uint ATTN_PAGE [[function_constant(8)]];     // positions per page, a m
 constant uint ATTN_POOL [[function_constant(9)]];     // rows per kv head in the pool (pages · PAGE)
 constant bool ATTN_SEQ_ROWS_FC [[function_constant(11)]];  // grid y: sequences, not a chunk's tokens
 constant bool ATTN_SEQ_ROWS = is_function_constant_defined(ATTN_SEQ_ROWS_FC) && ATTN_SEQ_ROWS_FC;
-constant bool ATTN_MROPE_FC [[function_constant(12)]];  // rotary positions per axis (rope_pos, rope_axis)
+constant bool ATTN_MROPE_FC [[function_constant(12)]];  // rotary positions per axis (rope_off, rope_axis)
 constant bool ATTN_MROPE = is_function_constant_defined(ATTN_MROPE_FC) && ATTN_MROPE_FC;
 constant uint ATTN_TABLE_LEN = (ATTN_MAX_CTX + ATTN_PAGE - 1) / ATTN_PAGE;  // a sequence's table
 
@@ -109,11 +112,11 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
                             device uchar* k_cache [[buffer(8)]],         // [NKV][POOL][HD]
                             device uchar* v_cache [[buffer(9)]],         // [NKV][POOL][HD]
                             device const uint* table [[buffer(10)]],     // [TABLE_LEN] pages ([R] rows)
-                            // ATTN_MROPE only: [T or R][3] positions (time, height, width), and the
-                            // axis of each frequency [ROT/2]; gated on ATTN_MROPE, which is false
-                            // while ATTN_MROPE_FC is unset, so the decode plan's pipelines (which
-                            // leave it unset) have no such arguments
-                            device const uint* rope_pos [[buffer(11), function_constant(ATTN_MROPE)]],
+                            // ATTN_MROPE only: [T or R][3] offsets from the slot (time, height,
+                            // width), and the axis of each frequency [ROT/2]; gated on ATTN_MROPE,
+                            // which is false while ATTN_MROPE_FC is unset, so a text-only model's
+                            // pipelines (which leave it unset) have no such arguments
+                            device const uint* rope_off [[buffer(11), function_constant(ATTN_MROPE)]],
                             device const uint* rope_axis [[buffer(12), function_constant(ATTN_MROPE)]],
                             uint2 tg [[threadgroup_position_in_grid]],  // (head, token or row)
                             uint tid [[thread_index_in_threadgroup]],
@@ -173,7 +176,7 @@ kernel void attn_qk_rope_kv(device const float* qg [[buffer(0)]],        // [NQ]
     float o = y[d];
     if (d < ATTN_ROT) {
       const uint i = d < half_rot ? d : d - half_rot;
-      const uint rp = ATTN_MROPE ? rope_pos[3 * t + rope_axis[i]] : pos;  // the rotary position
+      const uint rp = ATTN_MROPE ? pos + rope_off[3 * t + rope_axis[i]] : pos;  // the rotary position
       const float th = float(rp) * inv_freq[i];
       const float c = precise::cos(th), s = precise::sin(th);
       const float a = y[i], b = y[i + half_rot];

@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/lilyformac/lily/engine/quant"
+import (
+	"math"
+
+	"github.com/lilyformac/lily/engine/quant"
+)
 
 // Embed function constant indices (embed.metal).
 const (
@@ -14,13 +18,22 @@ const EmbedThreads = 64
 // EmbedThreadsGrid is embed_q4's grid in threads (dispatchThreads) for a hidden size h.
 func EmbedThreadsGrid(h int) int { return h / 8 }
 
+// EmbedHostRow is the token id by which the host tells embed_q4 and embed_chunk to leave a row of
+// their output as the host wrote it (an image's embedding in place of its pad token's): any id
+// past the vocabulary does, this one by convention.
+const EmbedHostRow = math.MaxUint32
+
 // Embed is the Go reference of embed_q4: row token of the 4-bit embedding e, dequantized as
-// engine/cpu does (quant.Matrix.DequantRow). Ids past the last row are clamped to it, as the
-// kernel does. Buffers 0-2 of the kernel are e.Words, e.Scales and e.Biases; 3 is the step
-// buffer {pos, token}; 4 the output.
-func Embed(e *quant.Matrix, token int) []float32 {
+// engine/cpu does (quant.Matrix.DequantRow), or prev (the output row as it was) for an id past
+// the last row (EmbedHostRow). Buffers 0-2 of the kernel are e.Words, e.Scales and e.Biases; 3
+// is the step buffer {pos, token}; 4 the output.
+func Embed(e *quant.Matrix, token uint32, prev []float32) []float32 {
 	out := make([]float32, e.Cols)
-	e.DequantRow(min(token, e.Rows-1), out)
+	if int64(token) >= int64(e.Rows) {
+		copy(out, prev)
+		return out
+	}
+	e.DequantRow(int(token), out)
 	return out
 }
 

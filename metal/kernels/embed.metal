@@ -8,8 +8,9 @@
 // scale·q is exact in float32 (8 + 4 significant bits), so the result is the same bits whether
 // or not the compiler fuses the multiply-add.
 //
-// step (buffer 3) is the decode step's {pos, token}; a token id >= EMBED_VOCAB is clamped to the
-// last row (the selection kernels never produce one; the clamp only keeps a bad id in bounds).
+// step (buffer 3) is the decode step's {pos, token}. A token id >= EMBED_VOCAB (EmbedHostRow) leaves
+// its row of out as it was: the host wrote that row itself (an image's embedding, which replaces
+// the image-pad token's). The selection kernels never produce such an id, and it reads nothing.
 //
 // Geometry: one thread per uint32 word (8 values, two float4 stores): dispatchThreads(H/8) in
 // threadgroups of EmbedThreads (64), so H = 2048 is 256 threads in 4 threadgroups (and a row of
@@ -23,9 +24,11 @@ constant uint EMBED_VOCAB [[function_constant(1)]];  // rows of E (248320)
 // embed_row dequantises word w (8 values) of the embedding row of token into out.
 inline void embed_row(device const uint* words, device const bfloat* scales, device const bfloat* biases,
                       uint token_id, device float* out, uint w) {
+  if (token_id >= EMBED_VOCAB) {
+    return;  // the host's row
+  }
   const uint words_per_row = EMBED_H / 8;
-  const uint token = min(token_id, EMBED_VOCAB - 1);
-  const ulong row = ulong(token);
+  const ulong row = ulong(token_id);
   const uint word = words[row * words_per_row + w];
   const ulong g = row * (EMBED_H / 64) + w / 8;  // 8 words per group of 64
   const float s = float(scales[g]);
