@@ -9,7 +9,10 @@ import (
 
 // TestBenchPlanImage: bench --plan --image 1024x768 models the production tower on the 48×64
 // patch grid the processor's smart resize gives (3,072 patches, 768 tokens), its FLOPs within
-// 1.15× the useful ones, and each chip's time as max(bytes / bandwidth, FLOPs / ALU peak).
+// 1.15× the useful ones, and each chip's time on its route: without neural accelerators the
+// simdgroup route's max(bytes / bandwidth, FLOPs / ALU peak); on M5 the tensor route's, at the
+// neural accelerators' peak, below what the simdgroup route would take there, with the patch
+// embedding named as the GEMM that keeps its simdgroup form.
 func TestBenchPlanImage(t *testing.T) {
 	out, err := execute(t, "bench", "--plan", "--image", "1024x768", "--output", "json")
 	if err != nil {
@@ -38,18 +41,23 @@ func TestBenchPlanImage(t *testing.T) {
 		t.Errorf("%d chips modeled, want %d", len(q.ModeledS), len(prefillChips))
 	}
 	for _, chip := range prefillChips {
-		want := max(float64(q.Bytes)/chip.Bandwidth, q.FLOPs/chip.FLOPs)
-		if got := q.ModeledS[chip.Name]; math.Abs(got-want) > 1e-4 || got <= 0 {
-			t.Errorf("%s: %g s, want %g", chip.Name, got, want)
+		simd := max(float64(q.Bytes)/chip.Bandwidth, q.FLOPs/chip.FLOPs)
+		got, route, peak := q.ModeledS[chip.Name], q.Route[chip.Name], q.PeakTFLOPs[chip.Name]
+		switch {
+		case chip.HasTensorOps() && (route != "tensor" || peak != math.Round(chip.TensorFLOPs/1e11)/10 || got <= 0 || got >= simd):
+			t.Errorf("%s: %g s on route %q at %g TFLOP/s, want the tensor route, under the simdgroup route's %g s", chip.Name, got, route, peak, simd)
+		case !chip.HasTensorOps() && (route != "simdgroup" || peak != math.Round(chip.FLOPs/1e11)/10 || math.Abs(got-simd) > 1e-4):
+			t.Errorf("%s: %g s on route %q at %g TFLOP/s, want %g s on the simdgroup route", chip.Name, got, route, peak, simd)
 		}
-		if got := q.PeakTFLOPs[chip.Name]; got != math.Round(chip.FLOPs/1e11)/10 {
-			t.Errorf("%s: peak %g TFLOP/s", chip.Name, got)
-		}
+	}
+	if len(q.TensorFallbacks) != 1 || !strings.HasPrefix(q.TensorFallbacks[0], "vit_gemm ×1: float32 weights") {
+		t.Errorf("tensor fallbacks %q, want the patch embedding's", q.TensorFallbacks)
 	}
 	t.Logf("1024×768: FLOPs %.4g (%.4f× ideal), bytes %d (%.2f× ideal), M4 Max %.4f s, M5 Max %.4f s",
 		q.FLOPs, q.FLOPs/q.IdealFLOPs, q.Bytes, float64(q.Bytes)/float64(q.IdealBytes), q.ModeledS["M4 Max"], q.ModeledS["M5 Max"])
 	text, err := execute(t, "bench", "--plan", "--image", "1024x768")
-	if err != nil || !strings.Contains(text, "48×64 patches (3072), 768 tokens") || !strings.Contains(text, "M5 Max") {
+	if err != nil || !strings.Contains(text, "48×64 patches (3072), 768 tokens") || !strings.Contains(text, "(simdgroup, 17.2)") || !strings.Contains(text, "(tensor, 71.7)") ||
+		!strings.Contains(text, "tensor route keeps the simdgroup form: vit_gemm ×1: float32 weights") {
 		t.Fatalf("text output %q (%v)", text, err)
 	}
 	if _, err := execute(t, "bench", "--plan", "--image", "photo.png"); err == nil {

@@ -171,4 +171,4 @@ func All() []Case {
 }
 
 // families are the migrated kernel families' case lists, simplest first.
-var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, qmmTensorCases, moeTensorCases, gdnCases, attnCases, ropeCases, logprobCases, sampleCases, moeCases, vitCases, vitAttnCases}
+var families = []func() []Case{embedCases, rmsnormCases, convCases, qmvCases, argmaxCases, qmmCases, qmmTensorCases, moeTensorCases, gdnCases, attnCases, ropeCases, logprobCases, sampleCases, moeCases, vitCases, vitTensorCases, vitAttnCases}

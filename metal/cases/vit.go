@@ -39,23 +39,53 @@ func vitCases() []Case {
 		vitNormCase(37, 1, 7),   // fewer threads than a simdgroup
 		erfProbeCase(),
 	}
-	type shape struct {
-		rows, out, in int
-		epi           kernels.ViTEpilogue
-		f32           bool
-		why           string
+	for _, s := range vitGEMMShapes {
+		out = append(out, vitGEMMCase(s, false))
 	}
-	for _, s := range []shape{
-		{5, 72, vitD, kernels.EpilogueNone, false, "q|k|v's K, one head's outputs"},
-		{37, 200, vitD, kernels.EpilogueGELUTanh, false, "fc1's K and activation"},
+	return out
+}
+
+// vitShape is one vit_gemm case: rows × out × in with an epilogue, float32 weights or bfloat.
+type vitShape struct {
+	rows, out, in int
+	epi           kernels.ViTEpilogue
+	f32           bool
+	why           string
+}
+
+// vitGEMMShapes: each production K (q|k|v's and fc1's 1152, fc2's 4304, the merger's 4608, the
+// patch embedding's 768) with its layer's epilogue, the outputs cut to a few tiles; edge tiles in
+// rows and outputs, a K that is no multiple of the tiles' steps, one K step of 8.
+var vitGEMMShapes = []vitShape{
+	{5, 72, vitD, kernels.EpilogueNone, false, "q|k|v's K, one head's outputs"},
+	{37, 200, vitD, kernels.EpilogueGELUTanh, false, "fc1's K and activation"},
+	{37, 72, vitMLP, kernels.EpilogueAdd, false, "fc2's K into the residual"},
+	{5, 200, vitMerged, kernels.EpilogueGELUErf, false, "the merger's fc1"},
+	{37, 72, vitMerged, kernels.EpilogueNone, false, "the merger's fc2's K"},
+	{37, 200, vitPatch, kernels.EpilogueNone, true, "the patch embedding, float32 weights"},
+	{33, 40, 72, kernels.EpilogueGELUErf, false, "K not a multiple of the tile's 32"},
+	{64, 64, 8, kernels.EpilogueAdd, false, "whole tiles, one K step of 8"},
+}
+
+// vitTensorCases are vit_gemm_tensor's cases (vitGEMMCase's tensor form), bfloat weights only
+// (the form has none for float32 ones: kernels.TensorFits): each production K with its layer's
+// epilogue — q|k|v's 1152 (the merger's fc2 has the same epilogue), fc1's 1152, fc2's 4304 (67
+// whole steps of 64 and a partial one), the merger's fc1's 4608 — the outputs cut to two or three
+// tiles of 64 with an edge (the form's code does not depend on the grid, and the emulator's cost
+// grows with whole tiles); two tile rows and three tile columns over a K of one whole and one
+// partial step; one whole tile over one partial step.
+func vitTensorCases() []Case {
+	var out []Case
+	for _, s := range []vitShape{
+		{5, 72, vitD, kernels.EpilogueNone, false, "q|k|v's K"},
+		{37, 130, vitD, kernels.EpilogueGELUTanh, false, "fc1's K and activation"},
 		{37, 72, vitMLP, kernels.EpilogueAdd, false, "fc2's K into the residual"},
-		{5, 200, vitMerged, kernels.EpilogueGELUErf, false, "the merger's fc1"},
-		{37, 72, vitMerged, kernels.EpilogueNone, false, "the merger's fc2's K"},
-		{37, 200, vitPatch, kernels.EpilogueNone, true, "the patch embedding, float32 weights"},
-		{33, 40, 72, kernels.EpilogueGELUErf, false, "K not a multiple of the tile's 32"},
-		{64, 64, 8, kernels.EpilogueAdd, false, "whole tiles, one K step of 8"},
+		{5, 72, vitMerged, kernels.EpilogueGELUErf, false, "the merger's fc1"},
+		{33, 40, 72, kernels.EpilogueGELUErf, false, "one whole K step and a partial one"},
+		{100, 130, 72, kernels.EpilogueGELUTanh, false, "two tile rows, three tile columns"},
+		{64, 64, 8, kernels.EpilogueAdd, false, "one whole tile, one partial K step"},
 	} {
-		out = append(out, vitGEMMCase(s.rows, s.out, s.in, s.epi, s.f32, s.why))
+		out = append(out, vitGEMMCase(s, true))
 	}
 	return out
 }
@@ -88,23 +118,32 @@ func vitNormCase(d, rows, threads int) Case {
 	}
 }
 
-// vitGEMMCase runs vit_gemm over rows × out × in with epilogue epi: x N(0, 1), W N(0, 0.05²) and
-// the bias N(0, 0.1²) rounded to bfloat (or float32 with f32), and with EpilogueAdd a residual
-// y of N(0, 1) to add into.
-func vitGEMMCase(rows, out, in int, epi kernels.ViTEpilogue, f32 bool, why string) Case {
+// vitGEMMCase runs vit_gemm over s, or with tensor its tensor form (Case.Tensor): x N(0, 1), W
+// N(0, 0.05²) and the bias N(0, 0.1²) rounded to bfloat (or float32 with s.f32), and with
+// EpilogueAdd a residual y of N(0, 1) to add into. The tensor form is compared with vit_gemm's
+// reference on x rounded to bfloat (kernels.BF16Round) at the same float32 tolerance: the products
+// of bfloat x and w are exact, so its only rounding beyond vit_gemm's is x's, which the reference
+// makes too.
+func vitGEMMCase(s vitShape, tensor bool) Case {
+	rows, out, in, epi := s.rows, s.out, s.in, s.epi
+	kernel, tile, heavy := "vit_gemm", fmt.Sprintf("tiles of %d", kernels.ViTGEMMTile), false
+	if tensor {
+		kernel, tile = "vit_gemm_tensor", fmt.Sprintf("tensor ops in tiles of %d", kernels.ViTGEMMTensorTile)
+		heavy = vitTensorWork(rows, out, in) > 16<<20
+	}
 	variant := []string{"", "+gelu_tanh", "+gelu_erf", "+add"}[epi]
-	if f32 {
+	if s.f32 {
 		variant += "+f32w"
 	}
 	return Case{
-		Name:    fmt.Sprintf("vit_gemm%s/%dx%dx%d", variant, rows, out, in),
-		Kernels: []string{"vit_gemm" + variant},
-		Shape:   fmt.Sprintf("%d rows × %d outputs × %d inputs, tiles of %d (%s)", rows, out, in, kernels.ViTGEMMTile, why),
-		Tol:     vitGEMMTol(in),
+		Name:    fmt.Sprintf("%s%s/%dx%dx%d", kernel, variant, rows, out, in),
+		Kernels: []string{kernel + variant},
+		Shape:   fmt.Sprintf("%d rows × %d outputs × %d inputs, %s (%s)", rows, out, in, tile, s.why),
+		Tol:     vitGEMMTol(in), Tensor: tensor, Heavy: heavy,
 		Run: func(c *Ctx) error {
 			x, w, bias := RandFloats(c.R, rows*in, 1), RandFloats(c.R, out*in, 0.05), RandFloats(c.R, out, 0.1)
 			bs := kernels.ViTGEMMBuffers[int]{X: c.In("x", x)}
-			if f32 {
+			if s.f32 {
 				bs.W, bs.Bias = c.In("w", w), c.In("bias", bias)
 			} else {
 				w, bias = kernels.BF16Round(w), kernels.BF16Round(bias)
@@ -117,8 +156,12 @@ func vitGEMMCase(rows, out, in int, epi kernels.ViTEpilogue, f32 bool, why strin
 			} else {
 				bs.Y = c.Out("y", 4*rows*out)
 			}
+			call := kernels.ViTGEMMCall(rows, out, in, epi, s.f32, bs)
+			if tensor {
+				x, call = kernels.BF16Round(x), kernels.ViTGEMMTensorCall(rows, out, in, epi, bs)
+			}
 			kernels.ViTGEMM(want, x, w, bias, rows, out, in, epi) // after InOut copied the residual
-			c.Add(kernels.ViTGEMMCall(rows, out, in, epi, f32, bs), false)
+			c.Add(call, false)
 			if err := c.Step(); err != nil {
 				return err
 			}
@@ -126,6 +169,17 @@ func vitGEMMCase(rows, out, in int, epi kernels.ViTEpilogue, f32 bool, why strin
 			return nil
 		},
 	}
+}
+
+// vitTensorWork is the multiply-adds vit_gemm_tensor executes over rows × out × in: whole 64 × 64
+// tiles, whole 64-column steps of K. The emulator computes each op's tile twice (to catch inputs
+// changed under it), so past 16 Mi of them (qmm's bound for a Heavy case) a case of the
+// production widths runs in one thread order and its three layouts, not under ASan; the smaller
+// cases take every order and ASan through the same code (edge tiles, a partial K step, each
+// epilogue).
+func vitTensorWork(rows, out, in int) int {
+	pad := func(n int) int { t := kernels.ViTGEMMTensorTile; return (n + t - 1) / t * t }
+	return pad(rows) * pad(out) * pad(in)
 }
 
 // erfTol: vit_erf's error relative to erf itself (math.Erf in float64), element by element:

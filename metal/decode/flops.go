@@ -19,10 +19,12 @@ import (
 // attnPrefillTiles. The 8-bit GEMM keeps its float form: in this model it is only the router and
 // the shared expert's gate, and routing picks experts by comparing the router's logits — inputs
 // rounded to bfloat would flip near ties, after which everything downstream differs — for 1 % of
-// a chunk's FLOPs.
+// a chunk's FLOPs. The vision tower's GEMM (vit_gemm) is metal/vit's, not a chunk kernel.
 func TensorKernels() []string { return slices.Clone(tensorKernels) }
 
-var tensorKernels = slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool { return strings.HasPrefix(k, "qmm_q8") })
+var tensorKernels = slices.DeleteFunc(kernels.TensorFormKernels(), func(k string) bool {
+	return strings.HasPrefix(k, "qmm_q8") || strings.HasPrefix(k, "vit_")
+})
 
 // form is the call a chunk mode runs for k on the builder's route, whether its FLOPs run on
 // tensor ops (plan.Dispatch.Tensor), and why, on the tensor route, k keeps its simdgroup form

@@ -23,10 +23,10 @@ import (
 )
 
 // KernelFiles are the kernel sources the decode step and the vision tower (vision.go) use; the
-// tensor-op files' kernels (qmm_tensor.metal, attn_prefill_tensor.metal) only on the tensor
-// prefill route (a Metal device compiles them only where it runs them).
+// tensor-op files' kernels (qmm_tensor.metal, attn_prefill_tensor.metal, vit_tensor.metal) only
+// on the tensor route (a Metal device compiles them only where it runs them).
 var KernelFiles = []string{"embed.metal", "qmv.metal", "qmm.metal", "qmm_tensor.metal", "rmsnorm.metal", "attn_prefill.metal", "attn_prefill_tensor.metal", "conv.metal", "gdn.metal",
-	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal", "vit.metal", "vit_attn.metal"}
+	"attn_rope.metal", "attn_decode.metal", "moe.metal", "argmax.metal", "sample.metal", "vit.metal", "vit_tensor.metal", "vit_attn.metal"}
 
 // GPU is the decode plan run on a device (the MSL emulator or Metal): an engine/backend.Backend
 // whose sessions each run on a one-row executor (their recurrent state, step entry and block

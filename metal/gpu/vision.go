@@ -100,10 +100,12 @@ func (e *GPU) tower(gh, gw int) (*towerRun, error) {
 	return r, nil
 }
 
-// newTowerRun builds the tower's plan for the grid, its executor over the shared weight buffers
-// (filling them the first time), and writes the grid's host tables.
+// newTowerRun builds the tower's plan for the grid on the backend's route (Sizing.Route: the
+// tensor-op GEMMs where the prefill chunks take them, so the device that compiled those kernels
+// runs the tower's too), its executor over the shared weight buffers (filling them the first
+// time), and writes the grid's host tables.
 func (e *GPU) newTowerRun(gh, gw int) (*towerRun, error) {
-	t, err := vit.Build(e.w.Config.Vision, gh, gw)
+	t, err := vit.Build(e.w.Config.Vision, gh, gw, e.size.Route)
 	if err != nil {
 		return nil, err
 	}

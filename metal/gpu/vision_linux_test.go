@@ -12,6 +12,7 @@ import (
 	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/internal/goldens"
 	"github.com/lilyformac/lily/metal/emu"
+	"github.com/lilyformac/lily/metal/plan"
 )
 
 const visionDir = "../../testdata/vision/tiny-v"
@@ -21,6 +22,15 @@ const visionDir = "../../testdata/vision/tiny-v"
 // matrices and vit_attention keeps an online softmax, so the rows differ by float32 rounding
 // over tiny-v's sums of 64 to 256 products: far below 1e-4 of the output's scale.
 const towerTolerance = 1e-4
+
+// tensorTowerTolerance bounds max |tensor route's row − simdgroup route's| relative to the
+// largest value. The tensor route rounds each GEMM's input rows to bfloat (a relative error up
+// to 2⁻⁸ per value; the weights are bfloat already and the products exact) in the 10 GEMMs of
+// tiny-v's two blocks and merger, whose errors the residual stream, the GELUs and the LayerNorms
+// carry to the output: measured 0.0085 to 0.0100 of the largest value over its three images,
+// about 2.5 bfloat units. 2e-2 leaves twice that; a GEMM that ran wrong (a lost K step or tile,
+// a missing bias or epilogue) moves the rows by their own scale.
+const tensorTowerTolerance = 2e-2
 
 // relDiff is max |got − want| over every value, and the largest |want|.
 func relDiff(got [][]float32, want func(i int) []float32) (worst, scale float64) {
@@ -105,5 +115,61 @@ func checkTransformersEmbeds(t *testing.T, g *goldens.Vision, got map[string][][
 		if worst > towerTolerance*scale {
 			t.Errorf("%s: max |GPU − transformers| = %.3g > %g × %.3g", name, worst, towerTolerance, scale)
 		}
+	}
+}
+
+// TestEncodeImageTensorRoute: a backend on the tensor route (forced on the emulator, which draws
+// the cooperative tensors' layouts at random) runs the tower's GEMMs in vit_gemm_tensor but for
+// the patch embedding's (float32 weights, vit_gemm), and gives each of tiny-v's images the
+// simdgroup route's rows within tensorTowerTolerance of their scale.
+func TestEncodeImageTensorRoute(t *testing.T) {
+	g := goldens.MustLoadVision(t, visionDir)
+	w, err := model.Load(visionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rows := map[plan.Route]map[string][][]float32{}
+	for i, route := range []plan.Route{plan.Simdgroup, plan.Tensor} {
+		forced := RouteChoice{Route: route, Forced: true}
+		e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 32, PrefillRoute: forced}, Threads: emu.Shuffle, Seed: uint64(3 + i)})
+		rows[route] = map[string][][]float32{}
+		for f, im := range g.Images {
+			if rows[route][f], err = e.EncodeImage(goldens.MustReferencePixels(t, im)); err != nil {
+				t.Fatalf("%s, %s: %v", route, f, err)
+			}
+		}
+		if len(e.vit.runs) == 0 {
+			t.Fatalf("%s: no tower executor kept", route)
+		}
+		for _, r := range e.vit.runs {
+			checkTowerForms(t, r.t.Plan, route, w.Config.Vision.Depth)
+		}
+		e.Close()
+	}
+	for f, want := range rows[plan.Simdgroup] {
+		worst, scale := relDiff(rows[plan.Tensor][f], func(i int) []float32 { return want[i] })
+		t.Logf("%s: max |tensor − simdgroup route| = %.3g (%.3g of the largest value %.3g)", f, worst, worst/scale, scale)
+		if worst > tensorTowerTolerance*scale {
+			t.Errorf("%s: max |tensor − simdgroup route| = %.3g > %g × %.3g", f, worst, tensorTowerTolerance, scale)
+		}
+	}
+}
+
+// checkTowerForms: a tower plan on route runs its GEMMs — the patch embedding, four a block, the
+// merger's two — in vit_gemm (simdgroup), or all but the patch embedding's in vit_gemm_tensor
+// (tensor).
+func checkTowerForms(t *testing.T, p *plan.Plan, route plan.Route, depth int) {
+	t.Helper()
+	count := map[string]int{}
+	for _, d := range p.Dispatches {
+		count[d.Kernel]++
+	}
+	want := map[string]int{"vit_gemm": 4*depth + 3}
+	if route == plan.Tensor {
+		want = map[string]int{"vit_gemm": 1, "vit_gemm_tensor": 4*depth + 2}
+	}
+	if count["vit_gemm"] != want["vit_gemm"] || count["vit_gemm_tensor"] != want["vit_gemm_tensor"] {
+		t.Errorf("%s route: %d vit_gemm and %d vit_gemm_tensor, want %v", route, count["vit_gemm"], count["vit_gemm_tensor"], want)
 	}
 }

@@ -48,6 +48,8 @@ var mathModes = map[string]mtl.MathMode{
 	// Relaxed like the other GEMMs and norms; vit_erf and the GELUs call the precise exp, tanh
 	// and divide themselves, which their accuracy needs.
 	"vit.metal": mtl.MathRelaxed,
+	// Relaxed as vit.metal, whose epilogue it copies (the precise exp, tanh and divide).
+	"vit_tensor.metal": mtl.MathRelaxed,
 	// Relaxed like attn_prefill: its bfloat tolerance is far above fast exp's error.
 	"attn_prefill_tensor.metal": mtl.MathRelaxed,
 	// Relaxed like attn_prefill: the rotary's angles use metal::precise sin and cos, the rest is

@@ -14,10 +14,11 @@ import (
 const QMMTensorTile = 64
 
 // tensorForms maps each kernel instance that has a Metal 4 tensor-op form (qmm_tensor.metal,
-// attn_prefill_tensor.metal) to it: the dense GEMMs at every tile height to qmm_q<bits>_tensor,
-// the grouped GEMMs and prefill attention to the same name with _tensor.
+// attn_prefill_tensor.metal, vit_tensor.metal) to it: the dense GEMMs at every tile height to
+// qmm_q<bits>_tensor, the grouped GEMMs, prefill attention and the vision tower's GEMM to the
+// same name with _tensor.
 var tensorForms = func() map[string]string {
-	m := map[string]string{"attn_prefill": "attn_prefill_tensor"}
+	m := map[string]string{"attn_prefill": "attn_prefill_tensor", "vit_gemm": "vit_gemm_tensor"}
 	for _, bm := range QMMTileHeights {
 		for _, bits := range []int{4, 8} {
 			m[QMMKernel(bits, bm)] = QMMTensorKernel(bits)
@@ -38,7 +39,9 @@ func QMMTensorKernel(bits int) string { return fmt.Sprintf("qmm_q%d_tensor", bit
 // TensorForm is the call of k's tensor-op form: the same constants and buffers, the tensor
 // kernel and its grid — for qmm, tiles of QMMTensorTile × QMMTensorTile over the same matrices
 // in the same order; for a grouped GEMM, the same block map in columns of QMMTensorTile; for
-// attn_prefill, attnPrefillTensorGrid's. ok is false when k's kernel has no tensor form.
+// attn_prefill, attnPrefillTensorGrid's; for vit_gemm, tiles of ViTGEMMTensorTile ×
+// ViTGEMMTensorTile over the same rows and outputs. ok is false when k's kernel has no tensor
+// form.
 func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	name, ok := tensorForms[k.Kernel]
 	if !ok {
@@ -49,6 +52,8 @@ func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	switch {
 	case k.Kernel == "attn_prefill":
 		out.Threadgroups, out.Group = attnPrefillTensorGrid(k.Constants)
+	case k.Kernel == "vit_gemm":
+		out.Threadgroups = viTGEMMTensorGrid(k.Constants)
 	case strings.HasPrefix(k.Kernel, "qmm_"):
 		tiles := 0
 		for _, c := range []int{QMMRows, QMMRows1, QMMRows2, QMMRows3} {
@@ -62,17 +67,21 @@ func TensorForm[B any](k Call[B]) (out Call[B], ok bool) {
 	return out, true
 }
 
-// TensorFits is nil when k has a tensor-op form that runs k's shape, else why not. The GEMM
-// forms run every shape their simdgroup forms do (K a multiple of 64, edge tiles in M and N, any
-// block map of moe_sort's); attn_prefill_tensor runs fewer (attnPrefillTensorFits: the query
-// heads per kv head must divide AttnPrefillTensorRows). A caller on the tensor route runs the
-// simdgroup form where it is not nil (decode does, and says so: plan.Dispatch.Fallback).
+// TensorFits is nil when k has a tensor-op form that runs k's shape, else why not. The text
+// model's GEMM forms run every shape their simdgroup forms do (K a multiple of 64, edge tiles in
+// M and N, any block map of moe_sort's), and so does vit_gemm_tensor but for float32 weights
+// (viTGEMMTensorFits); attn_prefill_tensor runs fewer (attnPrefillTensorFits: the query heads per
+// kv head must divide AttnPrefillTensorRows). A caller on the tensor route runs the simdgroup
+// form where it is not nil (decode and metal/vit do, and say so: plan.Dispatch.Fallback).
 func TensorFits[B any](k Call[B]) error {
 	if _, ok := tensorForms[k.Kernel]; !ok {
 		return fmt.Errorf("%s has no tensor-op form", k.Kernel)
 	}
-	if k.Kernel == "attn_prefill" {
+	switch k.Kernel {
+	case "attn_prefill":
 		return attnPrefillTensorFits(k.Constants)
+	case "vit_gemm":
+		return viTGEMMTensorFits(k.Constants)
 	}
 	return nil
 }

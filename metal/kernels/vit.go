@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -36,10 +37,14 @@ const (
 // vit.metal's geometry.
 const (
 	LayerNormThreads = 256 // vit_layernorm: one threadgroup per row
-	ViTGEMMThreads   = 128 // vit_gemm: four simdgroups per tile
+	ViTGEMMThreads   = 128 // vit_gemm and its tensor form: four simdgroups per tile
 	ViTGEMMTile      = 32  // vit_gemm: a tile is 32 rows × 32 outputs
 	ErfProbeThreads  = 256 // vit_erf_probe's threadgroups
 )
+
+// ViTGEMMTensorTile is vit_gemm_tensor's (vit_tensor.metal) tile: 64 rows × 64 outputs, in steps
+// of 64 columns of K (the last zero-padded).
+const ViTGEMMTensorTile = 64
 
 // LayerNorm is the Go reference of vit_layernorm for one row: out = (x − mean)·rstd·w + b with
 // w and b bfloat bits, as engine/vision's CPU tower computes it — mean and biased variance summed
@@ -143,6 +148,29 @@ func ViTGEMMCall[B any](rows, out, in int, epi ViTEpilogue, f32Weights bool, b V
 		Kernel: "vit_gemm", Constants: c, Buffers: map[int]B{0: b.X, 1: b.W, 2: b.Bias, 3: b.Y},
 		Threadgroups: [3]int{groupsFor(out, ViTGEMMTile), groupsFor(rows, ViTGEMMTile), 1}, Group: grid(ViTGEMMThreads),
 	}
+}
+
+// ViTGEMMTensorCall is vit_gemm_tensor: ViTGEMMCall's product (bfloat weights) on tensor ops
+// (TensorForm), its Go reference ViTGEMM on x rounded to bfloat (BF16Round), as it stages x.
+func ViTGEMMTensorCall[B any](rows, out, in int, epi ViTEpilogue, b ViTGEMMBuffers[B]) Call[B] {
+	c, _ := TensorForm(ViTGEMMCall(rows, out, in, epi, false, b))
+	return c
+}
+
+// viTGEMMTensorGrid is vit_gemm_tensor's grid for vit_gemm's constants: (ceil(O / 64),
+// ceil(N / 64)) tiles, in vit_gemm's order.
+func viTGEMMTensorGrid(c map[int]any) [3]int {
+	return [3]int{groupsFor(c[ViTOutputs].(int), ViTGEMMTensorTile), groupsFor(c[ViTRows].(int), ViTGEMMTensorTile), 1}
+}
+
+// viTGEMMTensorFits: vit_gemm_tensor runs every shape vit_gemm does, but only with bfloat
+// weights. It stages bfloat tiles; float32 ones, the patch embedding's, would have to be rounded,
+// losing what folding them in float32 kept, for a GEMM of under 1% of the tower's FLOPs.
+func viTGEMMTensorFits(c map[int]any) error {
+	if c[ViTWeightF32] == true {
+		return errors.New("float32 weights (the folded patch embedding): the tensor form stages bfloat, which would round them")
+	}
+	return nil
 }
 
 // ErfProbeBuffers are vit_erf_probe's buffers.

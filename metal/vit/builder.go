@@ -46,15 +46,33 @@ func (b *builder) norm(t *Tower, module string, d int) norm {
 	return norm{w: b.weight(t, module+".weight", 2*int64(d)), b: b.weight(t, module+".bias", 2*int64(d))}
 }
 
-// gemm adds y = x·Wᵀ + bias through epi over rows rows (EpilogueAdd also reads y).
+// gemm adds y = x·Wᵀ + bias through epi over rows rows (EpilogueAdd also reads y), in the form
+// the tower's route runs (form).
 func (b *builder) gemm(l linear, x, y, rows int, epi kernels.ViTEpilogue, f32 bool) {
 	c := kernels.ViTGEMMCall(rows, l.out, l.in, epi, f32, kernels.ViTGEMMBuffers[int]{X: x, W: l.w, Bias: l.b, Y: y})
+	c, tensor, fallback := b.form(c)
 	reads := []int{x, l.w, l.b}
 	if epi == kernels.EpilogueAdd {
 		reads = append(reads, y)
 	}
 	ideal := 2 * float64(rows) * float64(l.out) * float64(l.in)
-	b.addRanges(c, b.ranges(reads, x, rows*l.in), b.ranges([]int{y}, y, rows*l.out), GEMMFLOPs(rows, l.out, l.in), ideal)
+	b.addRanges(c, b.ranges(reads, x, rows*l.in), b.ranges([]int{y}, y, rows*l.out), GEMMFLOPs(rows, l.out, l.in, tensor), ideal)
+	d := &b.t.Plan.Dispatches[len(b.t.Plan.Dispatches)-1]
+	d.Tensor, d.Fallback = tensor, fallback
+}
+
+// form is the call the tower's route runs for the GEMM c, whether its FLOPs run on tensor ops
+// (plan.Dispatch.Tensor), and why, on the tensor route, c keeps vit_gemm (plan.Dispatch.Fallback:
+// a shape its tensor form cannot run, kernels.TensorFits).
+func (b *builder) form(c kernels.Call[int]) (out kernels.Call[int], tensor bool, fallback string) {
+	if b.t.Route != plan.Tensor {
+		return c, false, ""
+	}
+	if err := kernels.TensorFits(c); err != nil {
+		return c, false, err.Error()
+	}
+	out, tensor = kernels.TensorForm(c)
+	return out, tensor, ""
 }
 
 // layerNorm adds vit_layernorm over rows rows of d from x into out.

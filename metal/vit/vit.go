@@ -7,6 +7,12 @@
 // tanh-GELU, fc2 added into h → the merger: vit_layernorm, fc1 with exact GELU over the normed
 // rows read as [N/4][4D] (a block's four patches are consecutive rows, so the join is a view),
 // fc2 → the output rows.
+//
+// Build takes a route, as the text model's prefill does (decode.Options.PrefillRoute): on
+// plan.Simdgroup every GEMM is vit_gemm on simdgroup matrices; on plan.Tensor each GEMM whose
+// shape its tensor-op form runs (kernels.TensorFits: every bfloat-weight one) is vit_gemm_tensor
+// on M5's neural accelerators, and the patch embedding, whose weights are float32, keeps vit_gemm
+// (plan.Dispatch.Fallback says why). Attention and the norms are the same on both routes.
 package vit
 
 import (
@@ -21,8 +27,9 @@ import (
 type Tower struct {
 	Plan   *plan.Plan
 	Config config.Vision
-	GH, GW int // the grid in patches
-	N      int // patches, GH·GW
+	GH, GW int        // the grid in patches
+	N      int        // patches, GH·GW
+	Route  plan.Route // how its GEMMs run (Build's route)
 
 	// Inputs the host writes before each run: the pixel rows [N][PatchInputs] float32, and the
 	// tables the kernels take from the host (HostTables fills them): the rotary's inverse
@@ -68,12 +75,12 @@ func Check(v *config.Vision, gh, gw int) error {
 	return nil
 }
 
-// Build makes the tower's plan for a gh×gw grid of tower v.
-func Build(v *config.Vision, gh, gw int) (*Tower, error) {
+// Build makes the tower's plan for a gh×gw grid of tower v, its GEMMs on route.
+func Build(v *config.Vision, gh, gw int, route plan.Route) (*Tower, error) {
 	if err := Check(v, gh, gw); err != nil {
 		return nil, err
 	}
-	t := &Tower{Plan: &plan.Plan{}, Config: *v, GH: gh, GW: gw, N: gh * gw, Weights: map[string]int{}}
+	t := &Tower{Plan: &plan.Plan{}, Config: *v, GH: gh, GW: gw, N: gh * gw, Route: route, Weights: map[string]int{}}
 	t.b = &builder{t: t, read: map[int]bool{}, written: map[int]bool{}}
 	t.buffers()
 	t.embed()
@@ -162,8 +169,14 @@ func (t *Tower) merger() {
 	b.gemm(fc2, t.Merger, t.Out, N/4, kernels.EpilogueNone, false)
 }
 
-// GEMMFLOPs are a vit_gemm's executed FLOPs: whole 32×32 tiles of rows and outputs.
-func GEMMFLOPs(rows, out, in int) float64 {
+// GEMMFLOPs are a vit_gemm's executed FLOPs: whole 32×32 tiles of rows and outputs, K's
+// columns as they are (its last step takes only those left); with tensor, vit_gemm_tensor's:
+// whole 64×64 tiles in whole 64-column steps of K (the last zero-padded).
+func GEMMFLOPs(rows, out, in int, tensor bool) float64 {
+	if tensor {
+		t := kernels.ViTGEMMTensorTile
+		return 2 * float64(pad(rows, t)) * float64(pad(out, t)) * float64(pad(in, t))
+	}
 	return 2 * float64(pad(rows, kernels.ViTGEMMTile)) * float64(pad(out, kernels.ViTGEMMTile)) * float64(in)
 }
 

@@ -3,6 +3,8 @@ package vit
 import (
 	"fmt"
 	"maps"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
@@ -22,7 +24,7 @@ func smallVision() *config.Vision {
 // GEMM with its epilogue, input, output and weights.
 func TestDispatchOrder(t *testing.T) {
 	v := smallVision()
-	tw, err := Build(v, 4, 6)
+	tw, err := Build(v, 4, 6, plan.Simdgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestDispatchOrder(t *testing.T) {
 // input the host writes (pixels, host tables) or a weight; every dispatch that reads or writes
 // what a dispatch since the last barrier wrote (or writes what one read) has a barrier.
 func TestReadsAfterWrites(t *testing.T) {
-	tw, err := Build(smallVision(), 4, 6)
+	tw, err := Build(smallVision(), 4, 6, plan.Simdgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func contains(s []int, x int) bool {
 // FLOPs are the formula's, and its executed FLOPs (whole tiles) at most 1.15× them.
 func TestProductionFLOPs(t *testing.T) {
 	v := config.ProductionVision()
-	tw, err := Build(v, 48, 64)
+	tw, err := Build(v, 48, 64, plan.Simdgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +175,7 @@ func TestProductionFLOPs(t *testing.T) {
 // FLOPs count whole query blocks and key tiles.
 func TestAttentionPadding(t *testing.T) {
 	v := smallVision()
-	tw, err := Build(v, 2, 10) // 20 patches: one tile of 32 queries and 32 keys
+	tw, err := Build(v, 2, 10, plan.Simdgroup) // 20 patches: one tile of 32 queries and 32 keys
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,17 +196,17 @@ func TestAttentionPadding(t *testing.T) {
 func TestCheck(t *testing.T) {
 	v := smallVision()
 	for _, g := range [][2]int{{3, 4}, {0, 4}, {4, 5}} {
-		if _, err := Build(v, g[0], g[1]); err == nil {
+		if _, err := Build(v, g[0], g[1], plan.Simdgroup); err == nil {
 			t.Errorf("grid %v: built", g)
 		}
 	}
 	odd := smallVision()
 	odd.Heads = 8 // head dim 8: runs
-	if _, err := Build(odd, 4, 4); err != nil {
+	if _, err := Build(odd, 4, 4, plan.Simdgroup); err != nil {
 		t.Errorf("head dim 8: %v", err)
 	}
 	odd.Heads = 16 // head dim 4
-	if _, err := Build(odd, 4, 4); err == nil {
+	if _, err := Build(odd, 4, 4, plan.Simdgroup); err == nil {
 		t.Error("head dim 4: built")
 	}
 }
@@ -215,11 +217,11 @@ func TestCheck(t *testing.T) {
 // the MLP's [N][4304] rows, and threadgroup memory does not depend on N.
 func TestNoSquareBuffer(t *testing.T) {
 	v := config.ProductionVision()
-	small, err := Build(v, 8, 6)
+	small, err := Build(v, 8, 6, plan.Simdgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw, err := Build(v, 68, 120)
+	tw, err := Build(v, 68, 120, plan.Simdgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,4 +253,71 @@ func TestNoSquareBuffer(t *testing.T) {
 	if a, b := tgMem(small.Plan), tgMem(tw.Plan); !maps.Equal(a, b) {
 		t.Errorf("threadgroup memory depends on the grid: %v at 48 patches, %v at 8,160", a, b)
 	}
+}
+
+// TestTensorRoute: at a 1024×768 image's grid (48×64 patches) the tensor route's plan is the
+// simdgroup route's dispatch for dispatch — buffers, constants, barriers, traffic, useful FLOPs —
+// but for its GEMMs, each vit_gemm_tensor with its FLOPs on tensor ops (in whole 64×64 tiles and
+// 64-column K steps), except the patch embedding, whose float32 weights keep vit_gemm and say
+// why. An M5 Max times it faster than the simdgroup route; an M4 Max, without neural
+// accelerators, cannot time it.
+func TestTensorRoute(t *testing.T) {
+	v := config.ProductionVision()
+	simd, err := Build(v, 48, 64, plan.Simdgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor, err := Build(v, 48, 64, plan.Tensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, ss := tensor.Plan.Dispatches, simd.Plan.Dispatches
+	if len(ds) != len(ss) {
+		t.Fatalf("%d dispatches on the tensor route, %d on the simdgroup one", len(ds), len(ss))
+	}
+	rest := 0.0 // the simdgroup FLOPs the tensor route keeps
+	for i, d := range ds {
+		s := ss[i]
+		want := s.Kernel
+		if want == "vit_gemm" && i > 0 {
+			want = "vit_gemm_tensor"
+		}
+		if d.Kernel != want || d.Tensor != (want == "vit_gemm_tensor") || (d.Fallback != "") != (i == 0) {
+			t.Errorf("dispatch %d: %s (tensor %v, fallback %q), want %s", i, d.Kernel, d.Tensor, d.Fallback, want)
+		}
+		if d.Barrier != s.Barrier || !maps.Equal(d.Buffers, s.Buffers) || !maps.Equal(d.Constants, s.Constants) || d.Bytes() != s.Bytes() || d.IdealFLOPs != s.IdealFLOPs {
+			t.Errorf("dispatch %d (%s) differs from the simdgroup route's beyond its kernel", i, d.Kernel)
+		}
+		if !d.Tensor {
+			rest += s.FLOPs
+		}
+	}
+	c, sc := tensor.Cost(), simd.Cost()
+	N, D, F, M := 3072.0, 1152.0, 4304.0, 4608.0
+	p64 := func(x float64) float64 { return math.Ceil(x/64) * 64 }
+	gemm := func(n, o, k float64) float64 { return 2 * p64(n) * p64(o) * p64(k) }
+	want := 27*(gemm(N, 3*D, D)+gemm(N, D, D)+gemm(N, F, D)+gemm(N, D, F)) + gemm(N/4, M, M) + gemm(N/4, 2048, M)
+	if c.TensorFLOPs != want || c.FLOPs != want+rest || c.Route != plan.Tensor {
+		t.Errorf("tensor route: %.6g FLOPs, %.6g on tensor ops, want %.6g and %.6g", c.FLOPs, c.TensorFLOPs, want+rest, want)
+	}
+	if c.IdealFLOPs != sc.IdealFLOPs || c.Bytes != sc.Bytes || c.IdealBytes != sc.IdealBytes || sc.TensorFLOPs != 0 || len(sc.Fallbacks) != 0 {
+		t.Errorf("tensor route %+v, simdgroup %+v", c, sc)
+	}
+	if r := c.FLOPs / c.IdealFLOPs; r < 1 || r > 1.15 {
+		t.Errorf("tensor route: FLOPs %.4f× ideal", r)
+	}
+	if len(c.Fallbacks) != 1 || !strings.HasPrefix(c.Fallbacks[0], "vit_gemm ×1: float32 weights") {
+		t.Errorf("fallbacks %q, want the patch embedding's", c.Fallbacks)
+	}
+	m4, _ := plan.ChipNamed("M4 Max")
+	m5, _ := plan.ChipNamed("M5 Max")
+	if _, err := m4.Time(c.Work()); err == nil {
+		t.Error("M4 Max timed tensor-op FLOPs")
+	}
+	fast, err := m5.Time(c.Work())
+	slow, _ := m5.Time(sc.Work())
+	if err != nil || fast >= slow {
+		t.Errorf("M5 Max: tensor route %g s (%v), simdgroup %g s", fast, err, slow)
+	}
+	t.Logf("48×64 patches: tensor route %.4g FLOPs (%.4f× ideal, %.4g on tensor ops), M5 Max %.4f s against %.4f s on simdgroup matrices", c.FLOPs, c.FLOPs/c.IdealFLOPs, c.TensorFLOPs, fast, slow)
 }
