@@ -3,12 +3,14 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"log"
 	"runtime"
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
 	"github.com/lilyformac/lily/engine/cpu"
 	"github.com/lilyformac/lily/engine/model"
+	"github.com/lilyformac/lily/internal/wiredlimit"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/gpu"
 )
@@ -40,7 +42,34 @@ type backendOptions struct {
 	chunkLogits  bool            // the batched prefill computes every row's logits too (prompt logits)
 	parallel     int             // sequences generating at once (0: by memory)
 	prefillRoute gpu.RouteChoice // --prefill-route (the zero value: auto, by device)
-	noVision     bool            // --vision off: the tower is not loaded
+	vision       string          // --vision: on, off, or auto ("": auto; visionOff)
+	imagePixels  int             // --image-max-pixels, which the GPU sizes the tower for (0: the default)
+}
+
+// gpuOptions are the GPU backend name's options (emu: with emuMemory as its working set; metal:
+// the device's, which NewMetal reads).
+func (o backendOptions) gpuOptions(name string) gpu.GPUOptions {
+	chunks, auto := chunkOptions(name, o.prefillChunk)
+	g := gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits,
+		Parallel: o.parallel, PrefillRoute: o.prefillRoute, ImagePixels: o.imagePixels}
+	if name == "emu" {
+		g.WorkingSet = o.emuMemory
+	}
+	return g
+}
+
+// visionOff is why backend name leaves the vision tower of the checkpoint config cfg out (""
+// loads it): --vision off says so; on loads it; auto (or "") loads it except on metal where
+// gpu.AutoVision leaves it out on a Mac of memory bytes (hw.memsize), sized with o's options.
+func visionOff(name string, o backendOptions, cfg *config.Config, memory int64) string {
+	switch {
+	case o.vision == "off":
+		return "vision is off (--vision off)"
+	case o.vision == "on" || name != "metal" || cfg == nil || cfg.Vision == nil:
+		return ""
+	}
+	_, why := gpu.AutoVision(cfg, o.gpuOptions(name), memory)
+	return why
 }
 
 // maxParallel is the most sequences the engine loop runs at once (the GPU's multi-row step is
@@ -98,6 +127,23 @@ func checkKVBits(bits int, backend string) error {
 	return nil
 }
 
+// visionOffIn is visionOff for the checkpoint in dir on this Mac (its config read only where
+// --vision auto needs it), logged when auto leaves the tower out.
+func visionOffIn(name, dir string, o backendOptions) (string, error) {
+	if o.vision == "off" || o.vision == "on" || name != "metal" {
+		return visionOff(name, o, nil, 0), nil
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return "", err
+	}
+	why := visionOff(name, o, cfg, int64(wiredlimit.Memory()))
+	if why != "" {
+		log.Printf("lily: %s", why)
+	}
+	return why, nil
+}
+
 // openBackend loads the checkpoint in dir for the named backend with o's sessions. closeFn frees
 // the backend's device memory, then the mapped weights.
 func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *config.Config, closeFn func(), err error) {
@@ -117,7 +163,11 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	default:
 		return nil, nil, nil, fmt.Errorf("unknown backend %q (available: %v)", name, backends)
 	}
-	w, err := model.LoadWith(dir, model.Options{NoVision: o.noVision})
+	off, err := visionOffIn(name, dir, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w, err := model.LoadWith(dir, model.Options{NoVision: off != "", NoVisionWhy: off})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -128,12 +178,9 @@ func openBackend(name, dir string, o backendOptions) (b backend.Backend, cfg *co
 	var g *gpu.GPU
 	switch name {
 	case "metal": // the same decode plan and encoder loop as emu, on the GPU (not yet run on a real Mac)
-		chunks, auto := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewMetal(w, gpu.GPUOptions{MaxCtx: o.ctx, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, AutoChunks: auto, ChunkLogits: o.chunkLogits, Parallel: o.parallel,
-			PrefillRoute: o.prefillRoute})
+		g, err = gpu.NewMetal(w, o.gpuOptions(name))
 	case "emu": // the decode plan run on the emulator
-		chunks, _ := chunkOptions(name, o.prefillChunk)
-		g, err = gpu.NewEmu(w, gpu.EmuOptions{GPUOptions: gpu.GPUOptions{MaxCtx: o.ctx, WorkingSet: o.emuMemory, KVBits: o.kvBits, CacheBytes: o.cacheBytes, Chunks: chunks, ChunkLogits: o.chunkLogits, Parallel: o.parallel, PrefillRoute: o.prefillRoute}})
+		g, err = gpu.NewEmu(w, gpu.EmuOptions{GPUOptions: o.gpuOptions(name)})
 	default:
 		return cpu.New(w), w.Config, func() { w.Close() }, nil
 	}

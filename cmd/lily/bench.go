@@ -18,6 +18,7 @@ import (
 	"github.com/lilyformac/lily/metal/gpu"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
+	"github.com/lilyformac/lily/metal/vit"
 )
 
 type benchOptions struct {
@@ -194,6 +195,10 @@ type planOutput struct {
 	Memory struct {
 		decode.Memory
 		Snapshot int64 `json:"snapshot_bytes"` // a prefix-cache snapshot at the context
+		// Vision is the vision tower's (at lily serve's default --image-max-pixels), VisionBytes
+		// what the sizing sets aside for it (gpu.Sizing.VisionBytes) where it is loaded.
+		Vision      vit.Memory `json:"vision"`
+		VisionBytes int64      `json:"vision_bytes"`
 	} `json:"memory"`
 	// ContextByMacGB is the context lily serve would hold on a Mac of each memory size, from the
 	// estimated working set (decode.MacWorkingSet), with that Mac's serving defaults
@@ -208,6 +213,9 @@ type planOutput struct {
 	// context: each can hold min(context, 32,768) positions at the same time, one alone the
 	// whole context; 0: the weights do not fit).
 	ParallelByMacGB map[string]int `json:"parallel_by_mac_gb"`
+	// VisionByMacGB is whether lily serve's --vision auto keeps the vision tower there (and so
+	// counts its memory in the numbers above): not on 24 GB, where it would take the context.
+	VisionByMacGB map[string]bool `json:"vision_by_mac_gb"`
 	// ContextByMacGBRaised is the context on the Macs whose GPU may wire only about two thirds
 	// of their memory by default, once iogpu.wired_limit_mb is raised to RaisedWiredLimitMB
 	// (wiredlimit.SuggestedMB: all but 4 GiB, left to macOS), and the sequences run at once there.
@@ -252,35 +260,37 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	out := planOutput{
 		Context: o.ctx, Dispatches: st.Dispatches, Barriers: st.Barriers, Bytes: st.Bytes, IdealBytes: ideal,
 		BytesRatioToIdeal: math.Round(float64(st.Bytes)/float64(ideal)*1e4) / 1e4,
-		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{}, KVBitsByMacGB: map[string]int{}, ParallelByMacGB: map[string]int{},
+		ContextByMacGB:    map[string]int{}, PrefillChunkByMacGB: map[string]int{}, KVBitsByMacGB: map[string]int{}, ParallelByMacGB: map[string]int{}, VisionByMacGB: map[string]bool{},
 		ContextByMacGBRaised: map[string]int{}, ParallelByMacGBRaised: map[string]int{}, RaisedWiredLimitMB: map[string]int{},
 	}
 	pre := step.Plan.Stats(decode.ModePrefill)
 	out.PromptToken.Dispatches, out.PromptToken.Bytes = pre.Dispatches, pre.Bytes
-	served, err := servedSizing(0, o.kvBits, o.prefillChunk, 0, gpu.Device{}) // no working-set limit
+	full, err := servedSizing(0, 0, o.kvBits, o.prefillChunk, 0, gpu.Device{}) // no working-set limit, the tower loaded
 	if err != nil {
 		return err
 	}
-	out.Memory.Memory = served.Memory
+	out.Memory.Memory, out.Memory.Vision, out.Memory.VisionBytes = full.Memory, full.Vision, full.VisionBytes()
 	out.Memory.Snapshot = out.Memory.Memory.Snapshot(o.ctx)
-	// onMac is the context and largest chunk lily serve holds on a Mac of gb GB in workingSet
-	// bytes, with its serving defaults where the flags are not given, and the sequences it runs
-	// at once.
-	onMac := func(gb int, workingSet int64) (n, chunk, kvBits, parallel int) {
+	// onMac is lily serve's sizing on a Mac of gb GB in workingSet bytes, with its serving
+	// defaults where the flags are not given (and its KV format).
+	onMac := func(gb int, workingSet int64) (served, int) {
 		kvBits, prefillChunk := o.kvBits, o.prefillChunk
 		applyMemoryDefaults(cmd.Flags(), "metal", int64(gb)<<30, &kvBits, &prefillChunk, nil)
-		s, _ := servedSizing(workingSet, kvBits, prefillChunk, 0, gpu.Device{}) // 0 positions and sequences where the weights do not fit
-		return s.Context, s.Chunk(), kvBits, s.Parallel
+		s, _ := servedSizing(workingSet, int64(gb)<<30, kvBits, prefillChunk, 0, gpu.Device{}) // 0 positions and sequences where the weights do not fit
+		return s, kvBits
 	}
 	for _, gb := range macSizes {
 		k := strconv.Itoa(gb)
-		out.ContextByMacGB[k], out.PrefillChunkByMacGB[k], out.KVBitsByMacGB[k], out.ParallelByMacGB[k] = onMac(gb, decode.MacWorkingSet(gb))
+		s, kvBits := onMac(gb, decode.MacWorkingSet(gb))
+		out.ContextByMacGB[k], out.PrefillChunkByMacGB[k], out.KVBitsByMacGB[k], out.ParallelByMacGB[k] = s.Context, s.Chunk(), kvBits, s.Parallel
+		out.VisionByMacGB[k] = s.VisionOff == ""
 	}
 	for _, gb := range raisedMacSizes {
 		mb := wiredlimit.SuggestedMB(uint64(gb) << 30)
 		k := strconv.Itoa(gb)
 		out.RaisedWiredLimitMB[k] = int(mb)
-		out.ContextByMacGBRaised[k], _, _, out.ParallelByMacGBRaised[k] = onMac(gb, int64(mb)<<20)
+		s, _ := onMac(gb, int64(mb)<<20)
+		out.ContextByMacGBRaised[k], out.ParallelByMacGBRaised[k] = s.Context, s.Parallel
 	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
@@ -289,8 +299,8 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	m := out.Memory
 	fmt.Fprintf(w, "decode plan (Qwen3.6-35B-A3B, %d-bit KV) at context %d\ndispatches %d  barriers %d\nbytes %d  ideal %d  ratio %.4f\nprompt token (layers only): dispatches %d  bytes %d\n",
 		o.kvBits, out.Context, out.Dispatches, out.Barriers, out.Bytes, out.IdealBytes, out.BytesRatioToIdeal, out.PromptToken.Dispatches, out.PromptToken.Bytes)
-	fmt.Fprintf(w, "memory: weights %d, KV %d per position, state %d, scratch %d, snapshot at %d positions %d\ncontext by Mac memory:",
-		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot)
+	fmt.Fprintf(w, "memory: weights %d, KV %d per position, state %d, scratch %d, snapshot at %d positions %d\nvision tower: %d (weights %d, activations for %d patches %d)\ncontext by Mac memory:",
+		m.Weights, m.KVPerPosition, m.State, m.Scratch, o.ctx, m.Snapshot, m.VisionBytes, m.Vision.Weights, m.Vision.Patches, m.Vision.Activations)
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.ContextByMacGB[strconv.Itoa(gb)])
 	}
@@ -305,6 +315,10 @@ func runBenchPlan(cmd *cobra.Command, o benchOptions) error {
 	fmt.Fprint(w, "\nparallel sequences by Mac memory:")
 	for _, gb := range macSizes {
 		fmt.Fprintf(w, " %d GB: %d", gb, out.ParallelByMacGB[strconv.Itoa(gb)])
+	}
+	fmt.Fprint(w, "\nvision tower by Mac memory (--vision auto):")
+	for _, gb := range macSizes {
+		fmt.Fprintf(w, " %d GB: %s", gb, map[bool]string{true: "on", false: "off"}[out.VisionByMacGB[strconv.Itoa(gb)]])
 	}
 	fmt.Fprint(w, "\ncontext by Mac memory after raising iogpu.wired_limit_mb:")
 	for _, gb := range raisedMacSizes {

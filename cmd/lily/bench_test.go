@@ -59,9 +59,10 @@ func TestBenchPlan(t *testing.T) {
 	}
 }
 
-// TestBenchPlanMemory: --plan reports the production memory figures and the context each Mac
-// size would serve: none on 24 GB (the weights alone exceed its working set), part of it on
-// 32 GB, all of it from 36 GB on.
+// TestBenchPlanMemory: --plan reports the production memory figures, the vision tower's among
+// them, and the context each Mac size would serve: none on 24 GB (the weights alone exceed its
+// working set), part of it on 32 GB, all of it from 36 GB on; the tower is kept (--vision auto)
+// everywhere but on 24 GB.
 func TestBenchPlanMemory(t *testing.T) {
 	out, err := execute(t, "bench", "--plan", "--ctx", "262144", "--output", "json")
 	if err != nil {
@@ -80,14 +81,24 @@ func TestBenchPlanMemory(t *testing.T) {
 	if m.Snapshot != m.State+262144*m.KVPerPosition {
 		t.Fatalf("snapshot at 262,144 positions: %d", m.Snapshot)
 	}
+	v := m.Vision
+	if v.Patches != 10240 || v.Weights < 850e6 || v.Weights > 950e6 || v.Activations <= 0 || m.VisionBytes != v.Weights+v.Activations+2*v.Tables {
+		t.Fatalf("vision tower %+v, %d bytes", v, m.VisionBytes)
+	}
 	c := p.ContextByMacGB
-	if len(c) != 6 || c["24"] != 0 || c["32"] < 100000 || c["32"] >= 262144 || c["36"] != 262144 || c["128"] != 262144 {
+	if len(c) != 6 || c["24"] != 0 || c["32"] < 32768 || c["32"] >= 262144 || c["36"] != 262144 || c["128"] != 262144 {
 		t.Fatalf("context by Mac: %v", c)
+	}
+	for _, gb := range macSizes {
+		if on := p.VisionByMacGB[strconv.Itoa(gb)]; on != (gb != 24) {
+			t.Errorf("vision by Mac: %v", p.VisionByMacGB)
+		}
 	}
 	// Sequences at once: none where the weights do not fit, at least one where a context does,
 	// never fewer on a larger Mac, at most the batched step's rows; on 24 GB none (the weights
 	// exceed macOS's default GPU limit) and three once the limit is raised (the context making
-	// room, decode.Memory.RoomForParallel), 32 GB three; 36 GB and up the most.
+	// room, decode.Memory.RoomForParallel), 32 GB one (the vision tower's memory leaves none);
+	// 36 GB and up the most.
 	par, prev := p.ParallelByMacGB, 0
 	for _, gb := range macSizes {
 		k := strconv.Itoa(gb)
@@ -96,7 +107,7 @@ func TestBenchPlanMemory(t *testing.T) {
 		}
 		prev = par[k]
 	}
-	if len(par) != len(macSizes) || par["24"] != 0 || p.ParallelByMacGBRaised["24"] != 3 || par["32"] != 3 || par["36"] != decode.MaxParallel {
+	if len(par) != len(macSizes) || par["24"] != 0 || p.ParallelByMacGBRaised["24"] != 3 || par["32"] != 1 || par["36"] != decode.MaxParallel {
 		t.Fatalf("parallel by Mac: %v, raised %v", par, p.ParallelByMacGBRaised)
 	}
 }

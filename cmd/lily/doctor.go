@@ -99,7 +99,7 @@ func runDoctor(cmd *cobra.Command, output, model string) error {
 type macServing struct {
 	workingSet int64 // the GPU's working set; 0: nothing sized (off macOS, or no working set)
 	defaults   gpu.ServingDefaults
-	sizing     gpu.Sizing
+	sizing     served
 	err        error // not one session fits
 }
 
@@ -119,12 +119,12 @@ func (m macServing) serving() *syscheck.Serving {
 	if m.workingSet == 0 {
 		return nil
 	}
-	out := &syscheck.Serving{WorkingSet: m.workingSet, KVBits: m.defaults.KVBits}
+	s := m.sizing
+	out := &syscheck.Serving{WorkingSet: m.workingSet, KVBits: m.defaults.KVBits, VisionBytes: s.VisionBytes(), VisionNote: s.VisionOff}
 	if m.err != nil {
 		out.Error = m.err.Error()
 		return out
 	}
-	s := m.sizing
 	out.Context, out.ContextNote, out.Parallel, out.ParallelNote, out.KVPages = s.Context, s.ContextWhy, s.Parallel, s.ParallelWhy, s.Pages
 	out.PrefillChunk, out.PrefillSlice, out.PrefillRoute, out.PrefillRouteNote = s.Chunk(), s.Slice, s.Route.String(), s.RouteWhy
 	return out

@@ -19,31 +19,23 @@ import (
 
 // imageOptions are serve's image settings (zero values: the defaults).
 type imageOptions struct {
-	vision    string // "on" (or ""), or "off"
-	maxPixels int    // 0: defaultImagePixels
+	vision    string // "auto" (or ""), "on" or "off" (visionOff)
+	maxPixels int    // 0: vision.ServedMaxPixels
 	urls      bool
 	cacheMB   int
 }
 
-// defaultImagePixels caps the pixels of an image the tower sees (it is resized to fit, as the
-// processor resizes): 2.5 MP keeps what agents send as it is (Claude Code's pastes come near
-// 2000×1030, Codex fits its images in 2048×768) and bounds an image at about 2,560 tokens;
-// a photo of 24 MP would otherwise take 16,000 tokens and minutes of tower.
-const defaultImagePixels = 2_621_440
-
 func (o *imageOptions) flags(f *pflag.FlagSet) {
-	f.StringVar(&o.vision, "vision", "on", "on: images in prompts are seen through the model's vision tower; off: the tower is not loaded and images become a text placeholder")
-	f.IntVar(&o.maxPixels, "image-max-pixels", defaultImagePixels, "the most pixels of an image the model sees: larger ones are downscaled to fit (the model's own limit is 16,777,216)")
+	f.StringVar(&o.vision, "vision", "auto", "on: images in prompts are seen through the model's vision tower, whose GPU memory comes out of the context; off: the tower is not loaded and images become a text placeholder; auto: on, except on metal on a Mac under 32 GB where the tower would take more than a quarter of the context (a 24 GB Mac: all of it), which /status's vision_note then says")
+	f.IntVar(&o.maxPixels, "image-max-pixels", vision.ServedMaxPixels, "the most pixels of an image the model sees: larger ones are downscaled to fit (the model's own limit is 16,777,216)")
 	f.BoolVar(&o.urls, "image-urls", false, "fetch images given by http(s) URL (off: such an image becomes a placeholder; data URLs always work)")
 	f.IntVar(&o.cacheMB, "image-cache-mb", 256, "memory for encoded images, so an image sent again (agents resend every screenshot) is not encoded again")
 }
 
-func (o imageOptions) on() bool { return o.vision != "off" }
-
 func (o imageOptions) check() error {
 	switch {
-	case o.vision != "" && o.vision != "on" && o.vision != "off":
-		return fmt.Errorf("--vision %q: expected on or off", o.vision)
+	case o.vision != "" && o.vision != "auto" && o.vision != "on" && o.vision != "off":
+		return fmt.Errorf("--vision %q: expected auto, on or off", o.vision)
 	case o.maxPixels != 0 && o.maxPixels < 32*32:
 		return fmt.Errorf("--image-max-pixels %d: expected at least 1024", o.maxPixels)
 	case o.cacheMB < 0:
@@ -52,18 +44,32 @@ func (o imageOptions) check() error {
 	return nil
 }
 
-// encoder is the image encoder of b's model in dir, or nil with the reason images cannot be seen.
+// encoder is the image encoder of b's model in dir, or nil with the reason images cannot be seen:
+// first why the tower was left out (cfg.VisionOff: --vision off, auto's choice, none in the
+// checkpoint), then why the backend cannot run it.
 func (o imageOptions) encoder(dir string, cfg *config.Config, b backend.Backend) (*images.Encoder, string) {
-	d := b.Describe()
-	if !d.Vision {
-		return nil, d.VisionWhy
+	if why := noImages(cfg, b); why != "" {
+		return nil, why
 	}
 	proc, err := vision.LoadProcessor(dir, cfg.Vision)
 	if err != nil {
 		log.Printf("serve: images off: %v", err)
 		return nil, "the checkpoint's image processor: " + strings.TrimSpace(err.Error())
 	}
-	return images.NewEncoder(b, proc.WithMaxPixels(cmp.Or(o.maxPixels, defaultImagePixels)), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
+	return images.NewEncoder(b, proc.WithMaxPixels(cmp.Or(o.maxPixels, vision.ServedMaxPixels)), images.Options{AllowURLs: o.urls, CacheBytes: int64(o.cacheMB) << 20}), ""
+}
+
+// noImages is why b's model (configured as cfg) sees no images, "" where it does: the tower left
+// out (cfg.VisionOff) before the backend's reason.
+func noImages(cfg *config.Config, b backend.Backend) string {
+	d := b.Describe()
+	switch {
+	case d.Vision:
+		return ""
+	case cfg.Vision == nil && cfg.VisionOff != "":
+		return cfg.VisionOff
+	}
+	return d.VisionWhy
 }
 
 // runImages encodes run's --image files and expands the prompt's image pads (one per file, in
@@ -72,8 +78,8 @@ func runImages(ctx context.Context, dir string, cfg *config.Config, b backend.Ba
 	if len(files) == 0 {
 		return prompt, nil, nil
 	}
-	if d := b.Describe(); !d.Vision {
-		return nil, nil, fmt.Errorf("--image: this model cannot see images here: %s", d.VisionWhy)
+	if why := noImages(cfg, b); why != "" {
+		return nil, nil, fmt.Errorf("--image: this model cannot see images here: %s", why)
 	}
 	proc, err := vision.LoadProcessor(dir, cfg.Vision)
 	if err != nil {

@@ -25,22 +25,38 @@ func applyMemoryDefaults(flags interface{ Changed(string) bool }, backend string
 	}
 }
 
+// served is lily serve's sizing of the production model (gpu.Size) and, where --vision auto
+// leaves the vision tower out (its memory then not counted), why.
+type served struct {
+	gpu.Sizing
+	VisionOff string
+}
+
 // servedSizing is what lily serve holds for the production model on the metal backend with no
-// --ctx or --parallel (gpu.Size) on device d, in a GPU working set of workingSet bytes, with
-// kvBits, prefillChunk (-1: by memory) and a prefix cache of cacheMB. On an error (not one
-// session fits) the sizing still holds the memory and prefill chunks.
-func servedSizing(workingSet int64, kvBits, prefillChunk, cacheMB int, d gpu.Device) (gpu.Sizing, error) {
-	chunks, auto := chunkOptions("metal", prefillChunk)
-	o := gpu.GPUOptions{WorkingSet: workingSet, KVBits: kvBits, Chunks: chunks, AutoChunks: auto, CacheBytes: int64(cacheMB) << 20}
-	return gpu.Size(config.Production(), o, d)
+// --ctx, --parallel or --vision (gpu.Size) on device d, in a GPU working set of workingSet bytes,
+// with kvBits, prefillChunk (-1: by memory) and a prefix cache of cacheMB, on a Mac of memory
+// bytes (0: unknown), whose --vision auto decides whether the tower counts (visionOff). On an
+// error (not one session fits) the sizing still holds the memory, prefill chunks and tower.
+func servedSizing(workingSet, memory int64, kvBits, prefillChunk, cacheMB int, d gpu.Device) (served, error) {
+	o := backendOptions{kvBits: kvBits, prefillChunk: prefillChunk, cacheBytes: int64(cacheMB) << 20}
+	c := config.Production()
+	s := served{VisionOff: visionOff("metal", o, c, memory)}
+	if s.VisionOff != "" {
+		c.Vision = nil
+	}
+	g := o.gpuOptions("metal")
+	g.WorkingSet = workingSet
+	var err error
+	s.Sizing, err = gpu.Size(c, g, d)
+	return s, err
 }
 
 // macSizing is servedSizing on a Mac with memory bytes of memory, with its serving defaults
 // (gpu.DefaultsFor), as serve picks them when --kv-bits, --prefill-chunk and --cache-mb are not
 // given.
-func macSizing(workingSet, memory int64, d gpu.Device) (gpu.Sizing, gpu.ServingDefaults, error) {
+func macSizing(workingSet, memory int64, d gpu.Device) (served, gpu.ServingDefaults, error) {
 	def := gpu.DefaultsFor(memory)
-	s, err := servedSizing(workingSet, def.KVBits, def.PrefillChunk, def.CacheMB, d)
+	s, err := servedSizing(workingSet, memory, def.KVBits, def.PrefillChunk, def.CacheMB, d)
 	return s, def, err
 }
 

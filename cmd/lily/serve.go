@@ -421,7 +421,7 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		id = filepath.Base(filepath.Clean(dir))
 	}
 	b, cfg, closeBackend, err := openBackend(o.backend, dir, backendOptions{ctx: o.ctx, emuMemory: int64(o.emuMemoryMB) << 20, kvBits: o.kvBits, cacheBytes: int64(o.cacheMB) << 20, prefillChunk: o.prefillChunk, parallel: o.parallel,
-		prefillRoute: o.prefillRoute, noVision: !o.images.on()})
+		prefillRoute: o.prefillRoute, vision: o.images.vision, imagePixels: o.images.maxPixels})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -262,7 +262,9 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 		t.Fatal("--emu-gpu-memory-mb accepted with the cpu backend")
 	}
 
-	// Served: the demo model on the emulator with a working set a few MiB above its weights.
+	// Served: the demo model on the emulator with a working set a few MiB above its weights and
+	// its vision tower's memory (its weights and the largest image's activations), which the
+	// context does not get.
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	demo, err := demoDir()
 	if err != nil {
@@ -273,9 +275,13 @@ func TestServeContextFromGPUMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	dm, _ := decode.MemoryOf(dw.Config, 16)
+	tower, err := gpu.Size(dw.Config, gpu.GPUOptions{}, gpu.Device{})
 	dw.Close()
-	mb := int((dm.Weights+dm.State+dm.Scratch+512<<20)>>20) + 4
-	want := dm.Fit(int64(mb) << 20)
+	if err != nil || tower.VisionBytes() == 0 {
+		t.Fatalf("the demo's tower: %d bytes, %v", tower.VisionBytes(), err)
+	}
+	mb := int((dm.Weights+dm.State+dm.Scratch+512<<20+tower.VisionBytes())>>20) + 4
+	want := dm.Fit(int64(mb)<<20 - tower.VisionBytes())
 	m, closeModel, err := loadServedModel(serveOptions{demo: true, backend: "emu", emuMemoryMB: mb, cacheMB: 16})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -95,9 +96,11 @@ func Load(dir string) (*Weights, error) { return LoadWith(dir, Options{}) }
 
 // Options change what Load takes from a checkpoint.
 type Options struct {
-	// NoVision leaves the vision tower out (serve's --vision off): its weights are not checked or
-	// used, and images become placeholders.
-	NoVision bool
+	// NoVision leaves the vision tower out (serve's --vision off, or auto's choice): its weights
+	// are not checked or used, and images become placeholders. NoVisionWhy says why, as
+	// Config.VisionOff ("": --vision off).
+	NoVision    bool
+	NoVisionWhy string
 }
 
 // LoadWith is Load with options.
@@ -107,7 +110,7 @@ func LoadWith(dir string, o Options) (*Weights, error) {
 		return nil, err
 	}
 	if o.NoVision && cfg.Vision != nil {
-		cfg.Vision, cfg.VisionOff = nil, "vision is off (--vision off)"
+		cfg.Vision, cfg.VisionOff = nil, cmp.Or(o.NoVisionWhy, "vision is off (--vision off)")
 	}
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {

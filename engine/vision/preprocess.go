@@ -216,6 +216,13 @@ const (
 	defaultMaxPixels = 16_777_216
 )
 
+// ServedMaxPixels is the resized area a server caps images at by default (WithMaxPixels; lily
+// serve's --image-max-pixels), below the reference's: 2.5 MP keeps what agents send as it is
+// (Claude Code's pastes come near 2000×1030, Codex fits its images in 2048×768) and bounds an
+// image at about 2,560 tokens; a photo of 24 MP would otherwise take 16,000 tokens and minutes
+// of tower. The GPU backend sizes the tower's activations for it.
+const ServedMaxPixels = 2_621_440
+
 // NewProcessor is the reference processor for the tower v describes (nil: the production one).
 func NewProcessor(v *config.Vision) Processor {
 	if v == nil {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
@@ -93,5 +94,42 @@ func TestPoolPagesParallel(t *testing.T) {
 		if err := checkParallel(mem, ctx, GPUOptions{WorkingSet: ws, Parallel: p}); err == nil {
 			t.Errorf("%d sequences accepted", p)
 		}
+	}
+}
+
+// TestAutoVision: --vision auto keeps the tower on 32 and 64 GB, on a Mac of unknown memory and
+// for a model without one; on 24 GB (its defaults, in the working set the raised limit gives)
+// the production tower would take more than a quarter of the positions (all of them), so it is
+// left out, saying so and how to keep it; a tower a hundredth the size fits there and is kept.
+func TestAutoVision(t *testing.T) {
+	opts := func(mem int64) GPUOptions {
+		d := DefaultsFor(mem)
+		o := GPUOptions{KVBits: d.KVBits, CacheBytes: int64(d.CacheMB) << 20, AutoChunks: d.PrefillChunk < 0}
+		if d.PrefillChunk > 0 {
+			o.Chunks = Buckets(d.PrefillChunk)
+		}
+		return o
+	}
+	c := config.Production()
+	for _, mem := range []int64{64 << 30, 32 << 30, 0} {
+		if on, why := AutoVision(c, opts(mem), mem); !on || why != "" {
+			t.Errorf("%d GiB: on %v (%s)", mem>>30, on, why)
+		}
+	}
+	on, why := AutoVision(c, opts(24<<30), 24<<30)
+	if on || !strings.HasPrefix(why, "vision is off on this 24 GB Mac") || !strings.Contains(why, "lily serve --vision on") {
+		t.Errorf("24 GB: on %v (%s)", on, why)
+	}
+	text := config.Production()
+	text.Vision = nil
+	if on, why := AutoVision(text, opts(24<<30), 24<<30); !on || why != "" {
+		t.Errorf("24 GB, no tower: on %v (%s)", on, why)
+	}
+	small := config.Production()
+	v := *small.Vision
+	v.Depth, v.Hidden, v.Heads, v.Intermediate = 2, 128, 2, 256 // about 1/100 of the tower's weights
+	small.Vision = &v
+	if on, why := AutoVision(small, opts(24<<30), 24<<30); !on || why != "" {
+		t.Errorf("24 GB, a small tower: on %v (%s)", on, why)
 	}
 }

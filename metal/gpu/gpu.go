@@ -97,6 +97,11 @@ type GPUOptions struct {
 	// PrefillRoute is --prefill-route: a forced route, or (the zero value) auto, which leaves it
 	// to the device (Size).
 	PrefillRoute RouteChoice
+	// ImagePixels is the most pixels of an image the vision tower runs on once resized (lily
+	// serve's --image-max-pixels; 0: vision.ServedMaxPixels). Where the model has a tower
+	// (Config.Vision; nil where it is not loaded) Size sets aside its weights and one set of
+	// activations for the largest grid that many pixels make (vision.go).
+	ImagePixels int
 }
 
 // NewGPU builds the decode plan for w on dev and uploads the weights.

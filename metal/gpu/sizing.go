@@ -7,10 +7,12 @@ import (
 	"strings"
 
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
+	"github.com/lilyformac/lily/metal/vit"
 )
 
 // Sizing is what the GPU backend holds for a model in a device's memory: every number NewGPU
@@ -33,7 +35,14 @@ type Sizing struct {
 	// Route is the prefill chunks' route (decode.Options.PrefillRoute); RouteWhy why.
 	Route    plan.Route
 	RouteWhy string
+	// Vision is the vision tower's device memory (zero where the model has none loaded), set
+	// aside from the working set before everything else is sized; VisionBytes its total.
+	Vision vit.Memory
 }
+
+// VisionBytes is the device memory the vision tower holds: its weights, one set of the largest
+// grid's activations, and each kept executor's tables (vision.go).
+func (s Sizing) VisionBytes() int64 { return s.Vision.Total(towerCacheSize) }
 
 // Chunk is the largest prefill chunk (0: prompts run token by token).
 func (s Sizing) Chunk() int { return slices.Max(append([]int{0}, s.Chunks...)) }
@@ -115,20 +124,32 @@ func (d Device) route(forced RouteChoice) (plan.Route, string, error) {
 	return decideRoute(forced, d.blocked, d.can)
 }
 
-// Size is the one place that sizes the GPU backend for c on d from o: the prefill chunks (o's,
-// or by memory with AutoChunks), the context (servedContext), the sequences at once (o.Parallel,
-// else as many as fit), the KV pool's pages (poolPages), the prefill route (o.PrefillRoute on d)
-// and slice (SliceFor on d's chip). It fails where not one session fits (the Sizing then holds
-// the memory and chunks), or where o.Parallel sequences do not.
+// Size is the one place that sizes the GPU backend for c on d from o: the vision tower's memory
+// (towerMemory) set aside from the working set first, then the prefill chunks (o's, or by memory
+// with AutoChunks), the context (servedContext), the sequences at once (o.Parallel, else as many
+// as fit), the KV pool's pages (poolPages), the prefill route (o.PrefillRoute on d) and slice
+// (SliceFor on d's chip). It fails where not one session fits (the Sizing then holds the memory,
+// chunks and tower), or where o.Parallel sequences do not.
 func Size(c *config.Config, o GPUOptions, d Device) (Sizing, error) {
+	tower, err := towerMemory(c, o.ImagePixels)
+	if err != nil {
+		return Sizing{}, err
+	}
+	s := Sizing{Vision: tower}
+	if o.WorkingSet > 0 { // at least a byte: 0 would mean no limit
+		o.WorkingSet = max(o.WorkingSet-s.VisionBytes(), 1)
+	}
 	mem, chunks, err := memoryFor(c, o)
 	if err != nil {
 		return Sizing{}, err
 	}
 	o.Chunks = decode.ChunkSizes(chunks)
-	s := Sizing{Memory: mem, Chunks: o.Chunks}
+	s.Memory, s.Chunks = mem, o.Chunks
 	if s.Context, s.ContextWhy, err = servedContext(mem, c, o); err != nil {
-		return Sizing{Memory: mem, Chunks: o.Chunks}, err
+		return Sizing{Memory: mem, Chunks: o.Chunks, Vision: tower}, towerNote(err, s)
+	}
+	if s.ContextWhy != "" && s.VisionBytes() > 0 {
+		s.ContextWhy += fmt.Sprintf("; the vision tower's %s is set aside first (--vision off leaves it to the context)", gibOf(s.VisionBytes()))
 	}
 	if err := checkParallel(mem, s.Context, o); err != nil {
 		return Sizing{}, err
@@ -206,3 +227,28 @@ func checkParallel(mem decode.Memory, maxCtx int, o GPUOptions) error {
 	}
 	return nil
 }
+
+// towerMemory is the vision tower's device memory for images of up to pixels resized pixels
+// (0: vision.ServedMaxPixels) where c has a tower (vit.MemoryOf); none where it has not, or where
+// metal/vit cannot run it (EncodeImage then fails, and nothing is allocated for it).
+func towerMemory(c *config.Config, pixels int) (vit.Memory, error) {
+	v := c.Vision
+	if pixels <= 0 {
+		pixels = vision.ServedMaxPixels
+	}
+	if v == nil || vit.Check(v, v.Merge, v.Merge) != nil || vit.MaxPatches(v, pixels) == 0 {
+		return vit.Memory{}, nil
+	}
+	return vit.MemoryOf(v, pixels)
+}
+
+// towerNote adds to a sizing failure that the vision tower took part of the working set.
+func towerNote(err error, s Sizing) error {
+	if s.VisionBytes() == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (after the vision tower's %s: lily serve --vision off leaves it to the model)", err, gibOf(s.VisionBytes()))
+}
+
+// gibOf formats bytes in GiB, as the sizing messages do.
+func gibOf(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }

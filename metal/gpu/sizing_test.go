@@ -5,17 +5,21 @@ import (
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/vision"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/mtl"
 	"github.com/lilyformac/lily/metal/plan"
+	"github.com/lilyformac/lily/metal/vit"
 )
 
 // TestSize: Size's numbers are its parts' (memoryFor, servedContext, parallelFor, poolPages,
 // the device's route, SliceFor on its chip) put together once, on a 64 GB M5 Max and on 32 GB,
 // where the context makes room for parallel sequences; asking for more sequences than fit, or
 // forcing the tensor route on a GPU without it, fails; a GPU not known takes the simdgroup route.
+// The model has no vision tower here: what it sets aside is TestSizeVision's.
 func TestSize(t *testing.T) {
 	c := config.Production()
+	c.Vision = nil
 	tensor := len(decode.TensorKernels()) > 0
 	for _, gb := range []int{64, 32} {
 		o := GPUOptions{WorkingSet: decode.MacWorkingSet(gb), KVBits: 16, AutoChunks: true, CacheBytes: 1 << 30}
@@ -74,5 +78,48 @@ func TestRouteChoice(t *testing.T) {
 	c := RouteChoice{Route: plan.Tensor, Forced: true}
 	if err := c.Set("ane"); err == nil || c.Route != plan.Tensor {
 		t.Errorf("ane: %v, and the value became %+v", err, c)
+	}
+}
+
+// TestSizeVision: in a fixed working set, the production model with its vision tower holds
+// fewer positions than without it, by the tower's bytes over the KV bytes a position takes (to
+// a page: the pool is sized in whole pages), and says so; the tower's bytes are its weights, one
+// set of the largest image's activations and each kept executor's tables; a lower pixel cap
+// shrinks the activations in proportion to the patches; a model without a tower sets none aside.
+func TestSizeVision(t *testing.T) {
+	o := GPUOptions{WorkingSet: 22 << 30, KVBits: 16, Chunks: Buckets(ChunkMedium), Parallel: 1}
+	with := config.Production()
+	text := config.Production()
+	text.Vision = nil
+	on, err := Size(with, o, Device{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := Size(text, o, Device{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tower, err := vit.MemoryOf(with.Vision, vision.ServedMaxPixels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on.Vision != tower || on.VisionBytes() != tower.Weights+tower.Activations+towerCacheSize*tower.Tables || off.VisionBytes() != 0 {
+		t.Fatalf("tower %+v (%d bytes), without it %d; want %+v", on.Vision, on.VisionBytes(), off.VisionBytes(), tower)
+	}
+	kv := on.Memory.KVPerPosition
+	want := int(on.VisionBytes() / kv)
+	if got := off.Context - on.Context; got < want-on.Memory.PageSize || got > want+on.Memory.PageSize || on.Context <= 0 {
+		t.Errorf("context %d with the tower, %d without: %d fewer, want %d ± a page of %d", on.Context, off.Context, got, want, on.Memory.PageSize)
+	}
+	if !strings.Contains(on.ContextWhy, "vision tower") || strings.Contains(off.ContextWhy, "vision tower") {
+		t.Errorf("context notes: with the tower %q, without %q", on.ContextWhy, off.ContextWhy)
+	}
+	o.ImagePixels = vision.ServedMaxPixels / 4
+	small, err := Size(with, o, Device{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := small.Vision; v.Weights != tower.Weights || v.Activations*int64(tower.Patches) != tower.Activations*int64(v.Patches) || v.Patches*4 != tower.Patches || small.Context <= on.Context {
+		t.Errorf("a quarter of the pixels: %+v, context %d; the full cap %+v, context %d", v, small.Context, tower, on.Context)
 	}
 }

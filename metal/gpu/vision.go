@@ -12,9 +12,11 @@ import (
 	"github.com/lilyformac/lily/metal/vit"
 )
 
-// towerCacheSize is how many grids keep their tower plan and executor: each executor holds its
-// grid's activations (about 170 MB at a 1024×768 image's 3,072 patches), so only the latest
-// few are kept; a chat usually sends images of one size.
+// towerCacheSize is how many grids keep their tower plan and executor; a chat usually sends
+// images of one size. The executors share one set of activations, sized for the largest grid
+// the backend was sized for (Sizing.Vision: 0.56 GB at 10,240 patches), since the tower runs one
+// image at a time under e.mu: kept apart, each would hold as much, which Size would have to set
+// aside from the KV cache (27,000 positions each on a 32 GB Mac). Each keeps its own host tables.
 const towerCacheSize = 2
 
 // towerRun is the vision tower's plan for one grid and the executor running it.
@@ -23,24 +25,34 @@ type towerRun struct {
 	x *exec.Executor
 }
 
-// towers are the backend's vision tower executors, most recently used last, and whether the
-// tower's weight buffers (shared by name among them) are filled.
+// towers are the backend's vision tower executors, most recently used last, whether the
+// tower's weight buffers (shared by name among them) are filled, and whether the largest grid's
+// activation sizes are registered with the device (shareActivations).
 type towers struct {
 	runs     []*towerRun
 	uploaded bool
+	sized    bool
 }
 
 // towerDevice allocates a tower executor's buffers: its weights shared by name with every
-// other tower executor (served from the mapped checkpoint where the device wraps it), every
-// other buffer its own, since grids differ in size and the decode plans' activations are
-// shared by name at their own sizes.
+// other tower executor (served from the mapped checkpoint where the device wraps it), its
+// activations shared by name at the largest grid's sizes (the "vit." names are the tower's own),
+// its host tables its own. A grid beyond the sized one (an image over the pixel cap the backend
+// was sized for) gets activations of its own, as memory Size did not count.
 type towerDevice struct{ *sharedDevice }
 
 func (d towerDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
-	if b.Kind == plan.Weights {
+	if b.Kind == plan.Weights || b.Kind == plan.Activations && d.covers(b) {
 		return d.sharedDevice.Alloc(b)
 	}
 	return d.own(b)
+}
+
+// covers reports whether activation buffer b fits the size registered for its name.
+func (d *sharedDevice) covers(b plan.Buffer) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.largest[b.Name] >= b.Size
 }
 
 // EncodeImage runs the vision tower on px through the GPU plan for its grid (metal/vit) and
@@ -105,6 +117,9 @@ func (e *GPU) tower(gh, gw int) (*towerRun, error) {
 // runs the tower's too), its executor over the shared weight buffers (filling them the first
 // time), and writes the grid's host tables.
 func (e *GPU) newTowerRun(gh, gw int) (*towerRun, error) {
+	if err := e.shareActivations(); err != nil {
+		return nil, err
+	}
 	t, err := vit.Build(e.w.Config.Vision, gh, gw, e.size.Route)
 	if err != nil {
 		return nil, err
@@ -129,6 +144,31 @@ func (e *GPU) newTowerRun(gh, gw int) (*towerRun, error) {
 	copy(x.Bytes(t.PosRows), decode.BytesOf(rows))
 	copy(x.Bytes(t.PosCols), decode.BytesOf(cols))
 	return &towerRun{t: t, x: x}, nil
+}
+
+// shareActivations registers, once, the activation sizes of the largest grid the backend was
+// sized for (Sizing.Vision.Patches at vit.LargestGrid: those of any grid of as many patches) as
+// the sizes the device allocates the tower's shared activations at.
+func (e *GPU) shareActivations() error {
+	n := e.size.Vision.Patches
+	if e.vit.sized || n == 0 {
+		return nil
+	}
+	v := e.w.Config.Vision
+	gh, gw := vit.LargestGrid(v, n)
+	t, err := vit.Build(v, gh, gw, e.size.Route)
+	if err != nil {
+		return err
+	}
+	e.dev.mu.Lock()
+	for _, b := range t.Plan.Buffers {
+		if b.Kind == plan.Activations {
+			e.dev.largest[b.Name] = max(e.dev.largest[b.Name], b.Size)
+		}
+	}
+	e.dev.mu.Unlock()
+	e.vit.sized = true
+	return nil
 }
 
 // uploadTower copies the tower's weights into the buffers the device did not wrap.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/engine/vision"
@@ -47,8 +48,9 @@ func relDiff(got [][]float32, want func(i int) []float32) (worst, scale float64)
 // TestEncodeImageMatchesTower: on the emulator (threads shuffled, the dispatches between barriers
 // in reverse), EncodeImage on transformers' pixel rows of each of tiny-v's images gives the CPU
 // tower's rows and transformers' embeddings within towerTolerance of their scale; the executors
-// of at most towerCacheSize grids are kept, and an image encoded again after its executor was
-// dropped gives the same rows bit for bit.
+// of at most towerCacheSize grids are kept, binding one set of activations sized for the most
+// patches the default pixel cap allows (the MLP's rows of the tower's width, in float32), and an
+// image encoded again after its executor was dropped gives the same rows bit for bit.
 func TestEncodeImageMatchesTower(t *testing.T) {
 	g := goldens.MustLoadVision(t, visionDir)
 	w, err := model.Load(visionDir)
@@ -85,6 +87,7 @@ func TestEncodeImageMatchesTower(t *testing.T) {
 	if n := len(e.vit.runs); n > towerCacheSize || n == 0 {
 		t.Errorf("%d tower executors kept, want 1 to %d", n, towerCacheSize)
 	}
+	checkSharedActivations(t, e)
 	checkTransformersEmbeds(t, g, got)
 	again, err := e.EncodeImage(goldens.MustReferencePixels(t, g.Images[files[0]]))
 	if err != nil {
@@ -93,6 +96,26 @@ func TestEncodeImageMatchesTower(t *testing.T) {
 	for i := range again {
 		if !slices.Equal(again[i], got[files[0]][i]) {
 			t.Fatalf("%s encoded again: row %d differs", files[0], i)
+		}
+	}
+}
+
+// checkSharedActivations: every kept tower executor's MLP rows are the one buffer the device
+// allocated for the most patches an image under vision.ServedMaxPixels becomes (2,560 merged
+// blocks of 2×2 patches).
+func checkSharedActivations(t *testing.T, e *GPU) {
+	t.Helper()
+	v := e.w.Config.Vision
+	want := int64(vision.ServedMaxPixels/(32*32)*4) * int64(v.Intermediate) * 4
+	e.dev.mu.Lock()
+	size := e.dev.sharedSize["vit.mlp"]
+	e.dev.mu.Unlock()
+	if size != want {
+		t.Errorf("shared MLP activations of %d bytes, want %d", size, want)
+	}
+	for _, r := range e.vit.runs {
+		if got, first := unsafe.SliceData(r.x.Bytes(r.t.MLP)), unsafe.SliceData(e.vit.runs[0].x.Bytes(e.vit.runs[0].t.MLP)); got != first {
+			t.Errorf("the %d×%d grid's MLP rows are not the shared buffer", r.t.GH, r.t.GW)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 // Package vit builds the vision tower's GPU plan for one image's patch grid over the metal/kernels
-// ViT kernels, and models its cost.
+// ViT kernels, and models its cost and its device memory at the largest grid it serves.
 //
 // The plan mirrors engine/vision's Tower.Encode dispatch for dispatch: the patch embedding
 // (vit_gemm over the folded float32 weight) → vit_pos_embed → per block: vit_layernorm, the qkv
