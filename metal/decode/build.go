@@ -20,6 +20,11 @@
 // pos in the step buffer). No dispatch writes a normed copy of the
 // residual: every consumer of a norm recomputes rsqrt(mean(x²)+eps) from the residual itself.
 //
+// Where the model has its vision tower the plan takes images (Step.Images): the host writes an
+// image's embedding rows into the residual under the token id kernels.EmbedHostRow, which the
+// embedding leaves as they are, and attn_qk_rope_kv turns each token by its slot plus the
+// multimodal offsets the host writes (Step.RopeOff, Step.ChunkRopeOff).
+//
 // With Options.Rows = R > 1 the same step advances R sequences at once (each dispatch the
 // kernel's rows form, every buffer a sequence or an activation holds R rows), each row selecting
 // its next token with its own settings; there are no chunk modes.
