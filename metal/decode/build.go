@@ -2,7 +2,8 @@
 // the decode step of one to MaxRows sequences, each choosing its next token on the GPU, and
 // the prefill chunk modes of one sequence on either route over the same state — and around it
 // says which buffers hold a sequence's state, uploads a checkpoint's weights, and models the
-// step's memory, a prefill chunk's cost and a multi-row step's, and how many sequences fit;
+// step's memory, a prefill chunk's cost, a multi-row step's (also one whose rows are grouped by
+// sequence, as when sequences verify drafted tokens: GroupModel), and how many sequences fit;
 // metal/gpu runs it.
 //
 // The plan allocates every buffer once and sets a barrier only where a dispatch depends on one
