@@ -25,7 +25,9 @@ type Stream interface {
 	// plain decoding's), in order.
 	Commit(tokens []int)
 	// Feedback reports how many tokens of p (a proposal of this stream's, before the tokens
-	// committed since) were accepted, for the drafter's acceptance estimates.
+	// committed since) were accepted, for the drafter's acceptance estimates. p is the proposal
+	// as verified: one whose tokens a gate cut to K before verifying them comes back with its
+	// Tokens cut to those K, so that tokens never verified do not count as rejected.
 	Feedback(p Proposal, accepted int)
 	// Close ends the sequence (a drafter may keep its output for others to draw on).
 	Close()
