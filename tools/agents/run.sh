@@ -15,6 +15,12 @@
 # every time (the tower ran once, the later turns found it in the encoded-image cache, no
 # placeholder), and every turn answered.
 #
+# Then a second Claude Code process resumes a session in which its Read tool returned a PNG
+# (read-image-session.mjs writes that transcript: the demo model never calls a tool itself), so
+# the request holds an assistant tool_use and a user tool_result whose content is an image block.
+# That image is another one: the tower must encode it once more — it was taken out of the tool
+# result, not made a placeholder — and the turns after the cap send it again and find it cached.
+#
 # Run: LILY_BIN=/path/to/lily bash tools/agents/run.sh   (tools/test.sh does this; needs root
 # or user namespaces for `unshare --net`).
 set -euo pipefail
@@ -55,6 +61,18 @@ if [ "${1:-}" = "--inside" ]; then
   [ "$agent" != claude ] || input="$out/turns.jsonl"
   timeout 300 "$LILY_BIN" launch "$agent" --url $base -- "${args[@]}" <"$input" >"$out/stdout" 2>"$out/stderr" || rc=$?
   echo "$rc" >"$out/rc"
+  if [ "$agent" = claude ]; then
+    curl -s $base/metrics | grep '^lily_image' >"$out/images1" || true
+    # The session goes where Claude Code put the first run's transcript (a folder named after the
+    # working directory), so that --resume finds it. Auto-compaction is off for this run: the first
+    # run already sent Claude Code's compaction requests, and here they would triple the requests.
+    transcript=$(ls "$HOME"/.claude/projects/*/*.jsonl 2>/dev/null | head -n 1) || true
+    if [ -n "$transcript" ]; then
+      session=$(node "$(dirname "$self")/read-image-session.mjs" "$(dirname "$self")/../clienttest/lib.mjs" "$out/work" "$(dirname "$transcript")")
+      DISABLE_AUTO_COMPACT=1 timeout 300 "$LILY_BIN" launch claude --url $base -- -p --output-format stream-json --verbose \
+        --max-turns 1 --resume "$session" "What does the picture show?" </dev/null >"$out/stdout2" 2>"$out/stderr2" || true
+    fi
+  fi
   curl -s $base/metrics | grep '^lily_requests_total' >"$out/requests" || true
   curl -s $base/metrics | grep '^lily_image' >"$out/images" || true
   exit 0
@@ -80,16 +98,27 @@ for agent in ${AGENTS:-claude codex opencode}; do
   case $agent in
   claude)
     endpoint=/v1/messages
-    if ! { grep -qx 'lily_image_encodes_total 1' "$out/images" && grep -q '^lily_image_cache_hits_total [1-9]' "$out/images" &&
-      grep -qx 'lily_image_placeholders_total 0' "$out/images"; }; then
-      why="${why:-the image was not seen once and then found again: $(tr '\n' ' ' <"$out/images")}"
+    # images1: after the first run; images: after the resumed one too.
+    if ! { grep -qx 'lily_image_encodes_total 1' "$out/images1" && grep -q '^lily_image_cache_hits_total [1-9]' "$out/images1" &&
+      grep -qx 'lily_image_placeholders_total 0' "$out/images1"; }; then
+      why="${why:-the image was not seen once and then found again: $(tr '\n' ' ' <"$out/images1")}"
     fi
+    hits() { sed -n 's/^lily_image_cache_hits_total //p' "$1"; }
+    if [ ! -e "$out/stdout2" ]; then
+      why="${why:-the first run left no transcript to put the resumed session beside}"
+    elif ! { grep -qx 'lily_image_encodes_total 2' "$out/images" && [ "$(hits "$out/images")" -gt "$(hits "$out/images1")" ] 2>/dev/null &&
+      grep -qx 'lily_image_placeholders_total 0' "$out/images"; }; then
+      why="${why:-the image in the tool result was not seen once and then found again: $(tr '\n' ' ' <"$out/images")}"
+    fi
+    # Each run ends with one result: its turns ran, and any error is the cap of the server.
     [ -n "$why" ] || why=$(node -e '
-      const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => JSON.parse(l));
-      const results = lines.filter((r) => r.type === "result");
-      const bad = results.find((r) => r.api_error !== "max_output_tokens" && r.is_error);
-      if (bad) console.log("claude reported: " + (bad.api_error || bad.result));
-      else if (results.length !== 1 || !(results[0].num_turns >= 1)) console.log("no turn ran");' "$out/stdout" 2>&1) ;;
+      for (const file of process.argv.slice(1)) {
+        const lines = require("fs").readFileSync(file, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+        const results = lines.filter((r) => r.type === "result");
+        const bad = results.find((r) => r.api_error !== "max_output_tokens" && r.is_error);
+        if (bad) console.log(file + ": claude reported: " + (bad.api_error || bad.result));
+        else if (results.length !== 1 || !(results[0].num_turns >= 1)) console.log(file + ": no turn ran");
+      }' "$out/stdout" "$out/stdout2" 2>&1) ;;
   codex)
     endpoint=/v1/responses
     grep -q "Incomplete response returned, reason: max_output_tokens" "$out/stderr" "$out/stdout" || why="${why:-codex did not report the cap of the server (rc $rc)}" ;;
@@ -101,7 +130,7 @@ for agent in ${AGENTS:-claude codex opencode}; do
   if [ -n "$why" ]; then
     failed=1
     echo "FAIL $agent ($(($(date +%s) - start)) s): $why"
-    tail -n 20 "$out/stderr" "$out/stdout" "$out/serve.log"
+    tail -n 20 "$out"/stderr* "$out"/stdout* "$out/serve.log"
   else
     echo "ok   $agent ($(($(date +%s) - start)) s): $(tr '\n' ' ' <"$out/requests")"
   fi
