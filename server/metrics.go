@@ -47,7 +47,7 @@ func newMetrics(s *Server) *metrics {
 	m.imagePlaceholders = prometheus.NewCounter(prometheus.CounterOpts{Name: "lily_image_placeholders_total", Help: "Images in prompts that could not be used and became a text placeholder."})
 	encodes := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_image_encodes_total", Help: "Images the vision tower encoded."}, func() float64 { n, _ := s.imageStats(); return float64(n) })
 	imageHits := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lily_image_cache_hits_total", Help: "Images served from the cache of encoded images (not encoded again)."}, func() float64 { _, n := s.imageStats(); return float64(n) })
-	m.reg.MustRegister(m.imagePlaceholders, encodes, imageHits)
+	m.reg.MustRegister(m.imagePlaceholders, encodes, imageHits, newDraftCollector(s))
 	m.reg.MustRegister(m.requests, m.promptTokens, m.cachedTokens, m.generatedTokens, m.ttft, m.decodeRate, queue, running, waiting, parallel, batchedSteps, batchedRows, cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheEvictions,
 		diskFiles, diskBytes, diskLoads, diskWrites)
 	return m

@@ -389,6 +389,9 @@ func (s *Server) status(c *gin.Context) {
 	out["queue_depth"] = s.sched.depth()
 	out["running"], out["waiting"] = s.load()
 	out["parallel"] = s.parallel()
+	if d := s.draftStatus(); d != nil {
+		out["drafts"] = d
+	}
 	reply(c, http.StatusOK, out)
 }
 

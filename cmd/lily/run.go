@@ -35,6 +35,7 @@ type runOptions struct {
 	ignoreEOS                                            bool
 	prefillRoute                                         gpu.RouteChoice
 	images                                               []string // --image files, in prompt order
+	drafts                                               string   // --drafts (runner.DraftOptions.Mode)
 }
 
 // runOutput is the stable JSON contract of `lily run --output json`.
@@ -73,6 +74,7 @@ func newRunCmd() *cobra.Command {
 	f.Int64Var(&o.seed, "seed", 0, "sampling seed (default: random); the same seed gives the same tokens on every backend")
 	f.StringVar(&o.output, "output", "json", "json or text")
 	f.StringVar(&o.logitsOut, "logits-out", "", "write each chosen token's logits row as little-endian float32")
+	draftsFlag(f, &o.drafts)
 	f.StringVar(&o.promptLogitsOut, "prompt-logits-out", "", "write the logits of every prompt position (a row of vocab_size little-endian float32 each), computed through the batched prefill on the GPU backends")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	f.IntVar(&o.kvBits, "kv-bits", 16, kvBitsHelp)
@@ -123,7 +125,8 @@ func runRun(cmd *cobra.Command, o runOptions, seeded bool) error {
 		}
 	}
 	req := runner.Request{Prompt: prompt, Images: ims, MaxTokens: o.maxTokens, Sampling: params, StopIDs: stop, NoCache: true}
-	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: b.Describe().Context, Hold: mtl.BeginActivity}), req, o.logitsOut)
+	res, err := runGenerate(cmd.Context(), runner.New(b, runner.Options{Context: b.Describe().Context, Hold: mtl.BeginActivity,
+		Drafts: runner.DraftOptions{Mode: o.drafts}}), req, o.logitsOut)
 	if err != nil {
 		return err
 	}
@@ -155,6 +158,9 @@ func (o runOptions) check(seeded bool) (sample.Params, error) {
 	}
 	if o.maxTokens < 1 {
 		return params, fmt.Errorf("--max-tokens %d: expected at least 1", o.maxTokens)
+	}
+	if err := runner.CheckDrafts(o.drafts); err != nil {
+		return params, fmt.Errorf("--%v", err)
 	}
 	if err := checkKVBits(o.kvBits, o.backend); err != nil {
 		return params, err

@@ -51,6 +51,7 @@ type serveOptions struct {
 	demo, insecure, exitWithParent                            bool
 	timeout, stallTimeout, idleUnload                         time.Duration
 	images                                                    imageOptions
+	drafts                                                    string // --drafts (runner.DraftOptions.Mode)
 }
 
 const idleUnloadHelp = "release the model and its caches after this long without requests, freeing their memory (about 20 GB); the next request that needs the model, or POST /status/load, loads it again and waits for it (0: never)"
@@ -101,6 +102,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.stallTimeout, "stall-timeout", 30*time.Second, "drop a client that sends no more of its request body, or accepts no response data, for this long (its generation is cancelled)")
 	f.DurationVar(&o.idleUnload, "idle-unload", 0, idleUnloadHelp)
 	o.images.flags(f)
+	draftsFlag(f, &o.drafts)
 	return cmd
 }
 
@@ -157,6 +159,9 @@ func (o serveOptions) check() error {
 	}
 	if err := o.images.check(); err != nil {
 		return err
+	}
+	if err := runner.CheckDrafts(o.drafts); err != nil {
+		return fmt.Errorf("--%v", err)
 	}
 	return checkPrefillChunk(o.prefillChunk)
 }
@@ -453,10 +458,11 @@ func loadServedModel(o serveOptions) (*server.Model, func(), error) {
 		return nil, nil, err
 	}
 	m := &server.Model{
-		ID:         id,
-		Size:       weightBytes(dir),
-		Params:     parameterCount(cfg),
-		Runner:     runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Parallel: parallelOf(b, o.parallel), Hold: mtl.BeginActivity, Disk: disk}),
+		ID:     id,
+		Size:   weightBytes(dir),
+		Params: parameterCount(cfg),
+		Runner: runner.New(b, runner.Options{CacheBytes: int64(o.cacheMB) << 20, Context: ctxLen, Parallel: parallelOf(b, o.parallel), Hold: mtl.BeginActivity, Disk: disk,
+			Drafts: runner.DraftOptions{Mode: o.drafts}}),
 		Tokenizer:  server.TokenizerOf(tok),
 		Template:   server.TemplateOf(tmpl),
 		StopIDs:    stops,

@@ -1,8 +1,8 @@
 // Package backend defines what every executor (CPU reference, emulated Metal, Metal) offers the
 // rest of Lily: a description of what it was sized for, sessions that consume tokens and return
-// logits, a step over several sessions' rows at once, generation that stays on the device for one
-// or several rows, snapshots of a session's state (the prefix cache) restored later, and device
-// memory given back.
+// logits, a step over several sessions' rows at once (drafts verified among them), generation
+// that stays on the device for one or several rows, snapshots of a session's state (the prefix
+// cache) restored later, and device memory given back.
 package backend
 
 import (
@@ -145,14 +145,32 @@ type Row struct {
 	Session Session
 	Tokens  []int
 	Images  []Image // the images among Tokens (At relative to Tokens; none: text)
+	// Verify makes the row a verification (engine/draft): Tokens are the sequence's next token and
+	// drafts after it, the result holds the logits after each (RowResult.Rows), and the session
+	// (a Verifier) keeps them all only until its Keep says how many it keeps.
+	Verify bool
 }
 
 // RowResult is what a step gives one row: the logits row after its last token, or why the row
 // failed (the other rows are unaffected).
 type RowResult struct {
 	Logits []float32
+	Rows   [][]float32 // a Verify row's logits after each of its tokens (Logits is the last)
 	Err    error
 }
+
+// Verifier is a Session that verifies drafts: Verify consumes tokens at its next positions and
+// returns the logits after each, every row exactly what consuming the tokens one at a time would
+// give; Keep(n), 1 ≤ n ≤ len(tokens), then leaves the session as if it had consumed only the
+// first n of them (its recurrent state that of those n, its position n past where they began).
+// Keep must follow every Verify before the session steps again or is saved.
+type Verifier interface {
+	Verify(tokens []int) ([][]float32, error)
+	Keep(n int) error
+}
+
+// ErrNoVerify is the answer for a Verify row whose session cannot verify drafts.
+var ErrNoVerify = errors.New("backend: this session cannot verify drafts")
 
 // StepEach runs rows one after another through each session's Forward (ForwardImages for a row
 // holding images): a StepRows that is batch-invariant by construction (the CPU backend's, and a
@@ -163,13 +181,19 @@ func StepEach(rows []Row) []RowResult {
 	for i, r := range rows {
 		var logits [][]float32
 		var err error
-		if len(r.Images) == 0 {
+		switch v, ok := r.Session.(Verifier); {
+		case r.Verify && !ok:
+			err = ErrNoVerify
+		case r.Verify:
+			logits, err = v.Verify(r.Tokens)
+			out[i].Rows = logits
+		case len(r.Images) == 0:
 			logits, err = r.Session.Forward(r.Tokens, false)
-		} else {
+		default:
 			logits, err = r.Session.ForwardImages(r.Tokens, r.Images, false)
 		}
 		if err == nil {
-			out[i].Logits = logits[0]
+			out[i].Logits = logits[len(logits)-1]
 		}
 		out[i].Err = err
 	}

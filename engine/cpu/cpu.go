@@ -468,8 +468,9 @@ func parallelFor(n int, f func(i int)) {
 
 // Session is one sequence on the CPU backend.
 type Session struct {
-	m  *Model
-	st *State
+	m       *Model
+	st      *State
+	pending *verifying // a Verify awaiting its Keep
 }
 
 // NewSession starts an empty sequence.

@@ -19,7 +19,8 @@ import (
 // prefill's rounding may depend on where its slices end, and a request's tokens must not depend
 // on what else runs). When every running sequence decodes and the backend can generate on its
 // device (backend.Generator: one alone, or several in one multi-row step), they do so there until
-// something arrives or one ends.
+// something arrives or one ends — unless the step drafts (drafts.go): drafts are verified as
+// rows of a host-driven step.
 func (r *Runner) loop() {
 	var run []*seq
 	for {
@@ -30,14 +31,19 @@ func (r *Runner) loop() {
 		run = r.reap(run)
 		decoding := r.choose(run)
 		run = slices.DeleteFunc(run, (*seq).over)
+		drafts := r.drafts.plan(decoding, 0)
 		switch g, ok := r.b.(backend.Generator); {
-		case ok && len(decoding) > 0 && len(decoding) == len(run) && all(decoding, r.burstable) && r.burst(g, decoding):
+		case ok && !drafts && r.mayBurst() && len(decoding) > 0 && len(decoding) == len(run) && all(decoding, r.burstable) && r.burst(g, decoding):
 		default:
 			r.step(decoding, r.prefillNext(run))
 		}
 		run = slices.DeleteFunc(run, (*seq).over)
 	}
 }
+
+// mayBurst reports whether the device may generate on its own: not when every step must offer
+// the drafter its chance (DraftsAlways).
+func (r *Runner) mayBurst() bool { return r.drafts == nil || r.drafts.mode != DraftsAlways }
 
 // admit moves arrivals into the running set in arrival order, up to Parallel and while the
 // backend's memory holds them (Fits), and starts their sessions. With nothing
@@ -63,6 +69,7 @@ func (r *Runner) admit(run []*seq) ([]*seq, bool) {
 			r.end(s, err)
 			continue
 		}
+		r.drafts.start(s)
 		run = append(run, s)
 	}
 	return run, true
@@ -184,24 +191,65 @@ func (r *Runner) pickAll(ss []*seq) []error {
 	return errs
 }
 
-// pick chooses s's next token from its logits row, as its steer allows, and posts it.
+// pick chooses s's next token from its logits row, as its steer allows, and posts it. After a
+// step that verified drafts it goes on through the rows while each token chosen equals the
+// draft verified after it (and the sequence goes on), then tells the session how many of the
+// row's tokens to keep: every token is chosen exactly as plain decoding would choose it.
 func (r *Runner) pick(s *seq) error {
+	rows, drafts := [][]float32{s.logits}, []int(nil)
+	if s.draft != nil && s.draft.rows != nil {
+		rows, drafts = s.draft.rows, s.draft.prop.Tokens
+		s.draft.rows = nil
+	}
+	from := len(s.res.Tokens)
+	n, err := r.pickRows(s, rows, drafts)
+	if err != nil {
+		return err
+	}
+	if drafts != nil {
+		if err := s.sess.(backend.Verifier).Keep(n); err != nil {
+			return err
+		}
+		s.consumed += n - 1
+		s.logits = rows[n-1]
+	}
+	r.drafts.verified(s, n-1, s.res.Tokens[from:])
+	return nil
+}
+
+// pickRows picks from rows in order, going on to row i+1 only while the token picked from row i
+// is drafts[i] and the sequence goes on; it returns how many rows it picked from.
+func (r *Runner) pickRows(s *seq, rows [][]float32, drafts []int) (int, error) {
+	for i, row := range rows {
+		id, err := r.pickOne(s, row)
+		if err != nil {
+			return 0, err
+		}
+		if i == len(drafts) || id != drafts[i] || finish(s.req, s.res.Tokens) != "" {
+			return i + 1, nil
+		}
+	}
+	return len(rows), nil
+}
+
+// pickOne chooses s's next token from the logits row, as its steer allows, and posts it.
+func (r *Runner) pickOne(s *seq, logits []float32) (int, error) {
 	step := len(s.res.Tokens)
 	if step == 0 {
 		s.decoding = time.Now()
 	}
 	if s.req.OnLogits != nil {
-		if err := s.req.OnLogits(step, s.logits); err != nil {
-			return err
+		if err := s.req.OnLogits(step, logits); err != nil {
+			return 0, err
 		}
 	}
-	c, err := next(s.sampler, s.req.Steer, s.logits)
+	c, err := next(s.sampler, s.req.Steer, logits)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.res.Tokens = append(s.res.Tokens, c.ID)
 	s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
-	return nil
+	return c.ID, nil
 }
 
 // next chooses the next token from logits, as steer allows (nil: freely).
@@ -243,7 +291,11 @@ func (r *Runner) prefillNext(run []*seq) *prefill {
 func (r *Runner) step(decoding []*seq, pf *prefill) {
 	rows := make([]backend.Row, 0, len(decoding)+1)
 	for _, s := range decoding {
-		rows = append(rows, backend.Row{Session: s.sess, Tokens: s.res.Tokens[len(s.res.Tokens)-1:]})
+		row := backend.Row{Session: s.sess, Tokens: s.res.Tokens[len(s.res.Tokens)-1:]}
+		if s.draft != nil && len(s.draft.prop.Tokens) > 0 {
+			row.Tokens, row.Verify = append(slices.Clip(row.Tokens), s.draft.prop.Tokens...), true
+		}
+		rows = append(rows, row)
 	}
 	if pf != nil {
 		s := pf.s
@@ -259,6 +311,9 @@ func (r *Runner) step(decoding []*seq, pf *prefill) {
 			continue
 		}
 		s.logits, s.consumed = results[i].Logits, s.consumed+1
+		if rows[i].Verify {
+			s.draft.rows = results[i].Rows // pick keeps what it takes of them
+		}
 	}
 	if pf != nil {
 		r.prefilled(pf, results[len(results)-1])
@@ -335,6 +390,7 @@ func (r *Runner) onDevice(s *seq) func(c sample.Choice) (bool, error) {
 	return func(c sample.Choice) (bool, error) {
 		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
 		s.res.Tokens = append(s.res.Tokens, c.ID)
+		r.drafts.plainToken(s, c.ID)
 		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
 		s.res.FinishReason = finish(s.req, s.res.Tokens)
 		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0, nil
@@ -359,6 +415,9 @@ func (r *Runner) end(s *seq, err error) {
 	s.ended = true
 	if !s.decoding.IsZero() {
 		s.res.Decode = time.Since(s.decoding)
+	}
+	if derr := s.draft.end(s.sess); err == nil && derr != nil {
+		err = derr
 	}
 	if s.sess != nil {
 		if err == nil && s.consumed > 0 {

@@ -88,7 +88,8 @@ type Runner struct {
 	disk      *prefixcache.Disk
 	codec     backend.Persistent // the backend, when it can write snapshots to disk
 	ctxLength int
-	release   func() // the hold's, while sequences run (the loop's)
+	release   func()    // the hold's, while sequences run (the loop's)
+	drafts    *drafting // nil: drafting off
 
 	mu       sync.Mutex
 	arrivals []*seq // submitted, not yet running, in arrival order
@@ -118,6 +119,8 @@ type Options struct {
 	// when none is left. lily passes mtl.BeginActivity: macOS keeps GPU clocks up and the Mac
 	// awake only while something generates.
 	Hold func(reason string) (release func())
+	// Drafts configure speculative decoding (auto by default).
+	Drafts DraftOptions
 }
 
 // DefaultCheckpointEvery is Options.CheckpointEvery's default.
@@ -146,7 +149,8 @@ func New(b backend.Backend, o Options) *Runner {
 	case o.CheckpointEvery < 0:
 		o.CheckpointEvery = 0
 	}
-	r := &Runner{b: b, cache: prefixcache.NewCache(o.CacheBytes), slice: o.PrefillSlice, every: o.CheckpointEvery, parallel: max(o.Parallel, 1), ctxLength: o.Context, hold: o.Hold}
+	r := &Runner{b: b, cache: prefixcache.NewCache(o.CacheBytes), slice: o.PrefillSlice, every: o.CheckpointEvery, parallel: max(o.Parallel, 1), ctxLength: o.Context, hold: o.Hold,
+		drafts: newDrafting(o.Drafts)}
 	if codec, ok := b.(backend.Persistent); ok && o.Disk != nil {
 		r.disk, r.codec = o.Disk, codec
 	}

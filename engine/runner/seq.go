@@ -27,6 +27,7 @@ type seq struct {
 	logits   []float32 // the row after what the session consumed; nil while it prefills
 	consumed int       // generated tokens the session has consumed
 	onHost   bool      // its sampling settings need the host (no device bursts)
+	draft    *seqDraft // its drafting state (nil: drafting is off)
 	ended    bool      // the loop has finished it
 	arrived  time.Time
 	started  time.Time // admitted

@@ -276,11 +276,12 @@ func (e *GPU) newSession() (*Session, error) {
 
 // Session is one sequence on a GPU backend.
 type Session struct {
-	e     *GPU
-	*lane // its one-row executor; nil once closed
-	pos   int
-	pages []int32 // the KV pool pages of positions 0, PageSize, 2·PageSize, ... (the block table)
-	err   error   // the session could not be created, or a generation step failed
+	e      *GPU
+	*lane  // its one-row executor; nil once closed
+	pos    int
+	pages  []int32    // the KV pool pages of positions 0, PageSize, 2·PageSize, ... (the block table)
+	err    error      // the session could not be created, or a generation step failed
+	verify *verifying // a Verify awaiting its Keep
 }
 
 var errClosed = errors.New("gpu: the session is closed")

@@ -256,3 +256,77 @@ func (s *Session) setDelta(delta int) {
 		copy(s.x.Bytes(s.e.step.RopeOff), decode.BytesOf([]uint32{d, d, d}))
 	}
 }
+
+// verifying is a Verify awaiting its Keep: the position and recurrent state before it (host
+// copies of the state buffers, as StateSpans lists them without the KV pool) and its tokens.
+type verifying struct {
+	pos    int
+	state  [][]byte
+	tokens piece
+}
+
+// Verify consumes tokens (a sequence's next token and drafts after it) one at a time through the
+// decode step and returns the logits after each (backend.Verifier): each row is the one-row
+// decode step's at that position. The recurrent state before it is copied to the host until
+// Keep. This is the correct, not the fast, way: its rows cost what plain steps do.
+func (s *Session) Verify(tokens []int) ([][]float32, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.e.mu.Unlock()
+	if s.verify != nil {
+		return nil, errors.New("gpu: Verify before the last one's Keep")
+	}
+	p, _, err := s.pieceOf(tokens, nil)
+	if err != nil {
+		return nil, err
+	}
+	v := &verifying{pos: s.pos, tokens: p}
+	s.e.step.StateSpans(s.pos, nil, func(buf int, off, n int64) {
+		v.state = append(v.state, slices.Clone(s.x.Bytes(buf)[off:off+n]))
+	})
+	defer func() { s.x.Mode = decode.ModeGreedy }()
+	var out [][]float32
+	for i := range p.len() {
+		if err := s.token(p.sub(i, i+1), true); err != nil {
+			return nil, err
+		}
+		out = append(out, s.logits())
+	}
+	s.verify = v
+	return out, nil
+}
+
+// Keep leaves the session as if it had consumed only the first n tokens of the last Verify: the
+// recurrent state is restored from before it and the n tokens are fed again through the decode
+// step (its KV rows past them are rewritten when the sequence gets there).
+func (s *Session) Keep(n int) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.e.mu.Unlock()
+	v := s.verify
+	if v == nil {
+		return errors.New("gpu: Keep without a Verify")
+	}
+	if n < 1 || n > v.tokens.len() {
+		return fmt.Errorf("gpu: keep %d of %d verified tokens", n, v.tokens.len())
+	}
+	s.verify = nil
+	if n == v.tokens.len() {
+		return nil
+	}
+	i := 0
+	s.e.step.StateSpans(v.pos, nil, func(buf int, off, _ int64) {
+		copy(s.x.Bytes(buf)[off:], v.state[i])
+		i++
+	})
+	s.pos = v.pos
+	defer func() { s.x.Mode = decode.ModeGreedy }()
+	for j := range n {
+		if err := s.token(v.tokens.sub(j, j+1), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
