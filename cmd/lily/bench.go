@@ -29,7 +29,7 @@ type benchOptions struct {
 	prefillRoute                  gpu.RouteChoice
 	prefill, batch                int
 	cacheMB, concurrent, agents   int
-	warmup, plan, demo            bool
+	warmup, plan, demo, drafts    bool
 	profile                       profileOptions // --profile (bench_profile.go)
 }
 
@@ -57,7 +57,7 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] [--prefill M | --batch B] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M]",
+		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] [--prefill M | --batch B] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M] | bench --drafts --agent-trace FILE [--chip NAMES]",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },
@@ -79,6 +79,7 @@ func newBenchCmd() *cobra.Command {
 	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp+" (the --plan models report every chip's route)")
 	addProfileFlags(f, &o.profile)
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
+	f.BoolVar(&o.drafts, "drafts", false, "with --agent-trace: replay the trace's recorded replies teacher-forced through the suffix drafter and the cost gate, and print tokens per step and the modeled speed-up over plain decoding per turn and chip (--chip; no weights: the tokenizer and template of --model, else the built-in ones)")
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
 	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
 	f.StringVar(&o.image, "image", "", "measure one image (PNG, JPEG, GIF, WebP): its decoding and preprocessing, the vision tower, and the time to the first token of a prompt holding it; with --plan, an image size WxH: model the production vision tower on it per chip")
@@ -104,6 +105,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	if err := checkBatch(cmd.Flags().Changed("batch"), o); err != nil {
 		return err
+	}
+	if o.drafts {
+		return runBenchDrafts(cmd, o)
 	}
 	if o.profile.on {
 		return runBenchProfile(cmd, o)

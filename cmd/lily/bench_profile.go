@@ -29,7 +29,7 @@ func addProfileFlags(f *pflag.FlagSet, o *profileOptions) {
 	for _, c := range plan.Chips {
 		names = append(names, c.Name)
 	}
-	f.StringVar(&o.chip, "chip", "", "with --profile: the chip whose peak bandwidth peak_share is a share of (default: this Mac's GPU; on emu none): "+strings.Join(names, ", "))
+	f.StringVar(&o.chip, "chip", "", "with --profile: the chip whose peak bandwidth peak_share is a share of (default: this Mac's GPU; on emu none); with --drafts: the chips modeled, comma-separated (default: the Max of each generation and M5 Pro): "+strings.Join(names, ", "))
 }
 
 // runBenchProfile runs the production decode step, and with --prefill one chunk, on a GPU

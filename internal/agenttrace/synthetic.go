@@ -11,19 +11,32 @@ import (
 type Options struct {
 	RepoFiles int // entries of the system prompt's repository map (≈ 30 tokens each)
 	FileLines int // lines of each file a tool returns (≈ 12 tokens each)
-	Turns     int // requests, at most len(script)
+	Turns     int // requests, at most the script's
+	// Rewrite plays the rewriting script instead of the debugging one: the agent reads a file
+	// and writes it back whole with a small edit (write_file), as agents do that rewrite rather
+	// than patch, so its reply repeats text the prompt holds.
+	Rewrite bool
 }
 
 // Default is the committed trace's size: a ~13k-token system prompt with 10 tools (as coding
 // agents send), then 10 turns of tool calls and results.
 var Default = Options{RepoFiles: 345, FileLines: 120, Turns: 10}
 
+// Rewriting is the committed rewriting trace's size (testdata/agent/rewrite.json): a ~5k-token
+// system prompt with the 10 tools, then 4 turns around one 120-line file read and rewritten.
+var Rewriting = Options{RepoFiles: 40, FileLines: 120, Turns: 4, Rewrite: true}
+
 // Synthetic builds a coding agent's conversation deterministically from o.
 func Synthetic(o Options) *Trace {
 	g := &gen{r: rand.New(rand.NewPCG(1, 2)), o: o}
-	t := &Trace{Description: fmt.Sprintf("synthetic coding-agent session: system prompt with a %d-file repository map, %d tools, %d turns of tool calls and results (%d-line files)", o.RepoFiles, len(tools), min(o.Turns, len(script)), o.FileLines)}
+	sc, what := script, "tool calls and results"
+	if o.Rewrite {
+		sc, what = rewriteScript, "a file read, then rewritten whole with a small edit"
+	}
+	sc = sc[:min(o.Turns, len(sc))]
+	t := &Trace{Description: fmt.Sprintf("synthetic coding-agent session: system prompt with a %d-file repository map, %d tools, %d turns of %s (%d-line files)", o.RepoFiles, len(tools), len(sc), what, o.FileLines)}
 	t.Tools, _ = json.Marshal(tools)
-	for i, step := range script[:min(o.Turns, len(script))] {
+	for i, step := range sc {
 		var turn Turn
 		if i == 0 {
 			turn.Messages = append(turn.Messages, msg("system", g.system()))
@@ -31,7 +44,10 @@ func Synthetic(o Options) *Trace {
 		if step.user != "" {
 			turn.Messages = append(turn.Messages, msg("user", step.user))
 		} else {
-			turn.Messages = append(turn.Messages, g.toolResult(i, script[i-1].call))
+			turn.Messages = append(turn.Messages, g.toolResult(i, sc[i-1]))
+		}
+		if step.rewrite {
+			step.args = map[string]any{"path": step.args["path"], "content": rewritten(g.file)}
 		}
 		turn.Reply = reply(i, step)
 		t.Turns = append(t.Turns, turn)
@@ -40,8 +56,9 @@ func Synthetic(o Options) *Trace {
 }
 
 type gen struct {
-	r *rand.Rand
-	o Options
+	r    *rand.Rand
+	o    Options
+	file string // the last file read_file returned
 }
 
 func msg(role, content string) json.RawMessage {
@@ -57,6 +74,8 @@ type step struct {
 	call      string // tool name
 	args      map[string]any
 	text      string
+	failing   bool // a run_shell call whose tests fail
+	rewrite   bool // a write_file call whose content is the file last read, edited (rewritten)
 }
 
 func reply(i int, s step) json.RawMessage {
@@ -70,9 +89,10 @@ func reply(i int, s step) json.RawMessage {
 	return b
 }
 
-func (g *gen) toolResult(i int, call string) json.RawMessage {
+// toolResult is what the tool returns for the call of step prev, made at turn i-1.
+func (g *gen) toolResult(i int, prev step) json.RawMessage {
 	var content string
-	switch call {
+	switch prev.call {
 	case "grep":
 		var b strings.Builder
 		for k := range 12 {
@@ -81,10 +101,11 @@ func (g *gen) toolResult(i int, call string) json.RawMessage {
 		content = b.String()
 	case "read_file":
 		content = g.goFile()
+		g.file = content
 	case "run_shell":
-		content = "--- FAIL: TestStreamUsage (0.02s)\n    stream_test.go:88: usage chunk missing: got 0 chunks with usage, want 1\nFAIL\nFAIL\tgithub.com/example/app/server\t0.412s\n"
-		if i > 6 {
-			content = "ok  \tgithub.com/example/app/server\t0.398s\nok  \tgithub.com/example/app/store\t0.121s\n"
+		content = "ok  \tgithub.com/example/app/server\t0.398s\nok  \tgithub.com/example/app/store\t0.121s\n"
+		if prev.failing {
+			content = "--- FAIL: TestStreamUsage (0.02s)\n    stream_test.go:88: usage chunk missing: got 0 chunks with usage, want 1\nFAIL\nFAIL\tgithub.com/example/app/server\t0.412s\n"
 		}
 	default:
 		content = "The file was updated successfully."
@@ -215,11 +236,28 @@ var script = []step{
 	{reasoning: "The stream handler is in server/stream.go; read it.", call: "read_file", args: map[string]any{"path": "/home/dev/app/server/stream.go"}},
 	{reasoning: "The usage chunk is only sent on the error path. Check the caller too.", call: "read_file", args: map[string]any{"path": "/home/dev/app/server/chat.go"}},
 	{reasoning: "The refactor dropped the usage write after the final chunk.", call: "edit_file", args: map[string]any{"path": "/home/dev/app/server/stream.go", "old_string": "\tw.close()\n", "new_string": "\tif includeUsage {\n\t\tw.data(usageChunk(outcome))\n\t}\n\tw.close()\n"}},
-	{reasoning: "Run the server tests.", call: "run_shell", args: map[string]any{"command": "go test ./server/...", "description": "Run the server package tests"}},
+	{reasoning: "Run the server tests.", call: "run_shell", args: map[string]any{"command": "go test ./server/...", "description": "Run the server package tests"}, failing: true},
 	{reasoning: "Still failing: the usage is computed before the last token. Look at the outcome.", call: "read_file", args: map[string]any{"path": "/home/dev/app/server/outcome.go"}},
 	{reasoning: "Compute usage after the generation ends.", call: "edit_file", args: map[string]any{"path": "/home/dev/app/server/outcome.go", "old_string": "u := usageOf(partial)", "new_string": "u := usageOf(final)"}},
 	{reasoning: "Run the tests again.", call: "run_shell", args: map[string]any{"command": "go test ./...", "description": "Run every package's tests"}},
 	{reasoning: "All pass.", text: "Fixed: the refactor stopped sending the usage chunk after the final chunk, and usage was computed from a partial outcome. `go test ./...` passes."},
 	{user: "Thanks. Add a regression test for the usage chunk.", reasoning: "A test that streams with include_usage and counts usage chunks.", call: "write_file",
 		args: map[string]any{"path": "/home/dev/app/server/usage_test.go", "content": "package server\n\nimport \"testing\"\n\nfunc TestStreamSendsOneUsageChunk(t *testing.T) {\n\tchunks := streamChunks(t, `{\"stream\":true,\"stream_options\":{\"include_usage\":true}}`)\n\tif n := countUsage(chunks); n != 1 {\n\t\tt.Fatalf(\"%d usage chunks, want 1\", n)\n\t}\n}\n"}},
+}
+
+// rewriteScript is a small edit made by rewriting the whole file: the first error path of the
+// file read at turn 1 gets wrapped, then the tests run.
+var rewriteScript = []step{
+	{user: "When a handler in server/stream.go fails, the log only shows the bare error. Wrap the first handler's error with the package name so we can tell where it came from.",
+		reasoning: "Read the file first.", call: "read_file", args: map[string]any{"path": "/home/dev/app/server/stream.go"}},
+	{reasoning: "Write the file back with the first error wrapped and fmt imported.", call: "write_file", args: map[string]any{"path": "/home/dev/app/server/stream.go"}, rewrite: true},
+	{reasoning: "Run the server tests.", call: "run_shell", args: map[string]any{"command": "go test ./server/...", "description": "Run the server package tests"}},
+	{reasoning: "They pass.", text: "Done: the first handler in server/stream.go now wraps its error as `server: ...`, and fmt is imported. `go test ./server/...` passes."},
+}
+
+// rewritten is file with the small edit rewriteScript makes: fmt imported and the first bare
+// error return wrapped.
+func rewritten(file string) string {
+	file = strings.Replace(file, "\t\"errors\"\n", "\t\"errors\"\n\t\"fmt\"\n", 1)
+	return strings.Replace(file, "\t\treturn err\n", "\t\treturn fmt.Errorf(\"server: %w\", err)\n", 1)
 }

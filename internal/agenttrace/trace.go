@@ -1,7 +1,9 @@
 // Package agenttrace is a coding agent's conversation kept for replay — a long system prompt,
 // tools, then turns of user messages, tool calls and tool results — and the replay of it against
 // Lily's chat endpoint, turn by turn, measuring what an agent gets: tokens prefilled and served
-// from the prefix cache, time to first token and decode speed.
+// from the prefix cache, time to first token and decode speed. It also replays a conversation
+// teacher-forced, the recorded replies as the output, through speculative decoding's drafter
+// and cost gate, to model what drafting would save (Force, Drafts).
 package agenttrace
 
 import (

@@ -9,28 +9,70 @@ import (
 	"testing"
 )
 
-// TestCommittedTraceIsSynthetic: testdata/agent/trace.json is what the generator writes, so it
-// can be rebuilt (go run ./tools/agenttrace) and reviewed as code.
-func TestCommittedTraceIsSynthetic(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/agent/trace.json")
-	if err != nil {
-		t.Fatal(err)
+// TestCommittedTracesAreSynthetic: testdata/agent/trace.json and rewrite.json are what the
+// generator writes, so they can be rebuilt (go run ./tools/agenttrace [-rewrite]) and reviewed
+// as code.
+func TestCommittedTracesAreSynthetic(t *testing.T) {
+	for _, c := range []struct {
+		file         string
+		o            Options
+		turns, tools int
+	}{{"trace.json", Default, 10, 10}, {"rewrite.json", Rewriting, 4, 10}} {
+		path := "../../testdata/agent/" + c.file
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", " ")
+		enc.Encode(Synthetic(c.o))
+		if !bytes.Equal(raw, want.Bytes()) {
+			t.Fatalf("%s differs from its generator: run go run ./tools/agenttrace (-rewrite for rewrite.json)", path)
+		}
+		tr, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tools []any
+		json.Unmarshal(tr.Tools, &tools)
+		if len(tr.Turns) != c.turns || len(tools) != c.tools {
+			t.Fatalf("%s: %d turns, %d tools", c.file, len(tr.Turns), len(tools))
+		}
 	}
-	var want bytes.Buffer
-	enc := json.NewEncoder(&want)
-	enc.SetIndent("", " ")
-	enc.Encode(Synthetic(Default))
-	if !bytes.Equal(raw, want.Bytes()) {
-		t.Fatal("testdata/agent/trace.json differs from Synthetic(Default): run go run ./tools/agenttrace > testdata/agent/trace.json")
+}
+
+// TestRewriteRepeatsTheFile: the rewriting trace's write_file call carries the file its
+// read_file call returned, with the two edited lines only.
+func TestRewriteRepeatsTheFile(t *testing.T) {
+	tr := Synthetic(Options{RepoFiles: 2, FileLines: 28, Turns: 4, Rewrite: true})
+	var result struct{ Content string }
+	json.Unmarshal(tr.Turns[1].Messages[0], &result)
+	var reply struct {
+		ToolCalls []struct {
+			Function struct{ Name, Arguments string }
+		} `json:"tool_calls"`
 	}
-	tr, err := Load("../../testdata/agent/trace.json")
-	if err != nil {
-		t.Fatal(err)
+	json.Unmarshal(tr.Turns[1].Reply, &reply)
+	var args struct{ Path, Content string }
+	if len(reply.ToolCalls) != 1 || reply.ToolCalls[0].Function.Name != "write_file" || json.Unmarshal([]byte(reply.ToolCalls[0].Function.Arguments), &args) != nil {
+		t.Fatalf("turn 2's reply: %s", tr.Turns[1].Reply)
 	}
-	var tools []any
-	json.Unmarshal(tr.Tools, &tools)
-	if len(tr.Turns) != 10 || len(tools) != 10 {
-		t.Fatalf("%d turns, %d tools", len(tr.Turns), len(tools))
+	read, written := strings.Split(result.Content, "\n"), strings.Split(args.Content, "\n")
+	if len(read) < 28 || len(written) != len(read)+1 {
+		t.Fatalf("read %d lines, wrote %d", len(read), len(written))
+	}
+	differ := 0
+	for i, j := 0, 0; i < len(read); i, j = i+1, j+1 {
+		if written[j] == "\t\"fmt\"" {
+			j++
+		}
+		if read[i] != written[j] {
+			differ++
+		}
+	}
+	if differ != 1 || !strings.Contains(args.Content, "fmt.Errorf(") {
+		t.Fatalf("%d lines changed besides the import:\n%s", differ, args.Content)
 	}
 }
 
