@@ -92,6 +92,7 @@ func newDrafting(o DraftOptions) *drafting {
 type seqDraft struct {
 	stream draft.Stream
 	track  draft.Track
+	shadow draft.Shadow // judges the proposals the step does not verify
 	prop   draft.Proposal // this step's verified drafts (Tokens cut to K), for Feedback
 	rows   [][]float32    // a verify step's logits rows, until pick takes them
 }
@@ -132,10 +133,12 @@ func (d *drafting) plan(decoding []*seq, extra int) bool {
 	}
 	d.drafting, d.n = false, len(decoding)
 	for i, s := range decoding {
+		p := d.cands[i].Draft
 		if k := d.ks[i]; k > 0 {
-			p := d.cands[i].Draft
 			s.draft.prop = draft.Proposal{Tokens: p.Tokens[:k], Accept: p.Accept[:min(k, len(p.Accept))], Bucket: p.Bucket}
 			d.drafting = true
+		} else {
+			s.draft.shadow.Offer(p)
 		}
 	}
 	d.plain, d.cost = d.price(0), d.price(1)
@@ -159,6 +162,7 @@ func (d *drafting) verified(s *seq, accepted int, tokens []int) {
 	}
 	sd := s.draft
 	sd.stream.Commit(tokens)
+	sd.shadow.Commit(sd.stream, tokens)
 	k := len(sd.prop.Tokens)
 	d.gate.Observe(&sd.track, k, accepted, d.cost)
 	if !d.drafting {
@@ -202,6 +206,7 @@ func (r *Runner) DraftStats() DraftStats { return r.drafts.stats() }
 func (d *drafting) plainToken(s *seq, id int) {
 	if d != nil && s.draft != nil {
 		s.draft.stream.Commit([]int{id})
+		s.draft.shadow.Commit(s.draft.stream, []int{id})
 		d.gate.Observe(&s.draft.track, 0, 0, 0)
 	}
 }

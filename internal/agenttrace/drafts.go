@@ -55,6 +55,7 @@ func draftTurn(d draft.Drafter, g *draft.Gate, f Forced) DraftTurn {
 	}
 	s.Commit(f.Reply[:1])
 	var track draft.Track
+	var shadow draft.Shadow // judges the proposals the gate does not verify, as the engine loop does
 	cands, ks := make([]draft.Candidate, 1), make([]int, 0, 1)
 	one := make([]draft.Group, 1)
 	for done := 1; done < len(f.Reply); {
@@ -72,9 +73,12 @@ func draftTurn(d draft.Drafter, g *draft.Gate, f Forced) DraftTurn {
 		if k > 0 {
 			p.Tokens, p.Accept = p.Tokens[:k], p.Accept[:k]
 			s.Feedback(p, a)
+		} else {
+			shadow.Offer(p)
 		}
 		g.Observe(&track, k, a, cost)
 		s.Commit(next[:a+1])
+		shadow.Commit(s, next[:a+1])
 		for j := range a + 1 { // plain decoding: a one-row step for each of these tokens
 			one[0] = draft.Group{Rows: 1, Ctx: ctx + j}
 			res.Plain += g.Cost.Step(one)
