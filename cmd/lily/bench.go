@@ -29,7 +29,8 @@ type benchOptions struct {
 	prefillRoute                  gpu.RouteChoice
 	prefill, batch                int
 	cacheMB, concurrent, agents   int
-	warmup, plan, demo, drafts    bool
+	warmup, plan, demo            bool
+	drafts                        string         // --drafts: the runner's mode; given with --agent-trace, the modeled replay
 	profile                       profileOptions // --profile (bench_profile.go)
 }
 
@@ -79,7 +80,8 @@ func newBenchCmd() *cobra.Command {
 	f.Var(&o.prefillRoute, "prefill-route", prefillRouteHelp+" (the --plan models report every chip's route)")
 	addProfileFlags(f, &o.profile)
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("with --plan: model one decode step over this many sequences at once (1 to %d, continuous batching) at --ctx each: its bytes, and aggregate tok/s per chip against one sequence's (%s)", decode.MaxRows, batchModelHelp))
-	f.BoolVar(&o.drafts, "drafts", false, "with --agent-trace: replay the trace's recorded replies teacher-forced through the suffix drafter and the cost gate, and print tokens per step and the modeled speed-up over plain decoding per turn and chip (--chip; no weights: the tokenizer and template of --model, else the built-in ones)")
+	f.StringVar(&o.drafts, "drafts", runner.DraftsAuto, draftsHelp+". Given with --agent-trace (alone: auto): replay the trace's recorded replies teacher-forced through the suffix drafter and the cost gate, and print tokens per step and the modeled speed-up over plain decoding per turn and chip (--chip; no weights: the tokenizer and template of --model, else the built-in ones). With --concurrent: also run the requests with --drafts off, and compare")
+	f.Lookup("drafts").NoOptDefVal = runner.DraftsAuto
 	f.IntVar(&o.agents, "agents", 1, "with --agent-trace: replay this many copies of the trace at once, each 250 ms after the one before")
 	f.IntVar(&o.concurrent, "concurrent", 0, "send this many greedy requests at once through the engine loop (each first alone, the baseline): aggregate and per-request tok/s, time to first token, the longest gap between two tokens of a request, and whether each equals its solo run")
 	f.StringVar(&o.image, "image", "", "measure one image (PNG, JPEG, GIF, WebP): its decoding and preprocessing, the vision tower, and the time to the first token of a prompt holding it; with --plan, an image size WxH: model the production vision tower on it per chip")
@@ -106,7 +108,10 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if err := checkBatch(cmd.Flags().Changed("batch"), o); err != nil {
 		return err
 	}
-	if o.drafts {
+	if err := runner.CheckDrafts(o.drafts); err != nil {
+		return fmt.Errorf("--%v", err)
+	}
+	if cmd.Flags().Changed("drafts") && o.trace != "" {
 		return runBenchDrafts(cmd, o)
 	}
 	if o.profile.on {
@@ -148,7 +153,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, n)
 	}
 	prompt := benchPrompt(o.ctx, cfg.VocabSize)
-	r := runner.New(b, runner.Options{PrefillSlice: o.ctx, CheckpointEvery: -1, Hold: mtl.BeginActivity})
+	r := runner.New(b, runner.Options{PrefillSlice: o.ctx, CheckpointEvery: -1, Hold: mtl.BeginActivity, Drafts: runner.DraftOptions{Mode: o.drafts}})
 	greedy := func(n int) (runner.Result, error) { // no cache: every run prefills the whole prompt
 		return r.Generate(cmd.Context(), runner.Request{Prompt: prompt, MaxTokens: n, NoCache: true}, func(runner.Token) (bool, error) { return false, nil })
 	}

@@ -33,6 +33,19 @@ type concurrentOutput struct {
 	Speedup        float64             `json:"speedup"`
 	AllEqualSolo   bool                `json:"all_equal_solo"`
 	Requests       []concurrentRequest `json:"requests"`
+	// Drafts, with --drafts other than off: the same requests with drafting (Mode) against
+	// drafting off, in the same run (the figures above are drafting's).
+	Drafts *concurrentDrafts `json:"drafts,omitempty"`
+}
+
+// concurrentDrafts compares a concurrent run with drafting to one without.
+type concurrentDrafts struct {
+	Mode             string  `json:"mode"`
+	OffAggregateTokS float64 `json:"off_aggregate_tok_s"`
+	Ratio            float64 `json:"ratio"` // aggregate tok/s with drafting over without
+	EqualToOff       bool    `json:"equal_to_off"`
+	Drafted          int64   `json:"drafted"`
+	Accepted         int64   `json:"accepted"`
 }
 
 // concurrentRequest is one request's view of the concurrent run.
@@ -59,38 +72,76 @@ func runBenchConcurrent(cmd *cobra.Command, o benchOptions) error {
 	if c := b.Describe().Context; c > 0 && o.ctx+o.steps+1 > c {
 		return fmt.Errorf("--ctx %d + %d steps exceed the context of %d", o.ctx, o.steps, c)
 	}
-	r := runner.New(b, runner.Options{Parallel: n, CheckpointEvery: -1, Hold: mtl.BeginActivity})
 	reqs := make([]runner.Request, n)
 	for i := range reqs {
 		p := benchPrompt(o.ctx+i, cfg.VocabSize)[i:] // the anchor's prompt, shifted: each differs
 		reqs[i] = runner.Request{Prompt: p, MaxTokens: o.steps + 1, NoCache: true}
 	}
-	solo := make([]timedRun, n)
-	for i, req := range reqs {
-		if solo[i], err = timedGenerate(cmd.Context(), r, req, time.Now()); err != nil {
+	var off []timedRun
+	var offWall time.Duration
+	if o.drafts != runner.DraftsOff {
+		if _, off, offWall, err = measureConcurrent(cmd.Context(), runner.New(b, concurrentOptions(n, runner.DraftsOff)), reqs, false); err != nil {
 			return err
 		}
 	}
-	together := make([]timedRun, n)
-	errs := make([]error, n)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, req := range reqs {
-		wg.Go(func() { together[i], errs[i] = timedGenerate(cmd.Context(), r, req, start) })
-	}
-	wg.Wait()
-	wall := time.Since(start)
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	r := runner.New(b, concurrentOptions(n, o.drafts))
+	solo, together, wall, err := measureConcurrent(cmd.Context(), r, reqs, true)
+	if err != nil {
+		return err
 	}
 	out := concurrentReport(o, solo, together, wall)
 	out.Backend = o.backend
+	if off != nil {
+		out.Drafts = compareDrafts(o, r, solo, off, offWall, out.AggregateTokS)
+	}
 	if o.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 	}
 	return printConcurrent(cmd, out)
+}
+
+// concurrentOptions are the runner's for n requests at once with drafting in mode.
+func concurrentOptions(n int, mode string) runner.Options {
+	return runner.Options{Parallel: n, CheckpointEvery: -1, Hold: mtl.BeginActivity, Drafts: runner.DraftOptions{Mode: mode}}
+}
+
+// measureConcurrent runs reqs one at a time (when solo is set) and then all at once on r.
+func measureConcurrent(ctx context.Context, r *runner.Runner, reqs []runner.Request, solo bool) (alone, together []timedRun, wall time.Duration, err error) {
+	n := len(reqs)
+	if solo {
+		alone = make([]timedRun, n)
+		for i, req := range reqs {
+			if alone[i], err = timedGenerate(ctx, r, req, time.Now()); err != nil {
+				return nil, nil, 0, err
+			}
+		}
+	}
+	together = make([]timedRun, n)
+	errs := make([]error, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() { together[i], errs[i] = timedGenerate(ctx, r, req, start) })
+	}
+	wg.Wait()
+	wall = time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return alone, together, wall, nil
+}
+
+// compareDrafts sets the concurrent run with drafting (aggregate tok/s agg, on r) against off.
+func compareDrafts(o benchOptions, r *runner.Runner, solo, off []timedRun, offWall time.Duration, agg float64) *concurrentDrafts {
+	base := concurrentReport(o, solo, off, offWall)
+	st := r.DraftStats()
+	d := &concurrentDrafts{Mode: o.drafts, OffAggregateTokS: base.AggregateTokS, EqualToOff: base.AllEqualSolo, Drafted: st.Drafted, Accepted: st.Accepted}
+	if base.AggregateTokS > 0 {
+		d.Ratio = round3(agg / base.AggregateTokS)
+	}
+	return d
 }
 
 // timedRun is one request's tokens and their arrival times.
@@ -168,6 +219,10 @@ func printConcurrent(cmd *cobra.Command, o concurrentOutput) error {
 		o.AggregateTokS, o.Seconds, o.SoloDecodeTokS, o.Speedup, o.AllEqualSolo)
 	for i, r := range o.Requests {
 		fmt.Fprintf(w, "  request %d: %d tokens  first after %.3f s  %.2f tok/s  longest gap %.3f s  equal to solo %v\n", i, r.Tokens, r.TTFT, r.DecodeTokS, r.LongestGap, r.EqualsSolo)
+	}
+	if d := o.Drafts; d != nil {
+		fmt.Fprintf(w, "drafts %s: %.2f tok/s against %.2f with drafts off (%.3f×); %d drafted, %d accepted; the same tokens as off: %v\n",
+			d.Mode, o.AggregateTokS, d.OffAggregateTokS, d.Ratio, d.Drafted, d.Accepted, d.EqualToOff)
 	}
 	return nil
 }

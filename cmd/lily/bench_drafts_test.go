@@ -67,7 +67,7 @@ func TestBenchDraftsText(t *testing.T) {
 			t.Fatalf("no row %q: %s", row[1:], out)
 		}
 	}
-	for _, args := range [][]string{{"--drafts"}, {"--drafts", "--agent-trace", "x.json", "--plan"},
+	for _, args := range [][]string{{"--drafts", "--agent-trace", "x.json", "--plan"}, {"--drafts=sometimes"},
 		{"--drafts", "--agent-trace", "../../testdata/agent/rewrite.json", "--chip", "M9"}} {
 		if out, err := execute(t, append([]string{"bench"}, args...)...); err == nil {
 			t.Errorf("%v accepted: %s", args, out)
