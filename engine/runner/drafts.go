@@ -92,7 +92,7 @@ func newDrafting(o DraftOptions) *drafting {
 type seqDraft struct {
 	stream draft.Stream
 	track  draft.Track
-	shadow draft.Shadow // judges the proposals the step does not verify
+	shadow draft.Shadow   // judges the proposals the step does not verify
 	prop   draft.Proposal // this step's verified drafts (Tokens cut to K), for Feedback
 	rows   [][]float32    // a verify step's logits rows, until pick takes them
 }
