@@ -95,6 +95,7 @@ type seqDraft struct {
 	shadow draft.Shadow   // judges the proposals the step does not verify
 	prop   draft.Proposal // this step's verified drafts (Tokens cut to K), for Feedback
 	rows   [][]float32    // a verify step's logits rows, until pick takes them
+	next   draft.Proposal // while the device generates: the stream's proposal after its last token
 }
 
 // start begins drafting for s (none when drafting is off).
@@ -201,14 +202,37 @@ func addFloat(a *atomic.Uint64, x float64) { a.Add(uint64(x * 1e9)) }
 // DraftStats are the drafting counters (zero with drafting off).
 func (r *Runner) DraftStats() DraftStats { return r.drafts.stats() }
 
-// plainToken records a token s generated without drafts (on the device): its drafting stream
-// commits it and its backoff counts the step.
-func (d *drafting) plainToken(s *seq, id int) {
-	if d != nil && s.draft != nil {
-		s.draft.stream.Commit([]int{id})
-		s.draft.shadow.Commit(s.draft.stream, []int{id})
-		d.gate.Observe(&s.draft.track, 0, 0, 0)
+// deviceToken records a token s generated on the device (a burst, which cannot verify drafts):
+// its stream commits it, its backoff counts the step, and the stream's proposal after it goes to
+// the shadow. It reports whether the gate would now draft for the bursting sequences ss, each
+// with its latest proposal: the burst then ends, so the loop's next step can verify them.
+func (d *drafting) deviceToken(s *seq, ss []*seq, id int) bool {
+	if d == nil || s.draft == nil {
+		return false
 	}
+	sd := s.draft
+	sd.stream.Commit([]int{id})
+	sd.shadow.Commit(sd.stream, []int{id})
+	d.gate.Observe(&sd.track, 0, 0, 0)
+	sd.next = draft.Proposal{}
+	if _, ok := s.sess.(backend.Verifier); !ok {
+		return false
+	}
+	sd.next = sd.stream.Draft(draft.MaxRows - len(ss))
+	sd.shadow.Offer(sd.next)
+	if d.mode != DraftsAuto || len(sd.next.Tokens) == 0 {
+		return false
+	}
+	d.cands = d.cands[:0]
+	for _, o := range ss {
+		d.cands = append(d.cands, draft.Candidate{Track: &o.draft.track, Ctx: len(o.req.Prompt) + len(o.res.Tokens) - 1, Draft: o.draft.next})
+	}
+	for _, k := range d.gate.Choose(d.cands, d.ks) {
+		if k > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // end settles s's drafting before its session is saved or closed: a verify whose rows nobody

@@ -362,7 +362,7 @@ func (r *Runner) burst(g backend.Generator, ss []*seq) bool {
 	rows := make([]backend.GenRow, len(ss))
 	for i, s := range ss {
 		rows[i] = backend.GenRow{Session: s.sess, Params: s.params, Prompt: s.req.Prompt, Generated: s.res.Tokens,
-			Max: s.req.MaxTokens - len(s.res.Tokens), OnToken: r.onDevice(s)}
+			Max: s.req.MaxTokens - len(s.res.Tokens), OnToken: r.onDevice(s, ss)}
 	}
 	last, err := g.ContinueRows(context.Background(), rows) // each sequence's context: onDevice
 	if errors.Is(err, backend.ErrNotOnDevice) {
@@ -383,17 +383,18 @@ func (r *Runner) burst(g backend.Generator, ss []*seq) bool {
 	return true
 }
 
-// onDevice is what a device generation calls with each token it chose for s: the token is posted
-// under the engine loop's stop and limit rules, and the generation stops when s ends, its caller
-// stops it or goes away, or another request arrives.
-func (r *Runner) onDevice(s *seq) func(c sample.Choice) (bool, error) {
+// onDevice is what a device generation calls with each token it chose for s (one of the bursting
+// ss): the token is posted under the engine loop's stop and limit rules, and the generation stops
+// when s ends, its caller stops it or goes away, another request arrives, or the cost gate would
+// draft for them (a burst cannot verify drafts: the loop's steps do).
+func (r *Runner) onDevice(s *seq, ss []*seq) func(c sample.Choice) (bool, error) {
 	return func(c sample.Choice) (bool, error) {
 		s.sampler.Forced(c.ID) // the host's sampler keeps step with the device's
 		s.res.Tokens = append(s.res.Tokens, c.ID)
-		r.drafts.plainToken(s, c.ID)
 		s.out.post(event{tok: Token{ID: c.ID, Logprob: c.Logprob, Top: c.Top}})
 		s.res.FinishReason = finish(s.req, s.res.Tokens)
-		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0, nil
+		drafts := r.drafts.deviceToken(s, ss, c.ID)
+		return s.res.FinishReason != "" || s.halted.Load() || s.ctx.Err() != nil || r.waiting.Load() > 0 || drafts, nil
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lilyformac/lily/engine/draft"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 )
@@ -58,5 +59,45 @@ func TestDraftsOnEmu(t *testing.T) {
 	t.Logf("drafts: %+v", st)
 	if st.Accepted == 0 {
 		t.Errorf("no draft accepted: %+v", st)
+	}
+}
+
+// cheapRows prices a step as if a sequence's extra rows cost a twentieth of its first: the cost
+// gate then drafts wherever the drafter's estimates promise anything (a stand-in for the multi-row
+// verify, which the GPU backend does not have yet: its rows cost what plain steps do).
+type cheapRows struct{}
+
+func (cheapRows) Step(groups []draft.Group) float64 {
+	c := 0.0
+	for _, g := range groups {
+		c += 1 + 0.05*float64(g.Rows-1)
+	}
+	return c
+}
+
+// TestDraftsAutoEndsBursts: with drafting auto under a cost that favours it, a request on the
+// emulated GPU starts on the device (a burst), the burst ends once the drafter has a proposal
+// worth verifying, drafts are verified and accepted on the host's steps, and the tokens are those
+// of drafting off.
+func TestDraftsAutoEndsBursts(t *testing.T) {
+	_, w := goldenWeights(t, "../../testdata/golden/tiny-b")
+	n := 0
+	e := counted{newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 96}}), &n}
+	defer e.Close()
+	req := runner.Request{Prompt: []int{5, 9, 33, 70, 2, 8}, MaxTokens: 40, Sampling: sample.Params{LogitBias: map[int]float32{17: 20, 93: 20}}}
+	gen := func(o runner.DraftOptions) ([]int, runner.DraftStats) {
+		r := runner.New(e, runner.Options{Drafts: o})
+		var ids []int
+		if _, err := r.Generate(context.Background(), req, func(tok runner.Token) (bool, error) { ids = append(ids, tok.ID); return false, nil }); err != nil {
+			t.Fatal(err)
+		}
+		return ids, r.DraftStats()
+	}
+	plain, _ := gen(runner.DraftOptions{Mode: runner.DraftsOff})
+	n = 0
+	got, st := gen(runner.DraftOptions{Mode: runner.DraftsAuto, Cost: cheapRows{}})
+	t.Logf("%d bursts; drafts %+v", n, st)
+	if !slices.Equal(got, plain) || n == 0 || st.Accepted == 0 {
+		t.Fatalf("auto %v (%d bursts, %+v), off %v", got, n, st, plain)
 	}
 }
