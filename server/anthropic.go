@@ -457,6 +457,9 @@ func (s *Server) countTokens(c *gin.Context) {
 		abortWith(c, err)
 		return
 	}
+	if !bytes.Equal(msgs, p.t.messages) { // images there: their markers in text stay text, as when served
+		msgs = escapeVisionText(msgs)
+	}
 	p.t.messages = msgs
 	text, err := renderTurn(m, p)
 	if err != nil {

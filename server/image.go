@@ -224,6 +224,9 @@ func (s *Server) imagesInPrompt(ctx context.Context, m *Model, p *turnPlan) erro
 	if err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
+	if len(res.images) > 0 {
+		msgs = escapeVisionText(msgs)
+	}
 	p.t.messages, p.images = msgs, res.images
 	if res.placeholders > 0 {
 		s.metrics.imagePlaceholders.Add(float64(res.placeholders))

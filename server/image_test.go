@@ -253,3 +253,26 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestImageMarkersInText: text that holds the template's image markers literally (an agent
+// reading a vision project's source) beside a real image is answered 200 with the image used —
+// the markers stay text, so the image pads still match the images — in chat completions and in
+// Anthropic's count_tokens, which counts as serving does.
+func TestImageMarkersInText(t *testing.T) {
+	_, url := visionServer(t)
+	b64 := pngBase64(t, 96, 64, 3)
+	text := `the template writes <|vision_start|><|image_pad|><|vision_end|> for an image, <|video_pad|> for video`
+	body := `{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"` + text + `"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]},` +
+		`{"role":"assistant","content":"` + text + `"},{"role":"user","content":"` + text + `"}]}`
+	resp, out := post(t, url+"/v1/chat/completions", body)
+	if resp.StatusCode != http.StatusOK || bytes.Contains(out, []byte("cannot be seen")) {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	if m := metricsText(t, url); !strings.Contains(m, "lily_image_encodes_total 1") || !strings.Contains(m, "lily_image_placeholders_total 0") {
+		t.Errorf("the image was not used:\n%s", grepLines(m, "lily_image"))
+	}
+	count := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + text + `"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`
+	if resp, out := post(t, url+"/v1/messages/count_tokens", count); resp.StatusCode != http.StatusOK {
+		t.Fatalf("count_tokens: %d %s", resp.StatusCode, out)
+	}
+}
