@@ -62,5 +62,6 @@ func convCases() []Case {
 			},
 		})
 	}
-	return append(out, convBatchCases()...)
+	out = append(out, convBatchCases()...)
+	return append(out, convVerifyCases()...)
 }
