@@ -78,7 +78,7 @@ func gdnCases() []Case {
 	} {
 		out = append(out, gdnChunkCase(c.s, c.tokens, c.bf16))
 	}
-	return append(out, gdnBatchCases()...)
+	return append(append(out, gdnBatchCases()...), gdnVerifyCases()...)
 }
 
 func gdnStepCase(s kernels.GDNShape, nsg, steps int) Case {

@@ -16,6 +16,7 @@ const (
 	GDNValueDim   = 3 // uint GDN_DV
 	GDNEps        = 4 // float GDN_EPS
 	GDNTokens     = 5 // uint GDN_T_FC: gdn_chunk's tokens
+	GDNGroups     = 6 // bool GDN_GROUPS_FC: gdn_step's group form (GDNVerifyCall)
 )
 
 // GDNChunkCols is how many value columns a gdn_chunk simdgroup holds (four lanes each).
@@ -69,43 +70,68 @@ type GDNParams struct {
 // same float32 operations in the same order, on the transposed state layout.
 func GDNStep(s GDNShape, p GDNParams, state, y, qkv, z, a, b []float32) {
 	hk, hv, dk, dv := s.HK, s.HV, s.DK, s.DV
+	q, k, v := gdnKeys(s, qkv)
+	read := make([]float32, dv)
+	for head := range hv {
+		kh := head / (hv / hk)
+		qh := q[kh*dk : (kh+1)*dk]
+		beta, decay := gdnGates(p, head, a, b)
+		st := state[head*dv*dk : (head+1)*dv*dk] // st[j*dk+kk] is engine/cpu's st[kk*dv+j]
+		gdnAdvance(st, k[kh*dk:(kh+1)*dk], v[head*dv:(head+1)*dv], beta, decay, read)
+		o := y[head*dv : (head+1)*dv]
+		clear(o)
+		for kk := range dk {
+			qv := qh[kk]
+			for j := range o {
+				o[j] += st[j*dk+kk] * qv
+			}
+		}
+		f32.GatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
+	}
+}
+
+// gdnKeys splits a copy of the conv output qkv into q and k, each key head L2-normalised (q also
+// by 1/√DK), and v.
+func gdnKeys(s GDNShape, qkv []float32) (q, k, v []float32) {
+	hk, dk := s.HK, s.DK
 	u := append([]float32(nil), qkv[:s.Channels()]...)
-	q, k, v := u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
+	q, k, v = u[:hk*dk], u[hk*dk:2*hk*dk], u[2*hk*dk:]
 	qScale := f32.Rsqrt(float32(dk))
 	for head := range hk {
 		f32.L2Norm(q[head*dk:(head+1)*dk], qScale)
 		f32.L2Norm(k[head*dk:(head+1)*dk], 1)
 	}
-	read := make([]float32, dv)
-	for head := range hv {
-		kh := head / (hv / hk)
-		qh, kvec := q[kh*dk:(kh+1)*dk], k[kh*dk:(kh+1)*dk]
-		beta := f32.Sigmoid(b[head])
-		decay := float32(math.Exp(float64(-float32(math.Exp(float64(p.ALog[head]))) * f32.Softplus(a[head]+p.DtBias[head]))))
-		st := state[head*dv*dk : (head+1)*dv*dk] // st[j*dk+kk] is engine/cpu's st[kk*dv+j]
-		clear(read)
-		for kk := range dk {
-			kv := kvec[kk]
-			for j := range read {
-				st[j*dk+kk] *= decay
-				read[j] += st[j*dk+kk] * kv
-			}
+	return q, k, v
+}
+
+// gdnGates are value head head's beta and decay from a token's a and b ([HV]).
+func gdnGates(p GDNParams, head int, a, b []float32) (beta, decay float32) {
+	beta = f32.Sigmoid(b[head])
+	decay = float32(math.Exp(float64(-float32(math.Exp(float64(p.ALog[head]))) * f32.Softplus(a[head]+p.DtBias[head]))))
+	return beta, decay
+}
+
+// gdnAdvance is a value head's state update by a token (decay, read, delta, write): st is the
+// head's state [DV][DK], kvec its key head's normalised k, vh its v; read ([DV]) is scratch.
+func gdnAdvance(st, kvec, vh []float32, beta, decay float32, read []float32) {
+	dk := len(kvec)
+	clear(read)
+	for kk := range dk {
+		kv := kvec[kk]
+		for j := range read {
+			st[j*dk+kk] *= decay
+			read[j] += st[j*dk+kk] * kv
 		}
-		delta := read
-		vh := v[head*dv : (head+1)*dv]
+	}
+	delta := read
+	for j := range delta {
+		delta[j] = (vh[j] - read[j]) * beta
+	}
+	for kk := range dk {
+		kv := kvec[kk]
 		for j := range delta {
-			delta[j] = (vh[j] - read[j]) * beta
+			st[j*dk+kk] += kv * delta[j]
 		}
-		o := y[head*dv : (head+1)*dv]
-		clear(o)
-		for kk := range dk {
-			kv, qv := kvec[kk], qh[kk]
-			for j := range o {
-				st[j*dk+kk] += kv * delta[j]
-				o[j] += st[j*dk+kk] * qv
-			}
-		}
-		f32.GatedNorm(o, z[head*dv:(head+1)*dv], p.NormW, p.Eps)
 	}
 }
 

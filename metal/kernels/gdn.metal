@@ -26,6 +26,23 @@
 // ([R][HV][DV][DK]) in place and writes y[r] ([R][HV*DV]); the parameters are shared. A
 // threadgroup's operations do not depend on r or on the other rows, so each row is bit-identical
 // to a one-row dispatch on it; R = 1 is today's dispatch.
+//
+// Groups (GDN_GROUPS set: speculative decoding's verify step): a sequence with K drafted tokens
+// occupies K+1 consecutive rows, a group, which must run one after another from the sequence's
+// committed state, and only after the step does the host know how many of them to keep. A copy
+// of the state after every row would cost 2 MiB a row for each layer (60 MiB for the model's 30
+// DeltaNet layers) in writes alone; instead the group form leaves the committed state alone and
+// records what each row fed into the update besides the state (its ring entry, below: 24 KiB a
+// layer, ~0.75 MB a row for 30 layers), and gdn_commit replays the kept rows from the ring. groups
+// ([R]) holds a group's row count n >= 1 at its first row and 0 at its other rows. The threadgroup
+// of a group's first row does the group's work; those of its other rows return at once. It
+// normalises every row's q and k and computes its gates once, into threadgroup memory; then each
+// simdgroup takes each of its columns through the rows in turn, the column's state in registers
+// (read once), and the rows' gated norms follow the last column (two barriers in all). Every
+// row's y is what gdn_step on the running state gives (the same helpers in the same order: bit
+// for bit in IEEE arithmetic; Metal's relaxed math may contract the two kernels differently) and
+// every row gets its ring entry. n = 1 (a plain sequence) writes the state back like gdn_step
+// (its ring entry is written too, but must not be replayed); n > 1 leaves the state as it was.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -36,8 +53,20 @@ constant uint GDN_DV [[function_constant(3)]];    // value head dim (128)
 constant float GDN_EPS [[function_constant(4)]];  // the gated norm's epsilon (1e-6)
 constant uint GDN_T_FC [[function_constant(5)]];  // gdn_chunk: tokens in the chunk
 constant uint GDN_T = is_function_constant_defined(GDN_T_FC) ? GDN_T_FC : 1u;
+// gdn_step's group form (the verify step); unset, gdn_step is the plain per-row kernel, without
+// the groups and ring arguments.
+constant bool GDN_GROUPS_FC [[function_constant(6)]];
+constant bool GDN_GROUPS = is_function_constant_defined(GDN_GROUPS_FC) && GDN_GROUPS_FC;
 
 #define GDN_MAX_PER_LANE 4  // DK <= 128
+
+// A row's ring entry (GDNShape.Ring in gdn.go): the L2-normalised k of every key head [HK][DK],
+// the v of every value head [HV][DV], then beta [HV] and decay [HV] of every value head — what
+// the state update reads besides the state itself, as float32 (a store and a load are exact).
+#define GDN_RING_V (GDN_HK * GDN_DK)
+#define GDN_RING_BETA (GDN_RING_V + GDN_HV * GDN_DV)
+#define GDN_RING_DECAY (GDN_RING_BETA + GDN_HV)
+#define GDN_RING_LEN (GDN_RING_DECAY + GDN_HV)
 
 inline float softplus(float x) {
   // torch: log1p(exp(x)), x itself above 20. For x < -15, log1p(exp(x)) = exp(x) in float.
@@ -50,43 +79,15 @@ inline float softplus(float x) {
   return log(1.0f + exp(x));
 }
 
-[[max_total_threads_per_threadgroup(1024)]]
-kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK + HV*DV]: q, k, v
-                     device const float* z_rows [[buffer(1)]],    // [R][HV*DV]
-                     device const float* a_rows [[buffer(2)]],    // [R][HV]
-                     device const float* b_rows [[buffer(3)]],    // [R][HV]
-                     device const float* a_log [[buffer(4)]],     // [HV]
-                     device const float* dt_bias [[buffer(5)]],   // [HV]
-                     device const float* norm_w [[buffer(6)]],    // [DV]
-                     device float* states [[buffer(7)]],          // [R][HV][DV][DK]
-                     device float* y_rows [[buffer(8)]],          // [R][HV*DV]
-                     threadgroup float* o_tg [[threadgroup(0)]],  // [DV]
-                     uint2 tg [[threadgroup_position_in_grid]],  // (head, row)
-                     uint tid [[thread_index_in_threadgroup]],
-                     uint ntg [[threads_per_threadgroup]],
-                     uint sg [[simdgroup_index_in_threadgroup]],
-                     uint nsg [[simdgroups_per_threadgroup]],
-                     uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float partial[32];  // Σ o² per simdgroup
+// The pieces of a token's update below are shared by gdn_step, its group form and gdn_commit,
+// so all three compute a row with the same operations in the same order.
 
-  // This row's sequence: everything below is the one-row kernel on these.
-  const uint head = tg.x;
-  const ulong row = tg.y;
-  device const float* qkv = qkv_rows + row * (2 * GDN_HK * GDN_DK + GDN_HV * GDN_DV);
-  device const float* z = z_rows + row * (GDN_HV * GDN_DV);
-  device const float* a = a_rows + row * GDN_HV;
-  device const float* b = b_rows + row * GDN_HV;
-  device float* state = states + row * (GDN_HV * GDN_DV * GDN_DK);
-  device float* y = y_rows + row * (GDN_HV * GDN_DV);
-
-  const uint E = GDN_DK / 32;  // key rows per lane
-  const uint kh = head / (GDN_HV / GDN_HK);
+// gdn_qk loads this lane's DK/32 entries of key head kh's q and k from a row of qkv and
+// L2-normalises them (q also by 1/sqrt(DK)); the sums of squares go over the simdgroup.
+inline void gdn_qk(device const float* qkv, uint kh, uint lane, thread float* qr, thread float* kr) {
+  const uint E = GDN_DK / 32;
   device const float* q = qkv + kh * GDN_DK + lane * E;
   device const float* k = qkv + GDN_HK * GDN_DK + kh * GDN_DK + lane * E;
-  device const float* v = qkv + 2 * GDN_HK * GDN_DK + head * GDN_DV;
-
-  // q and k of this head's key head, L2-normalised (every simdgroup does it: no barrier).
-  float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
   float qss = 0.0f, kss = 0.0f;
   for (uint i = 0; i < E; i++) {
     qr[i] = q[i];
@@ -102,28 +103,213 @@ kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK
     qr[i] *= qn;
     kr[i] *= kn;
   }
+}
 
-  const float beta = 1.0f / (1.0f + exp(-b[head]));
-  const float decay = exp(-exp(a_log[head]) * softplus(a[head] + dt_bias[head]));
+inline float gdn_beta(float b) { return 1.0f / (1.0f + exp(-b)); }
+
+inline float gdn_decay(float a_log, float a, float dt_bias) { return exp(-exp(a_log) * softplus(a + dt_bias)); }
+
+// gdn_advance moves one value column of the state by a token: s is this lane's DK/32 key rows of
+// it, kr the token's normalised k (the same rows), v the column's value: decay, read (over the
+// simdgroup), delta, write.
+inline void gdn_advance(thread float* s, thread const float* kr, float v, float beta, float decay) {
+  const uint E = GDN_DK / 32;
+  float kv = 0.0f;
+  for (uint i = 0; i < E; i++) {
+    s[i] *= decay;  // decay
+    kv += s[i] * kr[i];
+  }
+  kv = simd_sum(kv);  // read
+  const float delta = (v - kv) * beta;
+  for (uint i = 0; i < E; i++) {
+    s[i] += kr[i] * delta;  // write
+  }
+}
+
+// gdn_output is the column's output S^T q (over the simdgroup).
+inline float gdn_output(thread const float* s, thread const float* qr) {
+  float o = 0.0f;
+  for (uint i = 0; i < GDN_DK / 32; i++) {
+    o += s[i] * qr[i];
+  }
+  return simd_sum(o);
+}
+
+// gdn_gate is the gated RMSNorm of a head's output o_j, the simdgroups' Σ o² in partial.
+inline float gdn_gate(float o, threadgroup const float* partial, uint nsg, float z, float w) {
+  float total = 0.0f;
+  for (uint i = 0; i < nsg; i++) {
+    total += partial[i];
+  }
+  const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
+  const float silu = z * (1.0f / (1.0f + exp(-z)));
+  return w * (o * r) * silu;
+}
+
+// The group form's threadgroup memory ([[threadgroup(0)]]; floats, for a group of n rows): the
+// column outputs [n][DV], the rows' normalised q and k [n][2][DK], the simdgroups' Σ o² [n][32]
+// and the rows' beta and decay [n][2]. The call sizes it for R rows, the longest group a grid of
+// R rows can hold.
+#define GDN_G_QK(n) ((n) * GDN_DV)
+#define GDN_G_PARTIAL(n) (GDN_G_QK(n) + (n) * 2 * GDN_DK)
+#define GDN_G_GATES(n) (GDN_G_PARTIAL(n) + (n) * 32)
+
+// gdn_group_prep readies the n rows of the group at row r0 for head: a simdgroup a row computes
+// the row's normalised q and k and its gates into threadgroup memory and writes the row's ring
+// entry (k by the first value head of the key head, which all of them compute alike); each
+// simdgroup zeroes its Σ o² of every row.
+inline void gdn_group_prep(device const float* qkv_rows, device const float* a_rows, device const float* b_rows,
+                           device const float* a_log, device const float* dt_bias, device float* ring,
+                           threadgroup float* tgm, uint r0, uint n, uint head, uint sg, uint nsg, uint lane) {
+  const uint E = GDN_DK / 32, kh = head / (GDN_HV / GDN_HK);
+  for (uint t = sg; t < n; t += nsg) {
+    const ulong row = r0 + t;
+    device const float* qkv = qkv_rows + row * (2 * GDN_HK * GDN_DK + GDN_HV * GDN_DV);
+    device float* entry = ring + row * GDN_RING_LEN;
+    float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+    gdn_qk(qkv, kh, lane, qr, kr);
+    threadgroup float* qk = tgm + GDN_G_QK(n) + t * 2 * GDN_DK + lane * E;
+    for (uint i = 0; i < E; i++) {
+      qk[i] = qr[i];
+      qk[GDN_DK + i] = kr[i];
+      if (head % (GDN_HV / GDN_HK) == 0) {
+        entry[kh * GDN_DK + lane * E + i] = kr[i];
+      }
+    }
+    for (uint j = lane; j < GDN_DV; j += 32) {
+      entry[GDN_RING_V + head * GDN_DV + j] = qkv[2 * GDN_HK * GDN_DK + head * GDN_DV + j];
+    }
+    if (lane == 0) {
+      const float beta = gdn_beta(b_rows[row * GDN_HV + head]);
+      const float decay = gdn_decay(a_log[head], a_rows[row * GDN_HV + head], dt_bias[head]);
+      entry[GDN_RING_BETA + head] = beta;
+      entry[GDN_RING_DECAY + head] = decay;
+      tgm[GDN_G_GATES(n) + 2 * t] = beta;
+      tgm[GDN_G_GATES(n) + 2 * t + 1] = decay;
+    }
+  }
+  for (uint t = 0; lane == 0 && t < n; t++) {
+    tgm[GDN_G_PARTIAL(n) + t * 32 + sg] = 0.0f;
+  }
+}
+
+// gdn_group_columns runs the group's rows through each of this simdgroup's columns, the
+// column's state in registers from the first row to the last: each row's column output and its
+// square (added to the simdgroup's Σ o² in column order, as gdn_step does) go to threadgroup
+// memory. The state is written back only for a plain row (n = 1).
+inline void gdn_group_columns(device const float* qkv_rows, device float* state, threadgroup float* tgm, uint r0,
+                              uint n, uint head, uint sg, uint nsg, uint lane) {
+  const uint E = GDN_DK / 32;
+  for (uint j = sg; j < GDN_DV; j += nsg) {
+    device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
+    float s[GDN_MAX_PER_LANE];
+    for (uint i = 0; i < E; i++) {
+      s[i] = st[i];
+    }
+    for (uint t = 0; t < n; t++) {
+      threadgroup const float* qk = tgm + GDN_G_QK(n) + t * 2 * GDN_DK + lane * E;
+      float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+      for (uint i = 0; i < E; i++) {
+        qr[i] = qk[i];
+        kr[i] = qk[GDN_DK + i];
+      }
+      const ulong row = r0 + t;
+      const float v = qkv_rows[row * (2 * GDN_HK * GDN_DK + GDN_HV * GDN_DV) + 2 * GDN_HK * GDN_DK + head * GDN_DV + j];
+      gdn_advance(s, kr, v, tgm[GDN_G_GATES(n) + 2 * t], tgm[GDN_G_GATES(n) + 2 * t + 1]);
+      const float o = gdn_output(s, qr);
+      if (lane == 0) {
+        tgm[t * GDN_DV + j] = o;
+        tgm[GDN_G_PARTIAL(n) + t * 32 + sg] += o * o;
+      }
+    }
+    for (uint i = 0; n == 1 && i < E; i++) {
+      st[i] = s[i];
+    }
+  }
+}
+
+// gdn_group is the group form for the group at row r0 (n rows, no more than the grid has left,
+// so that a wrong count cannot reach past the buffers or the threadgroup memory) and head.
+inline void gdn_group(device const float* qkv_rows, device const float* z_rows, device const float* a_rows,
+                      device const float* b_rows, device const float* a_log, device const float* dt_bias,
+                      device const float* norm_w, device float* states, device float* y_rows, uint n,
+                      device float* ring, threadgroup float* tgm, uint head, uint r0, uint tid, uint ntg, uint sg,
+                      uint nsg, uint lane) {
+  gdn_group_prep(qkv_rows, a_rows, b_rows, a_log, dt_bias, ring, tgm, r0, n, head, sg, nsg, lane);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  gdn_group_columns(qkv_rows, states + ulong(r0) * (GDN_HV * GDN_DV * GDN_DK), tgm, r0, n, head, sg, nsg, lane);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = tid; i < n * GDN_DV; i += ntg) {
+    const uint t = i / GDN_DV, j = i % GDN_DV;
+    const ulong at = (ulong(r0) + t) * (GDN_HV * GDN_DV) + head * GDN_DV + j;
+    y_rows[at] = gdn_gate(tgm[t * GDN_DV + j], tgm + GDN_G_PARTIAL(n) + t * 32, nsg, z_rows[at], norm_w[j]);
+  }
+}
+
+[[max_total_threads_per_threadgroup(1024)]]
+kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK + HV*DV]: q, k, v
+                     device const float* z_rows [[buffer(1)]],    // [R][HV*DV]
+                     device const float* a_rows [[buffer(2)]],    // [R][HV]
+                     device const float* b_rows [[buffer(3)]],    // [R][HV]
+                     device const float* a_log [[buffer(4)]],     // [HV]
+                     device const float* dt_bias [[buffer(5)]],   // [HV]
+                     device const float* norm_w [[buffer(6)]],    // [DV]
+                     device float* states [[buffer(7)]],          // [R][HV][DV][DK]
+                     device float* y_rows [[buffer(8)]],          // [R][HV*DV]
+                     // the group form's: row counts at the groups' first rows, and the ring
+                     device const uint* groups [[buffer(9), function_constant(GDN_GROUPS)]],  // [R]
+                     device float* ring [[buffer(10), function_constant(GDN_GROUPS)]],        // [R][RING_LEN]
+                     threadgroup float* o_tg [[threadgroup(0)]],  // [DV]; the group form's layout above
+                     uint2 tg [[threadgroup_position_in_grid]],  // (head, row)
+                     uint2 ntgs [[threadgroups_per_grid]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint ntg [[threads_per_threadgroup]],
+                     uint sg [[simdgroup_index_in_threadgroup]],
+                     uint nsg [[simdgroups_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partial[32];  // Σ o² per simdgroup
+
+  if (GDN_GROUPS) {
+    const uint n = min(groups[tg.y], ntgs.y - tg.y);
+    if (n > 0) {
+      gdn_group(qkv_rows, z_rows, a_rows, b_rows, a_log, dt_bias, norm_w, states, y_rows, n, ring, o_tg, tg.x, tg.y,
+                tid, ntg, sg, nsg, lane);
+    }
+    return;
+  }
+
+  // This row's sequence: everything below is the one-row kernel on these.
+  const uint head = tg.x;
+  const ulong row = tg.y;
+  device const float* qkv = qkv_rows + row * (2 * GDN_HK * GDN_DK + GDN_HV * GDN_DV);
+  device const float* z = z_rows + row * (GDN_HV * GDN_DV);
+  device const float* a = a_rows + row * GDN_HV;
+  device const float* b = b_rows + row * GDN_HV;
+  device float* state = states + row * (GDN_HV * GDN_DV * GDN_DK);
+  device float* y = y_rows + row * (GDN_HV * GDN_DV);
+
+  const uint E = GDN_DK / 32;  // key rows per lane
+  const uint kh = head / (GDN_HV / GDN_HK);
+  device const float* v = qkv + 2 * GDN_HK * GDN_DK + head * GDN_DV;
+
+  // q and k of this head's key head, L2-normalised (every simdgroup does it: no barrier).
+  float qr[GDN_MAX_PER_LANE], kr[GDN_MAX_PER_LANE];
+  gdn_qk(qkv, kh, lane, qr, kr);
+  const float beta = gdn_beta(b[head]);
+  const float decay = gdn_decay(a_log[head], a[head], dt_bias[head]);
 
   float oss = 0.0f;
   for (uint j = sg; j < GDN_DV; j += nsg) {
     device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
     float s[GDN_MAX_PER_LANE];
-    float kv = 0.0f;
     for (uint i = 0; i < E; i++) {
-      s[i] = st[i] * decay;  // decay
-      kv += s[i] * kr[i];
+      s[i] = st[i];
     }
-    kv = simd_sum(kv);  // read
-    const float delta = (v[j] - kv) * beta;
-    float o = 0.0f;
+    gdn_advance(s, kr, v[j], beta, decay);
     for (uint i = 0; i < E; i++) {
-      s[i] += kr[i] * delta;  // write
-      o += s[i] * qr[i];
       st[i] = s[i];
     }
-    o = simd_sum(o);  // output
+    const float o = gdn_output(s, qr);  // output
     if (lane == 0) {
       o_tg[j] = o;
     }
@@ -134,15 +320,50 @@ kernel void gdn_step(device const float* qkv_rows [[buffer(0)]],  // [R][2*HK*DK
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  float total = 0.0f;
-  for (uint i = 0; i < nsg; i++) {
-    total += partial[i];
-  }
-  const float r = rsqrt(total / float(GDN_DV) + GDN_EPS);
   for (uint j = tid; j < GDN_DV; j += ntg) {
-    const float zz = z[head * GDN_DV + j];
-    const float silu = zz * (1.0f / (1.0f + exp(-zz)));
-    y[head * GDN_DV + j] = norm_w[j] * (o_tg[j] * r) * silu;
+    y[head * GDN_DV + j] = gdn_gate(o_tg[j], partial, nsg, z[head * GDN_DV + j], norm_w[j]);
+  }
+}
+
+// gdn_commit: after a verify step, the rows of a group that the host keeps (keep [R]: at a
+// group's first row r0 the count to keep, 0 .. n; 0 at every other row) join the sequence's
+// state: rows r0 .. r0+keep-1 are replayed from the ring into state r0 with gdn_advance, the
+// update gdn_step makes, on the float32 values the group form computed — so the state is what
+// keep one-row gdn_step dispatches would have left (bit for bit in IEEE arithmetic; Metal's
+// relaxed math may contract the kernels differently), for the cost of reading and writing the
+// state once. A plain row (a group of 1) has advanced its state already: its keep is 0. Grid
+// (HV, R), a threadgroup per value head and row, any number of simdgroups (a column each at a
+// time); keep 0 returns at once.
+[[max_total_threads_per_threadgroup(1024)]]
+kernel void gdn_commit(device float* states [[buffer(0)]],      // [R][HV][DV][DK]
+                       device const float* ring [[buffer(1)]],  // [R][RING_LEN], the verify step's
+                       device const uint* keep [[buffer(2)]],   // [R]
+                       uint2 tg [[threadgroup_position_in_grid]],  // (head, row)
+                       uint2 ntgs [[threadgroups_per_grid]],
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint nsg [[simdgroups_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  const uint head = tg.x, r0 = tg.y;
+  const uint n = min(keep[r0], ntgs.y - r0);  // never past the last row
+  const uint E = GDN_DK / 32, kh = head / (GDN_HV / GDN_HK);
+  device float* state = states + ulong(r0) * (GDN_HV * GDN_DV * GDN_DK);
+  for (uint j = sg; n > 0 && j < GDN_DV; j += nsg) {
+    device float* st = state + (ulong(head) * GDN_DV + j) * GDN_DK + lane * E;
+    float s[GDN_MAX_PER_LANE];
+    for (uint i = 0; i < E; i++) {
+      s[i] = st[i];
+    }
+    for (uint t = 0; t < n; t++) {
+      device const float* entry = ring + (ulong(r0) + t) * GDN_RING_LEN;
+      float kr[GDN_MAX_PER_LANE];
+      for (uint i = 0; i < E; i++) {
+        kr[i] = entry[kh * GDN_DK + lane * E + i];
+      }
+      gdn_advance(s, kr, entry[GDN_RING_V + head * GDN_DV + j], entry[GDN_RING_BETA + head], entry[GDN_RING_DECAY + head]);
+    }
+    for (uint i = 0; i < E; i++) {
+      st[i] = s[i];
+    }
   }
 }
 
