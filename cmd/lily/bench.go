@@ -58,7 +58,7 @@ type benchPhase struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] [--prefill M | --batch B] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M] | bench --drafts --agent-trace FILE [--chip NAMES]",
+		Use:   "bench (--model DIR | --demo) [--ctx N] | bench --plan [--ctx N] [--prefill M | --batch B] | bench (--model DIR | --demo) --agent-trace FILE | bench --profile (--model DIR | --demo) [--ctx N] [--prefill M | --rows[=N] [--contexts LIST]] | bench --drafts --agent-trace FILE [--chip NAMES]",
 		Short: "Measure prefill and decode speed (one prefill of a synthetic prompt, then greedy decode steps)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, o) },

@@ -5,11 +5,13 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/draft"
 	"github.com/lilyformac/lily/metal/decode"
 	"github.com/lilyformac/lily/metal/exec"
 	"github.com/lilyformac/lily/metal/gpu"
@@ -111,3 +113,88 @@ func TestBenchProfile(t *testing.T) {
 		t.Fatalf("--chip M9: %v", err)
 	}
 }
+
+// TestBenchProfileRows: `bench --profile --rows=2 --demo --backend emu` times the decode step of
+// one and of two sequences at each --contexts, against the group model of the demo checkpoint
+// on the chip named, and writes the calibration that model then accepts: at every measured
+// shape the calibrated cost is the measured time.
+func TestBenchProfileRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m4-max.json")
+	out, err := execute(t, "bench", "--profile", "--rows=2", "--demo", "--backend", "emu", "--contexts", "3,1", "--decode-steps", "1",
+		"--warmup=false", "--chip", "M4 Max", "--calibration", path, "--output", "json")
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var raw map[string]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err, out)
+	}
+	for _, k := range []string{"device", "kernel_timing", "chip", "shapes", "calibration"} {
+		if raw["rows_profile"][k] == nil {
+			t.Fatalf("rows_profile has no %q: %s", k, out)
+		}
+	}
+	var p profile.Output
+	if err := json.Unmarshal([]byte(out), &p); err != nil || p.RowsProfile == nil || p.Profile != nil {
+		t.Fatal(err, out)
+	}
+	r := p.RowsProfile
+	if r.Chip != "M4 Max" || r.KVBits != 16 || r.Steps != 1 || r.KernelTiming != "wall" || r.CalibrationFile != path || len(r.Shapes) != 4 {
+		t.Fatalf("%+v", r)
+	}
+	dir, err := demoDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m4, _ := plan.ChipNamed("M4 Max")
+	m, err := decode.NewGroupModel(cfg, 3+2+1, 16, m4) // the context the bench sizes: 3 cached, 2 steps, 1 spare
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range r.Shapes {
+		want := []int{3, 1}[i/2]
+		one := r.Shapes[i-i%2]
+		modeled := m.Step(slices.Repeat([]draft.Group{{Rows: 1, Ctx: want}}, s.Rows))
+		switch {
+		case s.Rows != 1+i%2 || s.Context != want:
+			t.Errorf("shape %d: %d rows at %d, want %d at %d", i, s.Rows, s.Context, 1+i%2, want)
+		case !(s.StepS > 0 && s.KernelsS > 0) || !near(s.ModeledS, modeled, 1e-5) || !near(s.Ratio, s.StepS/s.ModeledS, 1e-5):
+			t.Errorf("shape %+v: modeled %g s", s, modeled)
+		case !near(s.VsOne, s.StepS/one.StepS, 1e-5) || !near(s.ModeledVsOne, s.ModeledS/one.ModeledS, 1e-5):
+			t.Errorf("shape %+v against %+v", s, one)
+		case s.Rows == 2 && !(s.ModeledVsOne > 1 && s.ModeledVsOne < 2): // the weights read once for both
+			t.Errorf("two sequences modeled at %g times one", s.ModeledVsOne)
+		}
+	}
+	cost, err := decode.Calibrated(m, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Shapes {
+		if got := cost.Step(slices.Repeat([]draft.Group{{Rows: 1, Ctx: s.Context}}, s.Rows)); !near(got, s.StepS, 1e-5) {
+			t.Errorf("calibrated %d rows at %d: %g s, measured %g", s.Rows, s.Context, got, s.StepS)
+		}
+	}
+	if c, err := decode.ReadCalibration(path); err != nil || c.Model != "demo" || !strings.HasPrefix(c.Device, "emu") {
+		t.Errorf("calibration %+v: %v", c, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rows"}, "needs --chip"},
+		{[]string{"--rows=2", "--prefill", "8", "--chip", "M4 Max"}, "pick one"},
+		{[]string{"--rows=9", "--chip", "M4 Max"}, "--rows 9: expected 1 to 8"},
+	} {
+		args := append([]string{"bench", "--profile", "--demo", "--backend", "emu"}, c.args...)
+		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Max(math.Abs(a), math.Abs(b)) }

@@ -27,6 +27,7 @@ import (
 // one-row plan's step, and one-row groups are BatchModel's multi-row step.
 type GroupModel struct {
 	Chip                     plan.Chip
+	KVBits                   int // the KV cache format modeled: 16 or 8
 	Shared, Routed, Row, Seq int64
 	KVBase, KVPos            float64
 	RowFLOPs, KeyFLOPs       float64
@@ -53,7 +54,7 @@ func NewGroupModel(c *config.Config, maxCtx, kvBits int, chip plan.Chip) (*Group
 	}
 	first, last := steps[0].groupParts(ModeSample), steps[1].groupParts(ModeSample)
 	span := float64(maxCtx - 1)
-	m := &GroupModel{Chip: chip, Shared: first[gShared], Routed: first[gRouted], Row: first[gRow] + first[gKVWrite],
+	m := &GroupModel{Chip: chip, KVBits: steps[0].KVBits, Shared: first[gShared], Routed: first[gRouted], Row: first[gRow] + first[gKVWrite],
 		Seq: first[gSeq], experts: c.NumExperts, topK: c.TopK}
 	m.KVPos = float64(last[gKVRead]-first[gKVRead]) / span
 	m.KVBase = float64(first[gKVRead]) - m.KVPos // the first plan reads one position

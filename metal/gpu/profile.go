@@ -33,6 +33,44 @@ func (s *Session) StopProfile() []exec.Timing {
 	return s.x.StopProfile()
 }
 
+// StartRowsProfile puts the executor of the step over R sessions at once (2 ≤ R ≤ the
+// backend's rows: the R-row plan ContinueRows and StepRows run them through, rows.go) in its
+// profiling mode, as StartProfile does a session's; StopRowsProfile ends it.
+func (e *GPU) StartRowsProfile(R int) error {
+	l, err := e.multiLane(R)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l.x.StartProfile()
+	return nil
+}
+
+// StopRowsProfile ends the R-row step's profiling mode and returns the timings of its dispatches
+// since StartRowsProfile (indices into the R-row plan with its readback); none without that step.
+func (e *GPU) StopRowsProfile(R int) []exec.Timing {
+	l, err := e.multiLane(R)
+	if err != nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return l.x.StopProfile()
+}
+
+// multiLane is the R-row step's lane.
+func (e *GPU) multiLane(R int) (*lane, error) {
+	n := 1
+	if e.rows != nil {
+		n = len(e.rows.ones)
+	}
+	if R < 2 || R > n || e.rows.multi[R] == nil {
+		return nil, fmt.Errorf("gpu: no %d-row step: this backend steps at most %d sequence(s) together (GPUOptions.Parallel)", R, n)
+	}
+	return e.rows.multi[R], nil
+}
+
 // ModelPlan is the plan the backend's sessions run — the decode step with its chunk modes, and the
 // readback dispatch — built again with its bytes and FLOPs modelled at ctx cached positions
 // (decode.Options.TrafficCtx), so dispatch i of it models dispatch i of a session's steps; step is

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/lilyformac/lily/metal/exec"
@@ -37,5 +38,17 @@ func TestProfileSumsByKernel(t *testing.T) {
 	}
 	if st := p.Stats("m"); st.Bytes != sum || st.FLOPs != 31 {
 		t.Fatalf("the kernels' bytes %d against the plan's %+v", sum, st)
+	}
+}
+
+// TestRowsProfileWithoutRows: a backend of one sequence at a time has no multi-row step to
+// profile, and says so rather than panicking.
+func TestRowsProfileWithoutRows(t *testing.T) {
+	e := &GPU{}
+	if err := e.StartRowsProfile(2); err == nil || !strings.Contains(err.Error(), "no 2-row step: this backend steps at most 1 sequence(s) together") {
+		t.Errorf("start: %v", err)
+	}
+	if ts := e.StopRowsProfile(2); ts != nil {
+		t.Errorf("stop: %v", ts)
 	}
 }

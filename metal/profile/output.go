@@ -10,10 +10,12 @@ import (
 	"github.com/lilyformac/lily/metal/plan"
 )
 
-// Output is `lily bench --profile --output json`.
+// Output is `lily bench --profile --output json`: the decode step's kernels and a prefill
+// chunk's, or with --rows the step of 1 to N sequences.
 type Output struct {
-	Profile        *Step `json:"profile"`
+	Profile        *Step `json:"profile,omitempty"`
 	PrefillProfile *Step `json:"prefill_profile,omitempty"`
+	RowsProfile    *Rows `json:"rows_profile,omitempty"` // --rows, instead of the kernels
 }
 
 // Step is one step's profile: the decode step (mode "sample": a sampled request's step, as
@@ -88,8 +90,11 @@ func newStep(model *plan.Plan, st plan.Stats, timings []exec.Timing, mode string
 }
 
 // Print writes the profiles as `lily bench --profile --output text` shows them: a table of
-// kernels per step.
+// kernels per step, or of rows and contexts.
 func (o *Output) Print(w io.Writer) {
+	if o.RowsProfile != nil {
+		o.RowsProfile.Print(w)
+	}
 	for _, p := range []*Step{o.Profile, o.PrefillProfile} {
 		if p == nil {
 			continue

@@ -1,6 +1,8 @@
 // Package profile times every kernel of the GPU backend's decode step, and of one prefill chunk,
 // each dispatch alone, against the decode plan's modeled bytes and FLOPs (`lily bench --profile`
-// and the profiles of `lily doctor --selftest --report`).
+// and the profiles of `lily doctor --selftest --report`), and the decode step of 1 to 8
+// sequences at a few contexts against the group model's time (`lily bench --profile --rows`: a
+// chip's calibration).
 package profile
 
 import (
