@@ -77,6 +77,13 @@ type Options struct {
 	// r's block table at its own pages when the pool holds them (else rows share pages, and the
 	// caller writes each row's table from the pages it gives the row, as the GPU backend does).
 	Rows int
+	// Verify makes a multi-row step take groups of consecutive rows, one sequence's next token and
+	// its drafts (speculative decoding): Step.Groups holds each group's row count at its first row
+	// (0 at its others; 1 everywhere, as Init writes it, is the plain step), the DeltaNet layers
+	// run a group's rows in sequence from its first row's conv window and state, leave them as
+	// they were for a group of more than one, and record each row's inputs in per-layer rings;
+	// ModeCommit then replays the rows the host kept (Step.Keep) into them. Rows must be 2 or more.
+	Verify bool
 	// PrefillRoute is how the chunk modes run their matrix work: plan.Simdgroup (the zero value)
 	// on every chip, or plan.Tensor, where each kernel with a tensor-op form (TensorKernels) runs
 	// that form instead where the form runs the model's shape, and its simdgroup form elsewhere
@@ -123,10 +130,14 @@ type Step struct {
 	// ChunkRopeOff a chunk's ([largest chunk][3]). A text-only model's plan is as before.
 	Images                bool
 	RopeOff, ChunkRopeOff int
-	Logits                int // [vocab] float32
-	Logprobs              int // two slots of Rows kernels.LogprobRecordLen-word records (the logprob modes' output)
-	Sampler               SamplerBuffers
-	Session               []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
+	// Verify is Options.Verify: Groups and Keep are then [Rows] uint32 (see Options.Verify and
+	// ModeCommit).
+	Verify       bool
+	Groups, Keep int
+	Logits       int // [vocab] float32
+	Logprobs     int // two slots of Rows kernels.LogprobRecordLen-word records (the logprob modes' output)
+	Sampler      SamplerBuffers
+	Session      []int // buffers carrying the sequence's state across steps (GDN state, conv windows, KV caches)
 
 	weights []weightSrc
 	consts  []constSrc
@@ -200,7 +211,12 @@ type builder struct {
 	splits int          // attention's split count (kernels.AttnSplits)
 	bufs   stepBufs     // the decode step's activations
 	chs    []*chunkBufs // the chunk sizes, largest first, over one set of buffers
+	rings  []ringSet    // Options.Verify: each DeltaNet layer's state and rings, for ModeCommit
 }
+
+// ringSet is a DeltaNet layer's conv window and state and the rings a verify step records for
+// them (kernels.Conv1DVerifyBuffers, kernels.GDNVerifyBuffers).
+type ringSet struct{ window, state, convRing, gdnRing int }
 
 // batch is the qmv variant's Batch for the decode step's rows: 0 (QMV_BATCH unset, the one-row
 // pipeline) for one row, so the one-row plan keeps its dispatches exactly.
@@ -420,6 +436,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	b.layers()
 	pl := b.selection(b.head())
 	b.logprobs(pl)
+	b.commits()
 	if err := b.p.Validate(); err != nil {
 		return nil, err
 	}
@@ -447,6 +464,8 @@ func newBuilder(c *config.Config, o Options) (*builder, error) {
 	switch {
 	case o.Rows < 0 || o.Rows > MaxRows:
 		return nil, fmt.Errorf("decode: %d rows: want 1 to %d", o.Rows, MaxRows)
+	case o.Verify && R < 2:
+		return nil, fmt.Errorf("decode: verify groups need a multi-row step, not %d row", R)
 	case R > 1 && len(ChunkSizes(o.Chunks)) > 0:
 		return nil, fmt.Errorf("decode: prefill chunks %v with %d rows: the chunk modes are one sequence's; a multi-row step has none", o.Chunks, R)
 	}
@@ -465,6 +484,7 @@ func newBuilder(c *config.Config, o Options) (*builder, error) {
 		return nil, err
 	}
 	s.Images = c.Vision != nil
+	s.Verify = o.Verify
 	return &builder{s: s, p: s.Plan, read: map[int]bool{}, written: map[int]bool{}, rows: R, route: o.PrefillRoute, bf16: map[int]bool{},
 		o: o, c: c, tctx: tctx, eps: c.RMSNormEps, as: s.Attn, splits: kernels.AttnSplits(o.MaxCtx),
 		gs: kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim},
@@ -531,6 +551,11 @@ func (b *builder) stepBuffers() {
 		ids:     b.buffer("moe.ids", int64(4*R*ms.K), plan.Activations),
 		weights: b.floats("moe.weights", R*(ms.K+1), plan.Activations),
 		act:     b.floats("moe.act", R*ms.ActLen(), plan.Activations),
+	}
+	if s.Verify {
+		s.Groups = b.buffer("verify.groups", 4*int64(R), plan.Control)
+		s.Keep = b.buffer("verify.keep", 4*int64(R), plan.Control)
+		s.consts = append(s.consts, constSrc{s.Groups, BytesOf(repeatRows([]uint32{1}, R))}) // every row alone: the plain step
 	}
 	s.Logits = b.floats("logits", R*V, plan.Activations)
 	b.bufs.partial = b.buffer("argmax.partial", 8*int64(R*kernels.ArgmaxDefaultGroups), plan.Activations)
@@ -645,6 +670,9 @@ const (
 	// (logprob_partial, logprob_final) written into the Logprobs record.
 	ModeGreedyLogprobs = "greedy+logprobs"
 	ModeSampleLogprobs = "sample+logprobs"
+	// ModeCommit (Options.Verify) runs only conv1d_commit and gdn_commit of every DeltaNet layer:
+	// after a verify step, each group keeps the rows Step.Keep says (at its first row).
+	ModeCommit = "commit"
 )
 
 // ChunkSizes is sizes without the ones below 1 and repeats, largest first.

@@ -87,17 +87,55 @@ func (b *builder) gdnLayer(li, inNorm, postNorm int) {
 	d, gs, R, eps, res := b.bufs.gdn, b.gs, b.rows, b.eps, b.bufs.res
 	C := gs.Channels()
 	b.qmvMultiNorm([]qmat{l.qkv, l.z, l.b, l.a}, []int{d.qkv, d.z, d.gb, d.ga}, res, inNorm, eps)
-	b.call(kernels.Conv1DStepRowsCall(C, kernels.ConvThreads, R, kernels.Conv1DStepBuffers[int]{X: d.qkv, Taps: l.taps, Window: l.window, U: d.u}),
-		[]plan.Range{b.whole(d.qkv), b.whole(l.taps), b.whole(l.window)}, []plan.Range{b.whole(l.window), b.whole(d.u)})
+	convBufs := kernels.Conv1DStepBuffers[int]{X: d.qkv, Taps: l.taps, Window: l.window, U: d.u}
+	gdnBufs := kernels.GDNStepBuffers[int]{QKV: d.u, Z: d.z, A: d.ga, Beta: d.gb, ALog: l.aLog, DtBias: l.dtBias, NormW: l.norm, State: l.state, Y: d.y}
+	conv, gdn := kernels.Conv1DStepRowsCall(C, kernels.ConvThreads, R, convBufs), kernels.GDNStepRowsCall(gs, eps, kernels.GDNSimdgroups, R, gdnBufs)
+	convReads := []plan.Range{b.whole(d.qkv), b.whole(l.taps), b.whole(l.window)}
+	convWrites := []plan.Range{b.whole(l.window), b.whole(d.u)}
+	gdnReads := []plan.Range{b.whole(d.u), b.whole(d.z), b.whole(d.ga), b.whole(d.gb), b.whole(l.aLog), b.whole(l.dtBias), b.whole(l.norm), b.whole(l.state)}
+	gdnWrites := []plan.Range{b.whole(l.state), b.whole(d.y)}
+	if b.s.Verify {
+		rs := b.ringSet(li, l)
+		conv = kernels.Conv1DVerifyCall(C, kernels.ConvThreads, R, kernels.Conv1DVerifyBuffers[int]{Conv1DStepBuffers: convBufs, Groups: b.s.Groups, Ring: rs.convRing})
+		gdn = kernels.GDNVerifyCall(gs, eps, kernels.GDNSimdgroups, R, kernels.GDNVerifyBuffers[int]{GDNStepBuffers: gdnBufs, Groups: b.s.Groups, Ring: rs.gdnRing})
+		convReads, convWrites = append(convReads, b.whole(b.s.Groups)), append(convWrites, b.whole(rs.convRing))
+		gdnReads, gdnWrites = append(gdnReads, b.whole(b.s.Groups)), append(gdnWrites, b.whole(rs.gdnRing))
+	}
+	b.call(conv, convReads, convWrites)
 	b.flops(convFLOPs(C, R), convFLOPs(C, R))
-	b.call(kernels.GDNStepRowsCall(gs, eps, kernels.GDNSimdgroups, R, kernels.GDNStepBuffers[int]{
-		QKV: d.u, Z: d.z, A: d.ga, Beta: d.gb, ALog: l.aLog, DtBias: l.dtBias, NormW: l.norm, State: l.state, Y: d.y}),
-		[]plan.Range{b.whole(d.u), b.whole(d.z), b.whole(d.ga), b.whole(d.gb), b.whole(l.aLog), b.whole(l.dtBias), b.whole(l.norm), b.whole(l.state)},
-		[]plan.Range{b.whole(l.state), b.whole(d.y)})
+	b.call(gdn, gdnReads, gdnWrites)
 	b.flops(gdnFLOPs(gs, R), gdnFLOPs(gs, R))
 	b.qmv(l.out, d.y, res, true)
 	for _, ch := range b.chs {
 		ch.gdnLayer(l, li == 0, inNorm, postNorm)
+	}
+}
+
+// ringSet declares DeltaNet layer li's rings for a verify step (Options.Verify): each row's raw
+// conv input and its recurrence's inputs, kept until ModeCommit replays the kept rows.
+func (b *builder) ringSet(li int, l gdnWeights) ringSet {
+	a := fmt.Sprintf("layers.%d.linear_attn.", li)
+	R := b.rows
+	rs := ringSet{window: l.window, state: l.state,
+		convRing: b.floats(a+"conv_ring", R*b.gs.Channels(), plan.Activations),
+		gdnRing:  b.floats(a+"gdn_ring", R*b.gs.RingLen(), plan.Activations)}
+	b.rings = append(b.rings, rs)
+	return rs
+}
+
+// commits adds ModeCommit's dispatches (Options.Verify): every DeltaNet layer's conv1d_commit
+// and gdn_commit, which keep the rows Step.Keep says of each group. They come after every other
+// dispatch and run in no other mode.
+func (b *builder) commits() {
+	if !b.s.Verify {
+		return
+	}
+	C, R, keep := b.gs.Channels(), b.rows, b.s.Keep
+	for _, rs := range b.rings {
+		b.call(kernels.Conv1DCommitCall(C, kernels.ConvThreads, R, kernels.Conv1DCommitBuffers[int]{Window: rs.window, Ring: rs.convRing, Keep: keep}),
+			[]plan.Range{b.whole(rs.window), b.whole(rs.convRing), b.whole(keep)}, []plan.Range{b.whole(rs.window)}, ModeCommit)
+		b.call(kernels.GDNCommitCall(b.gs, kernels.GDNSimdgroups, R, kernels.GDNCommitBuffers[int]{State: rs.state, Ring: rs.gdnRing, Keep: keep}),
+			[]plan.Range{b.whole(rs.state), b.whole(rs.gdnRing), b.whole(keep)}, []plan.Range{b.whole(rs.state)}, ModeCommit)
 	}
 }
 
