@@ -4,7 +4,6 @@ package gpu
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -85,7 +84,7 @@ func runRows(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Options,
 		t.Fatal(err)
 	}
 	step.Init(x.Bytes) // each row its own pages of the pool
-	checkOwnPages(t, step, uint32sOf(x.Bytes(step.Table)))
+	checkOwnPages(t, step, decode.U32sOf(x.Bytes(step.Table)))
 	x.Mode = decode.ModeGreedy
 	compared := 0
 	for pos := range len(prompts[0]) {
@@ -98,7 +97,7 @@ func runRows(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Options,
 			t.Fatalf("position %d: %v", pos, err)
 		}
 		logits := decode.FloatsOf(x.Bytes(step.Logits))
-		after := uint32sOf(x.Bytes(step.StepBuf))
+		after := decode.U32sOf(x.Bytes(step.StepBuf))
 		for r := range R {
 			got, want := logits[r*V:(r+1)*V], ref[r][pos]
 			for i := range want {
@@ -128,15 +127,6 @@ func checkOwnPages(t *testing.T, step *decode.Step, tables []uint32) {
 			owner[p] = r
 		}
 	}
-}
-
-// uint32sOf is b's little-endian uint32 words.
-func uint32sOf(b []byte) []uint32 {
-	out := make([]uint32, len(b)/4)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint32(b[4*i:])
-	}
-	return out
 }
 
 // The backend's multi-row step (StepRows): sessions at different positions, stepped together
@@ -331,7 +321,7 @@ func runSampled(t *testing.T, lib *emu.Library, w *model.Weights, o decode.Optio
 		if err := x.Step(); err != nil {
 			t.Fatal(err)
 		}
-		steps, all := uint32sOf(x.Bytes(st.StepBuf)), uint32sOf(x.Bytes(st.Logprobs))
+		steps, all := decode.U32sOf(x.Bytes(st.StepBuf)), decode.U32sOf(x.Bytes(st.Logprobs))
 		for r := range R {
 			if steps[2*r] != uint32(L+k) {
 				t.Fatalf("row %d, step %d: position %d", r, k, steps[2*r])
