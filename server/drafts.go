@@ -73,6 +73,6 @@ func (s *Server) draftStatus() any {
 	if st.Drafter == "" {
 		return nil
 	}
-	return map[string]any{"drafter": st.Drafter, "steps": st.Steps, "drafted": st.Drafted, "accepted": st.Accepted,
+	return map[string]any{"drafter": st.Drafter, "mode": st.Mode, "rows": st.Rows, "priced": st.Priced, "steps": st.Steps, "drafted": st.Drafted, "accepted": st.Accepted,
 		"tokens": st.Tokens, "k_steps": st.K[1:], "modeled_speedup": modeledSpeedup(st)}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/draft"
 	"github.com/lilyformac/lily/engine/sample"
 	"github.com/lilyformac/lily/engine/vision"
 )
@@ -63,6 +64,13 @@ type Description struct {
 	// why not (images then become text placeholders).
 	Vision    bool
 	VisionWhy string
+	// Rows is the most rows one step runs together, a sequence's next token and each of its
+	// drafts one row each (0: no limit of its own); drafts past it are verified at plain steps'
+	// cost. DraftCost prices the backend's steps for the drafting gate (engine/draft; nil: rows
+	// cost alike, draft.LinearCost, and the gate does not draft), DraftCostWhy says from what.
+	Rows         int
+	DraftCost    draft.Cost
+	DraftCostWhy string
 }
 
 // PrefillChunk is the largest batched prefill chunk (0: none).

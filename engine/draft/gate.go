@@ -64,6 +64,9 @@ type Gate struct {
 	Cost Cost
 	// Margin and Stretch: DefaultMargin and DefaultStretch (NewGate).
 	Margin, Stretch float64
+	// Rows is the step's row budget, the most rows the backend runs together (0 or more than
+	// MaxRows: MaxRows).
+	Rows int
 
 	groups []Group
 	seqs   []seqPlan
@@ -105,15 +108,23 @@ func (g *Gate) Choose(cands []Candidate, ks []int) []int {
 	g.prepare(cands)
 	g.plain = g.Cost.Step(g.groups)
 	g.best = plan{cost: g.plain, tokens: float64(n), rate: float64(n) / g.plain}
-	if n >= MaxRows || !(g.plain > 0) || !g.anyDraft() {
+	if n >= g.rows() || !(g.plain > 0) || !g.anyDraft() {
 		return ks
 	}
 	g.ks = append(g.ks[:0], ks...)
 	floor := g.best.rate * (1 + g.Margin)
-	if g.search(0, MaxRows-n, 0, math.Inf(1), floor, ks) {
+	if g.search(0, g.rows()-n, 0, math.Inf(1), floor, ks) {
 		g.record(cands, ks)
 	}
 	return ks
+}
+
+// rows is the row budget: Rows within 1 … MaxRows.
+func (g *Gate) rows() int {
+	if g.Rows <= 0 {
+		return MaxRows
+	}
+	return min(g.Rows, MaxRows)
 }
 
 // Planned is the last Choose's plan: its cost, plain decoding's cost for the same sequences
@@ -131,7 +142,7 @@ func (g *Gate) prepare(cands []Candidate) {
 		g.seqs = make([]seqPlan, n)
 	}
 	g.seqs = g.seqs[:n]
-	spare := max(MaxRows-n, 0)
+	spare := max(g.rows()-n, 0)
 	for i, c := range cands {
 		g.groups = append(g.groups, Group{Rows: 1, Ctx: c.Ctx})
 		s := &g.seqs[i]

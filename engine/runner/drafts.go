@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"fmt"
 	"sync/atomic"
 
@@ -39,6 +40,11 @@ func CheckDrafts(mode string) error {
 // DraftStats are the runner's drafting counters since it started.
 type DraftStats struct {
 	Drafter string
+	// Mode is the drafting mode; Rows the step's row budget the gate shares among the sequences
+	// (backend.Description.Rows); Priced what the gate prices steps by.
+	Mode   string
+	Rows   int
+	Priced string
 	// Steps are the sequence-steps that verified drafts; Drafted the tokens drafted in them,
 	// Accepted those kept; Tokens the tokens those steps gave (accepted + one each).
 	Steps, Drafted, Accepted, Tokens int64
@@ -54,8 +60,10 @@ type DraftStats struct {
 // drafting is the runner's drafting state: owned by the engine loop but for the counters.
 type drafting struct {
 	mode    string
+	priced  string // what the gate's cost is (DraftStats.Priced)
 	drafter draft.Drafter
 	gate    *draft.Gate
+	rows    int // the step's row budget (backend.Description.Rows, at most draft.MaxRows)
 	cands   []draft.Candidate
 	ks      []int
 	groups  []draft.Group
@@ -69,11 +77,16 @@ type drafting struct {
 	plainSum, costSum                atomic.Uint64 // in nanounits of the Cost
 }
 
-func newDrafting(o DraftOptions) *drafting {
+// newDrafting is the runner's drafting state over a backend described by desc: its row budget
+// (Description.Rows) and, unless o gives one, its price of a step (Description.DraftCost).
+func newDrafting(o DraftOptions, desc backend.Description) *drafting {
 	if o.Mode == DraftsOff {
 		return nil
 	}
-	d := &drafting{mode: o.Mode, drafter: o.Drafter}
+	d := &drafting{mode: o.Mode, drafter: o.Drafter, rows: draft.MaxRows}
+	if desc.Rows > 0 {
+		d.rows = min(desc.Rows, draft.MaxRows)
+	}
 	if d.mode == "" {
 		d.mode = DraftsAuto
 	}
@@ -81,10 +94,16 @@ func newDrafting(o DraftOptions) *drafting {
 		d.drafter = draft.NewSuffix(draft.SuffixOptions{})
 	}
 	cost := o.Cost
+	d.priced = "the caller's cost"
+	if cost == nil {
+		cost, d.priced = desc.DraftCost, desc.DraftCostWhy
+	}
 	if cost == nil {
 		cost = draft.LinearCost{}
+		d.priced = "rows priced alike (" + cmp.Or(desc.DraftCostWhy, desc.Name+" runs a step's rows one after another") + "): the gate does not draft"
 	}
 	d.gate = draft.NewGate(cost)
+	d.gate.Rows = d.rows
 	return d
 }
 
@@ -113,7 +132,7 @@ func (d *drafting) plan(decoding []*seq, extra int) bool {
 		return false
 	}
 	d.cands = d.cands[:0]
-	spare := draft.MaxRows - len(decoding) - extra
+	spare := d.rows - len(decoding) - extra
 	for _, s := range decoding {
 		s.draft.prop = draft.Proposal{}
 		var p draft.Proposal
@@ -188,7 +207,7 @@ func (d *drafting) stats() DraftStats {
 	if d == nil {
 		return DraftStats{}
 	}
-	st := DraftStats{Drafter: d.drafter.Name(), Steps: d.steps.Load(), Drafted: d.drafted.Load(), Accepted: d.accepted.Load(), Tokens: d.tokens.Load(),
+	st := DraftStats{Drafter: d.drafter.Name(), Mode: d.mode, Rows: d.rows, Priced: d.priced, Steps: d.steps.Load(), Drafted: d.drafted.Load(), Accepted: d.accepted.Load(), Tokens: d.tokens.Load(),
 		PlainCost: float64(d.plainSum.Load()) / 1e9, Cost: float64(d.costSum.Load()) / 1e9}
 	for i := range st.K {
 		st.K[i] = d.k[i].Load()
@@ -218,7 +237,7 @@ func (d *drafting) deviceToken(s *seq, ss []*seq, id int) bool {
 	if _, ok := s.sess.(backend.Verifier); !ok {
 		return false
 	}
-	sd.next = sd.stream.Draft(draft.MaxRows - len(ss))
+	sd.next = sd.stream.Draft(d.rows - len(ss))
 	sd.shadow.Offer(sd.next)
 	if d.mode != DraftsAuto || len(sd.next.Tokens) == 0 {
 		return false

@@ -150,7 +150,7 @@ func New(b backend.Backend, o Options) *Runner {
 		o.CheckpointEvery = 0
 	}
 	r := &Runner{b: b, cache: prefixcache.NewCache(o.CacheBytes), slice: o.PrefillSlice, every: o.CheckpointEvery, parallel: max(o.Parallel, 1), ctxLength: o.Context, hold: o.Hold,
-		drafts: newDrafting(o.Drafts)}
+		drafts: newDrafting(o.Drafts, b.Describe())}
 	if codec, ok := b.(backend.Persistent); ok && o.Disk != nil {
 		r.disk, r.codec = o.Disk, codec
 	}

@@ -145,6 +145,7 @@ type Step struct {
 	// embedding's: a step over several rows (BatchModel) reads the experts its rows route to and
 	// one embedding row per token, where it reads every other weight once.
 	routed, embed []int
+	rings         []ringSet // Options.Verify: each DeltaNet layer's state, window and rings
 }
 
 // weightSrc fills one Weights buffer from a loaded checkpoint.
@@ -437,6 +438,7 @@ func Build(c *config.Config, o Options) (*Step, error) {
 	pl := b.selection(b.head())
 	b.logprobs(pl)
 	b.commits()
+	b.s.rings = b.rings
 	if err := b.p.Validate(); err != nil {
 		return nil, err
 	}
@@ -760,6 +762,19 @@ func (s *Step) PerRow() []int {
 		}
 	}
 	return out
+}
+
+// GroupRows is the PerRow buffers a verify group's later rows use (Options.Verify): every one
+// but the DeltaNet layers' states and conv windows, which only a group's first row holds (the
+// group forms read them there and leave the later rows' alone). A backend gives a group's later
+// rows its first row's values of these (the block table, rotary offsets, step entry, sampler
+// rows) for the step and puts back what those rows held afterwards.
+func (s *Step) GroupRows() []int {
+	recurrent := map[int]bool{}
+	for _, r := range s.rings {
+		recurrent[r.window], recurrent[r.state] = true, true
+	}
+	return slices.DeleteFunc(s.PerRow(), func(b int) bool { return recurrent[b] })
 }
 
 func kvBits(b int) int {

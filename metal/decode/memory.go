@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/metal/kernels"
 	"github.com/lilyformac/lily/metal/plan"
 )
 
@@ -21,8 +22,12 @@ type Memory struct {
 	// RowScratch is the part of Scratch the decode step itself binds (its activations, logits,
 	// sampler buffers; not a prefill chunk's): what each row of a multi-row step holds.
 	RowScratch int64 `json:"row_scratch_bytes"`
-	KVBits     int   `json:"kv_bits"`           // the KV cache's format (16 or 8)
-	PageSize   int   `json:"kv_page_positions"` // positions per page of the KV pool
+	// Ring is what a row of a multi-row step records for verifying drafts (Options.Verify: each
+	// DeltaNet layer's conv input and recurrence inputs, kept until the commit): 1.7 MB at
+	// production, held once per row for every multi-row plan (the rings are shared scratch).
+	Ring     int64 `json:"verify_ring_bytes_per_row"`
+	KVBits   int   `json:"kv_bits"`           // the KV cache's format (16 or 8)
+	PageSize int   `json:"kv_page_positions"` // positions per page of the KV pool
 }
 
 // reserve is device memory left to Metal itself (pipelines, command buffers, the OS's own use
@@ -41,7 +46,7 @@ func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 	if err != nil {
 		return Memory{}, err
 	}
-	m := Memory{KVBits: s.KVBits, PageSize: s.Attn.PageSize}
+	m := Memory{KVBits: s.KVBits, PageSize: s.Attn.PageSize, Ring: ringRow(c)}
 	row := s.stepBuffers()
 	for i, b := range s.Plan.Buffers {
 		switch b.Kind {
@@ -59,6 +64,19 @@ func MemoryOfChunked(c *config.Config, kvBits, chunk int) (Memory, error) {
 		}
 	}
 	return m, nil
+}
+
+// ringRow is the bytes a verify row records (Memory.Ring): every DeltaNet layer's conv input
+// (kernels.Conv1DVerifyBuffers' ring) and its recurrence's inputs (GDNShape.RingLen), float32.
+func ringRow(c *config.Config) int64 {
+	gs := kernels.GDNShape{HK: c.LinearKeyHeads, HV: c.LinearValueHeads, DK: c.LinearKeyDim, DV: c.LinearValueDim}
+	var n int64
+	for _, l := range c.Layers {
+		if l == config.LinearAttention {
+			n += 4 * int64(gs.Channels()+gs.RingLen())
+		}
+	}
+	return n
 }
 
 // stepBuffers are the buffers the decode step's own dispatches bind (those of its modes, not a
@@ -103,10 +121,13 @@ func (m Memory) Pages(workingSet int64, pageSize int) int {
 
 // PagesBeside is how many KV pages of pageSize positions fit in workingSet bytes beside the
 // weights, the scratch and n sequences' state: a multi-row step holds each row's DeltaNet state,
-// conv windows and own scratch (RowScratch), and the rest of the scratch (a prefill chunk's
-// activations) once.
+// conv windows and own scratch (RowScratch) and, with two or more rows, its verify ring (Ring),
+// and the rest of the scratch (a prefill chunk's activations) once.
 func (m Memory) PagesBeside(workingSet int64, pageSize, n int) int {
 	room := workingSet - reserve - m.Weights - m.Scratch - int64(n)*m.State - int64(n-1)*m.RowScratch
+	if n >= 2 {
+		room -= int64(n) * m.Ring
+	}
 	if room <= 0 || m.KVPerPosition <= 0 {
 		return 0
 	}

@@ -53,6 +53,25 @@ func TestVerifyPlan(t *testing.T) {
 		t.Fatalf("rings of %d bytes, want %d", rings, want)
 	}
 	t.Logf("%d rows: rings %.1f MB", R, float64(rings)/1e6)
+	m, err := MemoryOf(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Ring*R != rings {
+		t.Fatalf("the memory plan counts %d bytes of rings a row, the plan's %d rows hold %d", m.Ring, R, rings)
+	}
+	ws := int64(64 << 30)
+	room := ws - reserve - m.Weights - m.Scratch - R*m.State - (R-1)*m.RowScratch - R*m.Ring
+	if got, want := m.PagesBeside(ws, m.PageSize, R), int(room/(m.KVPerPosition*int64(m.PageSize))); got != want {
+		t.Fatalf("%d KV pages beside %d rows and their rings, want %d", got, R, want)
+	}
+	// A group's later rows are lent every per-row buffer but the DeltaNet states and windows.
+	lent := v.GroupRows()
+	for _, i := range v.PerRow() {
+		if recurrent := v.Plan.Buffers[i].Kind == plan.State && v.Plan.Buffers[i].Name != "rope.off"; recurrent == slices.Contains(lent, i) {
+			t.Fatalf("per-row buffer %s: lent %v", v.Plan.Buffers[i].Name, !recurrent)
+		}
+	}
 	bufs := map[int][]byte{}
 	for i, b := range v.Plan.Buffers {
 		if b.Kind != plan.KVCache {

@@ -64,8 +64,9 @@ func TestPoolPagesParallel(t *testing.T) {
 	const ctx, ps = 65536, decode.DefaultPageSize
 	page := int64(ps) * mem.KVPerPosition
 	session, each := ctx/ps+1, decode.ParallelContext/ps+1
-	// room for four sequences' states and rows of scratch and ten pages more than their pool
-	ws := 512<<20 + mem.Weights + mem.Scratch + 3*mem.RowScratch + 4*mem.State + int64(4*each+10)*page
+	// room for four sequences' states, rows of scratch and verify rings, and ten pages more than
+	// their pool
+	ws := 512<<20 + mem.Weights + mem.Scratch + 3*mem.RowScratch + 4*mem.State + 4*mem.Ring + int64(4*each+10)*page
 	for _, tc := range []struct {
 		name string
 		o    GPUOptions

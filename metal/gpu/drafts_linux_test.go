@@ -8,18 +8,17 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lilyformac/lily/engine/draft"
 	"github.com/lilyformac/lily/engine/runner"
 	"github.com/lilyformac/lily/engine/sample"
 )
 
 // TestDraftsOnEmu: on the emulated GPU, two requests at once (greedy, and seeded T 0.8 with
 // top-p, a penalty and logprobs), both biased to repeat, give the same tokens and logprobs with
-// drafts always verified (Session.Verify and Keep) as with drafting off, and drafts were
-// accepted.
+// drafts always verified (as groups of rows of the multi-row steps, then Keep) as with drafting
+// off, and drafts were accepted.
 func TestDraftsOnEmu(t *testing.T) {
 	_, w := goldenWeights(t, "../../testdata/golden/tiny-b")
-	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 96, Parallel: 2}})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: 96, Parallel: 4}})
 	defer e.Close()
 	seed := uint64(3)
 	bias := map[int]float32{17: 20, 93: 20}
@@ -50,35 +49,24 @@ func TestDraftsOnEmu(t *testing.T) {
 		return res, r.DraftStats()
 	}
 	plain, _ := run(runner.DraftsOff)
+	steps, rows := e.Batched()
 	drafted, st := run(runner.DraftsAlways)
+	steps2, rows2 := e.Batched()
 	for i := range reqs {
 		if !slices.Equal(plain[i].ids, drafted[i].ids) || !slices.Equal(plain[i].lps, drafted[i].lps) {
 			t.Errorf("request %d: with drafts %v %v, without %v %v", i, drafted[i].ids, drafted[i].lps, plain[i].ids, plain[i].lps)
 		}
 	}
-	t.Logf("drafts: %+v", st)
-	if st.Accepted == 0 {
-		t.Errorf("no draft accepted: %+v", st)
+	t.Logf("drafts: %+v; %d multi-row steps of %d rows (off: %d of %d)", st, steps2-steps, rows2-rows, steps, rows)
+	if st.Accepted == 0 || rows2-rows <= 2*(steps2-steps) {
+		t.Errorf("no draft accepted, or none verified in multi-row steps: %+v", st)
 	}
 }
 
-// cheapRows prices a step as if a sequence's extra rows cost a twentieth of its first: the cost
-// gate then drafts wherever the drafter's estimates promise anything (a stand-in for the multi-row
-// verify, which the GPU backend does not have yet: its rows cost what plain steps do).
-type cheapRows struct{}
-
-func (cheapRows) Step(groups []draft.Group) float64 {
-	c := 0.0
-	for _, g := range groups {
-		c += 1 + 0.05*float64(g.Rows-1)
-	}
-	return c
-}
-
-// TestDraftsAutoEndsBursts: with drafting auto under a cost that favours it, a request on the
-// emulated GPU starts on the device (a burst), the burst ends once the drafter has a proposal
-// worth verifying, drafts are verified and accepted on the host's steps, and the tokens are those
-// of drafting off.
+// TestDraftsAutoEndsBursts: with drafting auto, priced by the backend's own cost (the plan's
+// model of grouped rows), a request on the emulated GPU starts on the device (a burst), the burst
+// ends once the drafter has a proposal worth verifying, drafts are verified in multi-row steps
+// and accepted, and the tokens are those of drafting off.
 func TestDraftsAutoEndsBursts(t *testing.T) {
 	_, w := goldenWeights(t, "../../testdata/golden/tiny-b")
 	n := 0
@@ -95,9 +83,11 @@ func TestDraftsAutoEndsBursts(t *testing.T) {
 	}
 	plain, _ := gen(runner.DraftOptions{Mode: runner.DraftsOff})
 	n = 0
-	got, st := gen(runner.DraftOptions{Mode: runner.DraftsAuto, Cost: cheapRows{}})
-	t.Logf("%d bursts; drafts %+v", n, st)
-	if !slices.Equal(got, plain) || n == 0 || st.Accepted == 0 {
+	before, _ := e.Batched()
+	got, st := gen(runner.DraftOptions{Mode: runner.DraftsAuto})
+	steps, _ := e.Batched()
+	t.Logf("%d bursts, %d multi-row steps; drafts %+v", n, steps-before, st)
+	if !slices.Equal(got, plain) || n == 0 || st.Accepted == 0 || steps == before || e.Describe().DraftCost == nil {
 		t.Fatalf("auto %v (%d bursts, %+v), off %v", got, n, st, plain)
 	}
 }

@@ -167,6 +167,9 @@ func (e *GPU) laneFor(ss []*Session) (*lane, error) {
 		if bad == nil && s.lane == nil {
 			bad = errClosed
 		}
+		if bad == nil && s.verify != nil {
+			bad = errUnkept
+		}
 		if bad == nil && s.pos == 0 {
 			bad = errors.New("gpu: no prompt to generate from (feed it with Forward first)")
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lilyformac/lily/engine/backend"
 	"github.com/lilyformac/lily/engine/config"
+	"github.com/lilyformac/lily/engine/draft"
 	"github.com/lilyformac/lily/engine/model"
 	"github.com/lilyformac/lily/internal/hostmem"
 	"github.com/lilyformac/lily/metal/decode"
@@ -59,6 +60,8 @@ type GPU struct {
 
 	closeDev func()      // releases the device, when the backend made it (NewMetal); nil otherwise
 	budget   exec.Budget // every executor's
+	cost     draft.Cost  // the drafting gate's price of a step (draftCost), and from what
+	costWhy  string
 }
 
 // GPUOptions configure NewGPU.
@@ -134,6 +137,7 @@ func newGPU(name string, w *model.Weights, dev exec.Device, d Device, o GPUOptio
 		shared.views = step.Views(w) // quantized tensors served from the mapped checkpoint, no copy
 	}
 	e := &GPU{name: name, w: w, step: step, dev: shared, size: sz, pages: newPagePool(step.Attn.Pages), kv: map[int][]byte{}, budget: o.Budget}
+	e.cost, e.costWhy = draftCost(step, len(multi)-1, d)
 	if len(multi) > 0 {
 		if e.rows, err = e.newRowSet(multi); err != nil {
 			shared.freeWeights()
@@ -184,7 +188,10 @@ func (e *GPU) Describe() backend.Description {
 	s := e.size
 	d := backend.Description{Name: e.name, Context: e.step.MaxCtx, ContextWhy: s.ContextWhy, Parallel: s.Parallel, ParallelWhy: s.ParallelWhy,
 		PrefillChunks: e.step.Chunks, PrefillSlice: s.Slice, PrefillRoute: s.Route.String(), PrefillRouteWhy: s.RouteWhy,
-		Vision: e.step.Images}
+		Vision: e.step.Images, Rows: 1, DraftCost: e.cost, DraftCostWhy: e.costWhy}
+	if e.rows != nil {
+		d.Rows = len(e.rows.ones)
+	}
 	if !d.Vision {
 		d.VisionWhy = cmp.Or(e.w.Config.VisionOff, ErrNoImages.Error())
 	}
@@ -336,7 +343,7 @@ func (s *Session) Close() {
 // Save copies the session's recurrent state (GDN states, conv windows, step buffer) into host
 // memory; the snapshot shares the session's KV pages.
 func (s *Session) Save() (backend.Snapshot, error) {
-	if err := s.lock(); err != nil { // no step writes the buffers while they are copied
+	if err := s.lockKept(); err != nil { // no step writes the buffers while they are copied
 		return nil, err
 	}
 	defer s.e.mu.Unlock()

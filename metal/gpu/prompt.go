@@ -83,7 +83,7 @@ func (s *Session) pieceOf(tokens []int, images []backend.Image) (piece, int, err
 // embeddings and every token takes its multimodal rotary position (a plan without images
 // refuses them: ErrNoImages).
 func (s *Session) ForwardImages(tokens []int, images []backend.Image, all bool) ([][]float32, error) {
-	if err := s.lock(); err != nil {
+	if err := s.lockKept(); err != nil {
 		return nil, err
 	}
 	defer s.e.mu.Unlock()
@@ -257,18 +257,47 @@ func (s *Session) setDelta(delta int) {
 	}
 }
 
-// verifying is a Verify awaiting its Keep: the position and recurrent state before it (host
-// copies of the state buffers, as StateSpans lists them without the KV pool) and its tokens.
+// verifying is a Verify awaiting its Keep: the position before it, its tokens, and either the
+// recurrent state before it (state: host copies of the state buffers as StateSpans lists them
+// without the KV pool; Session.Verify) or the multi-row step that verified them as a group (rows:
+// stepRows), which left the DeltaNet states and conv windows as they were and recorded its rows
+// in the rings.
 type verifying struct {
-	pos    int
-	state  [][]byte
-	tokens piece
+	pos   int
+	ids   []int
+	state [][]byte
+	rows  *verifyRows
 }
+
+// verifyRows is where a multi-row step verified a session's group: the lane, the group's first
+// row and the rows' epoch then (rowSet.epoch), and the step entry each of its rows left.
+type verifyRows struct {
+	lane    *lane
+	row     int
+	epoch   int64
+	entries []byte
+}
+
+// lockKept is lock for a step or a save, which must wait for the Keep of a Verify.
+func (s *Session) lockKept() error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	if s.verify != nil {
+		s.e.mu.Unlock()
+		return errUnkept
+	}
+	return nil
+}
+
+// errUnkept is the answer to stepping or saving a session whose verified drafts await their Keep.
+var errUnkept = errors.New("gpu: the session's verified drafts await their Keep")
 
 // Verify consumes tokens (a sequence's next token and drafts after it) one at a time through the
 // decode step and returns the logits after each (backend.Verifier): each row is the one-row
 // decode step's at that position. The recurrent state before it is copied to the host until
-// Keep. This is the correct, not the fast, way: its rows cost what plain steps do.
+// Keep. This is the correct, not the fast, way (its rows cost what plain steps do): StepRows
+// verifies a Verify row as a group of rows of a multi-row step where the session lives in a row.
 func (s *Session) Verify(tokens []int) ([][]float32, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
@@ -281,7 +310,7 @@ func (s *Session) Verify(tokens []int) ([][]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &verifying{pos: s.pos, tokens: p}
+	v := &verifying{pos: s.pos, ids: slices.Clone(tokens)}
 	s.e.step.StateSpans(s.pos, nil, func(buf int, off, n int64) {
 		v.state = append(v.state, slices.Clone(s.x.Bytes(buf)[off:off+n]))
 	})
@@ -297,9 +326,12 @@ func (s *Session) Verify(tokens []int) ([][]float32, error) {
 	return out, nil
 }
 
-// Keep leaves the session as if it had consumed only the first n tokens of the last Verify: the
-// recurrent state is restored from before it and the n tokens are fed again through the decode
-// step (its KV rows past them are rewritten when the sequence gets there).
+// Keep leaves the session as if it had consumed only the first n tokens of the last Verify. After
+// a multi-row step's group the commit kernels replay the kept rows from the rings into the states
+// (ModeCommit) while no other multi-row step has run since; otherwise the recurrent state is the
+// one before the Verify (restored from the host copy, or left so by the group) and the n tokens
+// are fed again through the decode step. Either way the state is plain decoding's, bit for bit
+// (the KV rows past the kept tokens are rewritten when the sequence gets there).
 func (s *Session) Keep(n int) error {
 	if err := s.lock(); err != nil {
 		return err
@@ -309,24 +341,56 @@ func (s *Session) Keep(n int) error {
 	if v == nil {
 		return errors.New("gpu: Keep without a Verify")
 	}
-	if n < 1 || n > v.tokens.len() {
-		return fmt.Errorf("gpu: keep %d of %d verified tokens", n, v.tokens.len())
+	if n < 1 || n > len(v.ids) {
+		return fmt.Errorf("gpu: keep %d of %d verified tokens", n, len(v.ids))
 	}
 	s.verify = nil
-	if n == v.tokens.len() {
+	switch {
+	case v.rows != nil && len(v.ids) == 1:
+		return nil // a group of one row: a plain step, its state written
+	case v.rows != nil && v.rows.epoch == s.e.rows.epoch && s.row == v.rows.row:
+		return s.commit(v, n)
+	case v.rows == nil && n == len(v.ids):
 		return nil
 	}
 	i := 0
 	s.e.step.StateSpans(v.pos, nil, func(buf int, off, _ int64) {
-		copy(s.x.Bytes(buf)[off:], v.state[i])
+		if v.state != nil {
+			copy(s.x.Bytes(buf)[off:], v.state[i])
+		}
 		i++
 	})
 	s.pos = v.pos
+	p, _, err := s.pieceOf(v.ids[:n], nil)
+	if err != nil {
+		return err
+	}
 	defer func() { s.x.Mode = decode.ModeGreedy }()
 	for j := range n {
-		if err := s.token(v.tokens.sub(j, j+1), false); err != nil {
+		// The last through the greedy mode, which leaves the step entry a plain step leaves.
+		if err := s.token(p.sub(j, j+1), j == n-1); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// commit keeps n rows of the session's verify group: one ModeCommit step of the lane that ran it
+// replays them into the row's DeltaNet states and conv windows (every other row keeps 0), and the
+// session's step entry becomes the one its last kept row left, as n plain steps would have.
+func (s *Session) commit(v *verifying, n int) error {
+	l, st := v.rows.lane, v.rows.lane.st
+	keep := make([]uint32, st.Rows)
+	keep[v.rows.row] = uint32(n)
+	copy(l.x.Bytes(st.Keep), decode.BytesOf(keep))
+	l.x.Mode = decode.ModeCommit
+	err := l.x.Step()
+	l.x.Mode = decode.ModeGreedy
+	clear(l.x.Bytes(st.Keep))
+	if err != nil {
+		return fmt.Errorf("gpu: keeping %d verified rows at position %d: %w", n, v.pos, err)
+	}
+	s.pos = v.pos + n
+	copy(s.x.Bytes(s.e.step.StepBuf), v.rows.entries[8*(n-1):8*n])
 	return nil
 }

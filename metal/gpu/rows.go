@@ -26,7 +26,11 @@ type rowSet struct {
 	owner []*Session  // owner[r]: the session living in row r; nil: free (GPU.poolMu)
 	multi []*lane     // multi[R]: the R-row plan's lane over rows 0 … R−1, R ≥ 2 (StepRows, ContinueRows)
 	bufs  []rowBuffer // the per-row buffers
+	group []rowBuffer // the per-row buffers a verify group's later rows use (decode.Step.GroupRows)
 	tmp   []byte      // a row of the largest per-row buffer, for swapping two rows
+	// epoch counts the multi-row steps begun (arrangeAt): a verify step's rings are the last
+	// step's, which a Keep replays only while the epoch is still the verify step's.
+	epoch int64
 
 	steps, rowsRun atomic.Int64 // multi-row steps run, and their rows (Batched)
 }
@@ -57,14 +61,15 @@ func (d rowDevice) Alloc(b plan.Buffer) (exec.Memory, error) {
 
 // multiSteps builds the multi-row plans for parallel sequences next to the one-row step (same
 // context, KV format and pool): out[R] for R = 2 … parallel; none when parallel is 1 or more
-// than a multi-row step advances.
+// than a multi-row step advances. They take verify groups (decode.Options.Verify): R rows are R
+// sequences, or fewer with their drafts.
 func multiSteps(one *decode.Step, parallel int) ([]*decode.Step, error) {
 	if parallel < 2 || parallel > decode.MaxRows {
 		return nil, nil
 	}
 	out := make([]*decode.Step, parallel+1)
 	for R := 2; R <= parallel; R++ {
-		st, err := decode.Build(one.Config, decode.Options{MaxCtx: one.MaxCtx, KVBits: one.KVBits, PageSize: one.Attn.PageSize, Pages: one.Attn.Pages, Rows: R})
+		st, err := decode.Build(one.Config, decode.Options{MaxCtx: one.MaxCtx, KVBits: one.KVBits, PageSize: one.Attn.PageSize, Pages: one.Attn.Pages, Rows: R, Verify: true})
 		if err != nil {
 			return nil, fmt.Errorf("gpu: the %d-row step: %w", R, err)
 		}
@@ -94,6 +99,11 @@ func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 		largest = max(largest, b.Size)
 	}
 	rs.tmp = make([]byte, largest)
+	if n >= 2 {
+		for _, i := range steps[2].GroupRows() {
+			rs.group = append(rs.group, e.dev.rows[steps[2].Plan.Buffers[i].Name])
+		}
+	}
 	for r := range n {
 		l, err := e.newLane(rowDevice{e.dev, r, 1}, e.step, r)
 		if err != nil {
@@ -108,6 +118,7 @@ func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 			rs.close(e.dev)
 			return nil, fmt.Errorf("gpu: the %d-row step: %w", R, err)
 		}
+		copy(l.x.Bytes(l.st.Groups), decode.BytesOf(repeatOne(R))) // every row alone: the plain step
 		rs.multi[R] = l
 	}
 	return rs, nil
@@ -174,51 +185,141 @@ func (e *GPU) StepRows(rows []backend.Row) []backend.RowResult {
 	return out
 }
 
-// stepRows runs the rows it can batch through the multi-row plan of their number and returns
-// their indices (none when fewer than two can be).
+// stepRows runs the rows it can batch through the multi-row plan of their rows' number and
+// returns their indices (none when fewer than two rows can be). A Verify row takes a group of
+// consecutive rows, its session's own and one for each draft (verify below).
 func (e *GPU) stepRows(rows []backend.Row, out []backend.RowResult) []int {
 	if e.rows == nil {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var idx []int
-	var ss []*Session
+	var gs []group
+	R := 0
 	for i, r := range rows {
-		if s := e.batchable(r); s != nil {
-			idx, ss = append(idx, i), append(ss, s)
+		if s := e.batchable(r); s != nil && R+len(r.Tokens) < len(e.rows.multi) {
+			gs = append(gs, group{i: i, s: s, tokens: r.Tokens, verify: r.Verify})
+			R += len(r.Tokens)
 		}
 	}
-	if len(ss) < 2 {
+	if R < 2 {
 		return nil
 	}
-	e.arrange(ss)
-	R := len(ss)
-	l := e.rows.multi[R]
+	l := e.arrangeGroups(gs)
+	err := e.runGroups(l, gs)
+	idx := make([]int, len(gs))
+	for j, g := range gs {
+		idx[j] = g.i
+		if err != nil {
+			out[g.i].Err = fmt.Errorf("gpu: a %d-row step at position %d: %w", R, g.s.pos, err)
+			continue
+		}
+		out[g.i] = g.result(l)
+	}
+	return idx
+}
+
+// group is a batched row: a session's next token, and its drafts when it verifies them, on rows
+// first … first+len(tokens)−1 of the step.
+type group struct {
+	i      int // the row's index in StepRows' rows
+	s      *Session
+	tokens []int
+	verify bool
+	first  int
+}
+
+// arrangeGroups gives each group its first row (in gs' order, each after the one before and its
+// drafts), moves the sessions there and returns the lane of the step's rows. The caller holds
+// the step lock.
+func (e *GPU) arrangeGroups(gs []group) *lane {
+	// Sessions in row order: a step of the same sessions as the last one moves none.
+	slices.SortStableFunc(gs, func(a, b group) int { return a.s.row - b.s.row })
+	ss := make([]*Session, len(gs))
+	at := make([]int, len(gs))
+	R := 0
+	for j := range gs {
+		gs[j].first, ss[j], at[j] = R, gs[j].s, R
+		R += len(gs[j].tokens)
+	}
+	e.arrangeAt(ss, at)
+	return e.rows.multi[R]
+}
+
+// runGroups runs one step of l over gs: each row's step entry, each group's row count, and a
+// verifying group's later rows lent its first row's inputs (lend) for the step.
+func (e *GPU) runGroups(l *lane, gs []group) error {
+	R := l.st.Rows
 	entries := make([]uint32, 0, 2*R)
-	for i, s := range ss {
-		entries = append(entries, uint32(s.pos), uint32(rows[idx[i]].Tokens[0]))
+	counts := make([]uint32, R)
+	for _, g := range gs {
+		counts[g.first] = uint32(len(g.tokens))
+		for j, id := range g.tokens {
+			entries = append(entries, uint32(g.s.pos+j), uint32(id))
+		}
+	}
+	var back func()
+	for _, g := range gs {
+		if len(g.tokens) > 1 {
+			back = e.rows.lend(g.first, len(g.tokens), back)
+		}
 	}
 	copy(l.x.Bytes(l.st.StepBuf), decode.BytesOf(entries))
+	copy(l.x.Bytes(l.st.Groups), decode.BytesOf(counts))
 	l.x.Mode = decode.ModeGreedy // the logits are what a row's caller reads; ContinueRows may have left another mode
 	err := l.x.Step()
+	copy(l.x.Bytes(l.st.Groups), decode.BytesOf(repeatOne(R))) // every row alone again: the plain step ContinueRows runs
+	for j := range gs {
+		gs[j].verified(l, err)
+	}
+	if back != nil {
+		back()
+	}
 	if err == nil {
 		e.rows.steps.Add(1)
 		e.rows.rowsRun.Add(int64(R))
 	}
-	var logits [][]float32
-	if err == nil {
-		logits = l.rowLogits()
+	return err
+}
+
+// verified advances the group's session past the step: by its one token, or by the group's
+// tokens held until its Keep (verifying), with the step entry each row left.
+func (g group) verified(l *lane, err error) {
+	if err != nil {
+		return
 	}
-	for i, s := range ss {
-		if err != nil {
-			out[idx[i]].Err = fmt.Errorf("gpu: a %d-row step at position %d: %w", R, s.pos, err)
-			continue
+	s := g.s
+	if g.verify {
+		step := l.x.Bytes(l.st.StepBuf)
+		s.verify = &verifying{pos: s.pos, ids: slices.Clone(g.tokens), rows: &verifyRows{lane: l, row: g.first, epoch: s.e.rows.epoch,
+			entries: slices.Clone(step[8*g.first : 8*(g.first+len(g.tokens))])}}
+	}
+	s.pos += len(g.tokens)
+}
+
+// result is the group's logits after the step: its last row's, and every row's when it verifies.
+func (g group) result(l *lane) backend.RowResult {
+	V := l.st.Config.VocabSize
+	all := decode.FloatsOf(l.x.Bytes(l.st.Logits))
+	row := func(r int) []float32 { return slices.Clone(all[r*V : (r+1)*V]) }
+	n := len(g.tokens)
+	res := backend.RowResult{Logits: row(g.first + n - 1)}
+	if g.verify {
+		for r := range n - 1 {
+			res.Rows = append(res.Rows, row(g.first+r))
 		}
-		out[idx[i]].Logits = logits[i]
-		s.pos++
+		res.Rows = append(res.Rows, res.Logits)
 	}
-	return idx
+	return res
+}
+
+// repeatOne is n ones: every row a group of one.
+func repeatOne(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
 }
 
 // Batched is how many multi-row steps ran, and their rows (backend.Backend).
@@ -229,19 +330,23 @@ func (e *GPU) Batched() (steps, rows int64) {
 	return e.rows.steps.Load(), e.rows.rowsRun.Load()
 }
 
-// batchable is r's session when a multi-row step can run r: one valid token of a live session of
-// this backend that lives in a row and has a page for its next position (which it takes here).
-// The caller holds the step lock.
+// batchable is r's session when a multi-row step can run r: a live session of this backend
+// that lives in a row, with no drafts awaiting their Keep, and one valid token (a Verify row:
+// its next token and drafts) at positions it has pages for (which it takes here). The caller
+// holds the step lock.
 func (e *GPU) batchable(r backend.Row) *Session {
 	if len(r.Images) > 0 {
 		return nil // an image row: its session's ForwardImages runs it
 	}
 	s, ok := r.Session.(*Session)
-	if !ok || s.e != e || s.err != nil || s.lane == nil || s.row < 0 || len(r.Tokens) != 1 {
+	n := len(r.Tokens)
+	if !ok || s.e != e || s.err != nil || s.lane == nil || s.row < 0 || s.verify != nil || n == 0 || n > 1 && !r.Verify {
 		return nil
 	}
-	if id := r.Tokens[0]; id < 0 || id >= e.w.Config.VocabSize || s.pos >= e.step.MaxCtx || s.ensure(s.pos) != nil {
-		return nil // Forward reports why
+	for j, id := range r.Tokens {
+		if id < 0 || id >= e.w.Config.VocabSize || s.pos+j >= e.step.MaxCtx || s.ensure(s.pos+j) != nil {
+			return nil // Forward or Verify reports why
+		}
 	}
 	return s
 }
@@ -249,10 +354,51 @@ func (e *GPU) batchable(r backend.Row) *Session {
 // arrange moves ss into rows 0 … len(ss)−1, in order, for a multi-row step over them. The caller
 // holds the step lock.
 func (e *GPU) arrange(ss []*Session) {
+	at := make([]int, len(ss))
+	for i := range at {
+		at[i] = i
+	}
+	e.arrangeAt(ss, at)
+}
+
+// arrangeAt moves each ss[i] into row at[i] (increasing). A multi-row step follows, which
+// overwrites the verify rings: the rows' epoch moves on (Keep). The caller holds the step lock.
+func (e *GPU) arrangeAt(ss []*Session, at []int) {
 	e.poolMu.Lock()
 	defer e.poolMu.Unlock()
+	e.rows.epoch++
 	for i, s := range ss {
-		e.rows.move(s, i)
+		e.rows.move(s, at[i])
+	}
+}
+
+// lend gives rows first+1 … first+n−1 row first's values of the buffers a verify group's later
+// rows use (decode.Step.GroupRows: its block table, rotary offsets, step entry and sampler rows)
+// for a step, and returns a func that puts back what they held, then calls back (when not nil).
+// The rows' DeltaNet states stay those of the sessions living there: the group forms leave them.
+func (rs *rowSet) lend(first, n int, back func()) func() {
+	var saved [][]byte
+	for _, b := range rs.group {
+		all := b.mem.Bytes()
+		src := all[int64(first)*b.row : int64(first+1)*b.row]
+		for r := first + 1; r < first+n; r++ {
+			dst := all[int64(r)*b.row : int64(r+1)*b.row]
+			saved = append(saved, slices.Clone(dst))
+			copy(dst, src)
+		}
+	}
+	return func() {
+		i := 0
+		for _, b := range rs.group {
+			all := b.mem.Bytes()
+			for r := first + 1; r < first+n; r++ {
+				copy(all[int64(r)*b.row:int64(r+1)*b.row], saved[i])
+				i++
+			}
+		}
+		if back != nil {
+			back()
+		}
 	}
 }
 

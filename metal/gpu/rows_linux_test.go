@@ -195,7 +195,9 @@ func TestStepRowsMatchAlone(t *testing.T) {
 			}
 		}
 		if len(inRows) >= 2 {
-			for i, s := range inRows {
+			// In rows 0 … n−1, in the order of the rows they lived in (so a step of the sessions
+			// the last one ran moves none).
+			for i, s := range slices.SortedFunc(slices.Values(inRows), func(a, b *Session) int { return a.row - b.row }) {
 				if s.row != i {
 					t.Fatalf("a batched session is in row %d, want %d", s.row, i)
 				}
@@ -208,8 +210,8 @@ func TestStepRowsMatchAlone(t *testing.T) {
 		step([]*live{a, b, c}, nil, 0)
 	}
 	b.s.Close()
-	step([]*live{c, a}, nil, 0) // c swaps rows with a, which moves on into b's free row
-	d := start(3, 2)            // the free row, 2
+	step([]*live{c, a}, nil, 0) // a stays in row 0, c moves into b's free row 1
+	d := start(3, 2)            // the free row, 2 (c's before)
 	step([]*live{c, a}, d, 4)   // d prefills beside them
 	step([]*live{d, c, a}, nil, 0)
 	x := start(4, 6) // beyond the three rows: its own executor
