@@ -28,7 +28,7 @@ func lengthBucket(n int) int {
 var priorAccept = [lengthBuckets]float64{0.05, 0.08, 0.12, 0.16, 0.20}
 
 const (
-	priorWeight = 8    // the prior counts as this many verified tokens of the bucket
+	priorWeight = 4    // the prior counts as this many verified tokens of the bucket
 	slotWeight  = 4    // a draft position's own count shrinks toward its bucket's by this many
 	horizon     = 1024 // a bucket's counts halve beyond this many verified tokens, to follow the traffic
 	slots       = 16   // draft positions learnt apart; later ones share the last

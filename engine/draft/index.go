@@ -212,3 +212,35 @@ func (c *index) follow(p int64, k int) []int {
 	}
 	return out
 }
+
+// agreement counts the occurrences of the context m matched — the positions before `before`
+// whose tokens match q's end at qp for min(m.n, longKey) tokens, as far as a chain's probes
+// reach — and how many of them go on with the token m goes on with (at least 1 of 1: m's own).
+func agreement(q *index, qp int64, c *index, before int64, m match) (seen, same int) {
+	need := min(m.n, longKey)
+	ch := &c.chains[1]
+	if need == longKey {
+		ch = &c.chains[0]
+	}
+	if need < ch.k || qp-int64(ch.k)+1 < q.lo() {
+		return 1, 1
+	}
+	next := c.at(m.pos + 1)
+	b := q.hash(ch.k, qp) >> (64 - ch.bits)
+	last, lo, newer := c.n-1, c.lo(), c.n
+	for v, probes := ch.head[b], 0; v != 0 && probes < maxProbes; probes++ {
+		p := last - int64(uint32(last+1)-v)
+		if p < lo || p >= newer {
+			break
+		}
+		newer, v = p, c.next(ch, p)
+		if p >= before || c.at(p+1) == sep || matchLen(q, qp, c, p) < need {
+			continue
+		}
+		seen++
+		if c.at(p+1) == next {
+			same++
+		}
+	}
+	return max(seen, 1), max(same, 1)
+}

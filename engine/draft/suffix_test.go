@@ -223,6 +223,7 @@ func TestEstimatorPerPosition(t *testing.T) {
 
 func TestSuffixMatchesBruteForce(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
+	var classes [agreeClasses]int
 	for trial := range 300 {
 		vocab := 3 + trial%3 // short enough chains that the probe limit sees every match
 		seq := randTokens(r, 20+r.IntN(150), 0, vocab)
@@ -245,10 +246,30 @@ func TestSuffixMatchesBruteForce(t *testing.T) {
 			continue
 		}
 		want := seq[best+1 : min(len(seq), best+1+min(7, max(1, bestN/2)))]
-		if !slices.Equal(p.Tokens, want) || p.Bucket != lengthBucket(bestN) {
-			t.Fatalf("trial %d %v: drafted %v bucket %d, want %v (match %d at %d)",
-				trial, seq, p.Tokens, p.Bucket, want, bestN, best)
+		// The context's other occurrences (matching min(bestN, longKey) tokens): how many, and
+		// how many go on as the newest longest does.
+		seen, same := 0, 0
+		for q := len(seq) - 2; q >= 0; q-- {
+			n := 0
+			for n < min(bestN, longKey) && q-n >= 0 && seq[q-n] == seq[len(seq)-1-n] {
+				n++
+			}
+			if n == min(bestN, longKey) {
+				seen++
+				if seq[q+1] == seq[best+1] {
+					same++
+				}
+			}
 		}
+		bucket := lengthBucket(bestN) + 2*lengthBuckets*agreeClass(seen, same)
+		classes[agreeClass(seen, same)]++
+		if !slices.Equal(p.Tokens, want) || p.Bucket != bucket {
+			t.Fatalf("trial %d %v: drafted %v bucket %d, want %v bucket %d (match %d at %d, context seen %d times, %d going on alike)",
+				trial, seq, p.Tokens, p.Bucket, want, bucket, bestN, best, seen, same)
+		}
+	}
+	if slices.Contains(classes[:], 0) {
+		t.Fatalf("drafts by agreement class %v: want each", classes)
 	}
 }
 
