@@ -33,6 +33,7 @@ type rowSet struct {
 	epoch int64
 
 	steps, rowsRun atomic.Int64 // multi-row steps run, and their rows (Batched)
+	groups         atomic.Int64 // verify groups of two or more rows they ran (Groups)
 }
 
 // rowBuffer is a per-row buffer: row bytes for each of the set's rows.
@@ -278,6 +279,11 @@ func (e *GPU) runGroups(l *lane, gs []group) error {
 	if err == nil {
 		e.rows.steps.Add(1)
 		e.rows.rowsRun.Add(int64(R))
+		for _, g := range gs {
+			if len(g.tokens) > 1 {
+				e.rows.groups.Add(1)
+			}
+		}
 	}
 	return err
 }
@@ -328,6 +334,15 @@ func (e *GPU) Batched() (steps, rows int64) {
 		return 0, 0
 	}
 	return e.rows.steps.Load(), e.rows.rowsRun.Load()
+}
+
+// Groups is how many drafts' verify groups (a sequence's next token and its drafts, two rows
+// or more) the multi-row steps ran.
+func (e *GPU) Groups() int64 {
+	if e.rows == nil {
+		return 0
+	}
+	return e.rows.groups.Load()
 }
 
 // batchable is r's session when a multi-row step can run r: a live session of this backend
