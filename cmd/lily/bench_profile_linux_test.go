@@ -115,9 +115,10 @@ func TestBenchProfile(t *testing.T) {
 }
 
 // TestBenchProfileRows: `bench --profile --rows=2 --demo --backend emu` times the decode step of
-// one and of two sequences at each --contexts, against the group model of the demo checkpoint
-// on the chip named, and writes the calibration that model then accepts: at every measured
-// shape the calibrated cost is the measured time.
+// one and of two sequences at each --contexts, and the verify step of one sequence's group of
+// one and of two rows, against the group model of the demo checkpoint on the chip named, and
+// writes the calibration that model then accepts: at every measured shape the calibrated cost
+// is the measured time, plain and verifying.
 func TestBenchProfileRows(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m4-max.json")
 	out, err := execute(t, "bench", "--profile", "--rows=2", "--demo", "--backend", "emu", "--contexts", "3,1", "--decode-steps", "1",
@@ -168,6 +169,8 @@ func TestBenchProfileRows(t *testing.T) {
 			t.Errorf("shape %+v against %+v", s, one)
 		case s.Rows == 2 && !(s.ModeledVsOne > 1 && s.ModeledVsOne < 2): // the weights read once for both
 			t.Errorf("two sequences modeled at %g times one", s.ModeledVsOne)
+		case !(s.VerifyS > 0) || !near(s.VerifyModeledS, m.Step([]draft.Group{{Rows: s.Rows, Ctx: want}}), 1e-5) || !near(s.VerifyVsOne, s.VerifyS/one.StepS, 1e-5):
+			t.Errorf("shape %+v: the verify step", s)
 		}
 	}
 	cost, err := decode.Calibrated(m, path)
@@ -177,6 +180,9 @@ func TestBenchProfileRows(t *testing.T) {
 	for _, s := range r.Shapes {
 		if got := cost.Step(slices.Repeat([]draft.Group{{Rows: 1, Ctx: s.Context}}, s.Rows)); !near(got, s.StepS, 1e-5) {
 			t.Errorf("calibrated %d rows at %d: %g s, measured %g", s.Rows, s.Context, got, s.StepS)
+		}
+		if got := cost.Step([]draft.Group{{Rows: s.Rows, Ctx: s.Context}}); s.Rows > 1 && !near(got, s.VerifyS, 1e-5) {
+			t.Errorf("calibrated verify group of %d rows at %d: %g s, measured %g", s.Rows, s.Context, got, s.VerifyS)
 		}
 	}
 	if c, err := decode.ReadCalibration(path); err != nil || c.Model != "demo" || !strings.HasPrefix(c.Device, "emu") {

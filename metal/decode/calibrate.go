@@ -16,8 +16,8 @@ import (
 	"github.com/lilyformac/lily/internal/fsutil"
 )
 
-// CalibrationVersion is the calibration file's format.
-const CalibrationVersion = 1
+// CalibrationVersion is the calibration file's format (2: with each point's verify step).
+const CalibrationVersion = 2
 
 // Calibration is a chip's decode step measured at several row counts and contexts (`lily bench
 // --profile --rows`) beside a GroupModel's time for the same shapes: each point's rows are
@@ -38,12 +38,20 @@ type Calibration struct {
 }
 
 // CalibrationPoint is one measured shape: Rows sequences, one row each, after Context cached
-// positions; StepS the measured seconds per step, ModeledS the GroupModel's.
+// positions; StepS the measured seconds per step as the generation loop runs it on the device,
+// ModeledS the GroupModel's. VerifyS is a step that verifies drafts, as the engine loop runs it:
+// one sequence's next token and Rows−1 drafts as one group of rows, the host reading every
+// row's logits, then the commit of the kept rows (Rows 1: a host-driven plain step), and
+// VerifyModeledS the GroupModel's time for that group. A step with drafts is host-driven where a
+// plain one stays on the device, so its price carries what that costs (the lost overlap of two
+// steps in flight, the logits read back, the commit).
 type CalibrationPoint struct {
-	Rows     int     `json:"rows"`
-	Context  int     `json:"context"`
-	StepS    float64 `json:"step_s"`
-	ModeledS float64 `json:"modeled_s"`
+	Rows           int     `json:"rows"`
+	Context        int     `json:"context"`
+	StepS          float64 `json:"step_s"`
+	ModeledS       float64 `json:"modeled_s"`
+	VerifyS        float64 `json:"verify_s"`
+	VerifyModeledS float64 `json:"verify_modeled_s"`
 }
 
 // NewCalibration records points measured on device (a checkpoint named model) against m.
@@ -158,7 +166,7 @@ func (c *Calibration) grid() (*CalibratedCost, error) {
 	}
 	g := &CalibratedCost{}
 	for _, p := range c.Points {
-		if p.Rows < 1 || p.Rows > MaxRows || p.Context < 0 || !positive(p.StepS) || !positive(p.ModeledS) {
+		if p.Rows < 1 || p.Rows > MaxRows || p.Context < 0 || !positive(p.StepS) || !positive(p.ModeledS) || !positive(p.VerifyS) || !positive(p.VerifyModeledS) {
 			return nil, fmt.Errorf("point %+v: want 1 to %d rows, a context of 0 or more, positive times", p, MaxRows)
 		}
 		if !slices.Contains(g.rows, float64(p.Rows)) {
@@ -173,14 +181,14 @@ func (c *Calibration) grid() (*CalibratedCost, error) {
 	if len(c.Points) == 0 || len(c.Points) != len(g.rows)*len(g.ctxs) {
 		return nil, fmt.Errorf("%d points for %d row counts at %d contexts: want each row count at each context once", len(c.Points), len(g.rows), len(g.ctxs))
 	}
-	g.ratio = make([]float64, len(c.Points))
+	g.ratio, g.verify = make([]float64, len(c.Points)), make([]float64, len(c.Points))
 	seen := make([]bool, len(c.Points))
 	for _, p := range c.Points {
 		i := slices.Index(g.rows, float64(p.Rows))*len(g.ctxs) + slices.Index(g.ctxs, float64(p.Context))
 		if seen[i] {
 			return nil, fmt.Errorf("%d rows at %d positions measured twice", p.Rows, p.Context)
 		}
-		seen[i], g.ratio[i] = true, p.StepS/p.ModeledS
+		seen[i], g.ratio[i], g.verify[i] = true, p.StepS/p.ModeledS, p.VerifyS/p.VerifyModeledS
 	}
 	return g, nil
 }
@@ -190,39 +198,55 @@ func positive(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
 // CalibratedCost is a GroupModel scaled by measured ratios (a draft.Cost, in seconds): a step
 // of n rows whose rows have cached ctx positions on average (weighted by rows) costs the model's
 // time times the ratio measured/modeled at n rows and ctx, interpolated linearly between the
-// measured row counts and contexts and held at the nearest outside them. At a measured shape it
-// is the measured time. The ratios were measured on distinct sequences (one row each); a
-// sequence's K+1 verify rows get the same ratio on the model's time for them (its state and KV
-// read once), as the kernels at n rows are the same kernels.
+// measured row counts and contexts and held at the nearest outside them. A plain step (every
+// group one row) takes the ratio of steps as the generation loop runs them on the device; a
+// step with a verify group, the ratio of the host-driven verify steps (CalibrationPoint.VerifyS),
+// so drafting pays for leaving the device loop. At a measured shape it is the measured time.
 type CalibratedCost struct {
-	Model *GroupModel
-	rows  []float64 // the measured row counts, ascending
-	ctxs  []float64 // the measured contexts, ascending
-	ratio []float64 // ratio[i*len(ctxs)+j]: measured over modeled at rows[i], ctxs[j]
+	Model  *GroupModel
+	rows   []float64 // the measured row counts, ascending
+	ctxs   []float64 // the measured contexts, ascending
+	ratio  []float64 // ratio[i*len(ctxs)+j]: measured over modeled at rows[i], ctxs[j]
+	verify []float64 // the same for the verify steps
 }
 
 var _ draft.Cost = (*CalibratedCost)(nil)
 
 // Step is the step's time in seconds.
 func (c *CalibratedCost) Step(groups []draft.Group) float64 {
-	n, keys := 0, 0.0
+	n, keys, verify := 0, 0.0, false
 	for _, g := range groups {
 		n += g.Rows
 		keys += float64(g.Rows) * float64(g.Ctx)
+		verify = verify || g.Rows > 1
 	}
 	t := c.Model.Step(groups)
-	if n == 0 {
+	switch {
+	case n == 0:
 		return t
+	case verify:
+		return t * c.interpolate(c.verify, n, keys/float64(n))
 	}
 	return t * c.Ratio(n, keys/float64(n))
 }
 
-// Ratio is the measured over modeled time at rows rows and ctx cached positions, interpolated.
+// Ratio is the measured over modeled time of a plain step at rows rows and ctx cached positions,
+// interpolated.
 func (c *CalibratedCost) Ratio(rows int, ctx float64) float64 {
+	return c.interpolate(c.ratio, rows, ctx)
+}
+
+// VerifyRatio is Ratio for a step with a verify group.
+func (c *CalibratedCost) VerifyRatio(rows int, ctx float64) float64 {
+	return c.interpolate(c.verify, rows, ctx)
+}
+
+// interpolate reads the ratio grid ratio at rows and ctx.
+func (c *CalibratedCost) interpolate(ratio []float64, rows int, ctx float64) float64 {
 	i, wi := bracket(c.rows, float64(rows))
 	j, wj := bracket(c.ctxs, ctx)
 	i1, j1 := min(i+1, len(c.rows)-1), min(j+1, len(c.ctxs)-1)
-	at := func(i, j int) float64 { return c.ratio[i*len(c.ctxs)+j] }
+	at := func(i, j int) float64 { return ratio[i*len(c.ctxs)+j] }
 	lo := at(i, j)*(1-wj) + at(i, j1)*wj
 	hi := at(i1, j)*(1-wj) + at(i1, j1)*wj
 	return lo*(1-wi) + hi*wi

@@ -53,21 +53,25 @@ func TestGroupModelID(t *testing.T) {
 }
 
 // measured makes a calibration of m whose measured time is the modeled one times ratio(rows,
-// ctx), at rows 1, 2, 4, 8 and contexts 1, 4096, 32768.
+// ctx), at rows 1, 2, 4, 8 and contexts 1, 4096, 32768, and whose verify steps (host-driven)
+// take hostly(rows, ctx) times the model's.
 func measured(m *GroupModel, ratio func(rows, ctx int) float64) *Calibration {
 	var points []CalibrationPoint
 	for _, ctx := range []int{1, 4096, 32768} {
 		for _, n := range []int{1, 2, 4, 8} {
 			t := m.Step(repeat(draft.Group{Rows: 1, Ctx: ctx}, n))
-			points = append(points, CalibrationPoint{Rows: n, Context: ctx, StepS: t * ratio(n, ctx), ModeledS: t})
+			v := m.Step([]draft.Group{{Rows: n, Ctx: ctx}})
+			points = append(points, CalibrationPoint{Rows: n, Context: ctx, StepS: t * ratio(n, ctx), ModeledS: t, VerifyS: v * hostly(n, ctx), VerifyModeledS: v})
 		}
 	}
 	return NewCalibration(m, "Apple M4 Max", "Qwen/Qwen3.6-35B-A3B", points)
 }
 
 // A made-up chip whose steps are slower than the model by more at more rows and at longer
-// contexts.
+// contexts, and whose host-driven verify steps are slower still.
 func slower(rows, ctx int) float64 { return 1.3 + 0.05*float64(rows) + float64(ctx)/1e5 }
+
+func hostly(rows, ctx int) float64 { return slower(rows, ctx) + 0.2 }
 
 // TestCalibratedCost: the calibration file round-trips; the calibrated cost is the measured time
 // at every measured shape (so c(n)/c(1) is the measured one), interpolates the ratio linearly
@@ -121,8 +125,13 @@ func TestCalibratedCost(t *testing.T) {
 		}
 	}
 	verify := []draft.Group{{Rows: 4, Ctx: 4096}, {Rows: 1, Ctx: 4096}} // 4 verify rows beside a plain sequence
-	if got, want := cc.Step(verify), m.Step(verify)*slower(5, 4096); !near(got, want, 1e-12) {
-		t.Errorf("a verify step: %g s, want the model's %g s times the 5-row ratio", got, want)
+	if got, want := cc.Step(verify), m.Step(verify)*hostly(5, 4096); !near(got, want, 1e-12) {
+		t.Errorf("a verify step: %g s, want the model's %g s times the 5-row verify ratio", got, want)
+	}
+	for _, p := range cal.Points { // a sequence's verify group: the measured verify time
+		if got := cc.Step([]draft.Group{{Rows: p.Rows, Ctx: p.Context}}); p.Rows > 1 && !near(got, p.VerifyS, 1e-12) {
+			t.Errorf("a group of %d rows at %d: %g s, measured %g", p.Rows, p.Context, got, p.VerifyS)
+		}
 	}
 	if got := cc.Step(nil); got != m.Step(nil) {
 		t.Errorf("no rows: %g s, the model %g", got, m.Step(nil))
@@ -150,11 +159,12 @@ func TestCalibratedRefuses(t *testing.T) {
 		file       func() []byte
 		model      func() *GroupModel
 	}{
-		{"corrupt", "unexpected end of JSON", func() []byte { return []byte(`{"version": 1, "chip": "M4`) }, nil},
-		{"version", "version 2, want 1", edit(good, func(c *Calibration) { c.Version = 2 }), nil},
+		{"corrupt", "unexpected end of JSON", func() []byte { return []byte(`{"version": 2, "chip": "M4`) }, nil},
+		{"version", "version 1, want 2", edit(good, func(c *Calibration) { c.Version = 1 }), nil},
 		{"a hole", "10 points for 4 row counts at 3 contexts", edit(good, func(c *Calibration) { c.Points = c.Points[:10] }), nil},
 		{"twice", "4 rows at 32768 positions measured twice", edit(good, func(c *Calibration) { c.Points[9].Rows = 4 }), nil},
 		{"no time", "positive times", edit(good, func(c *Calibration) { c.Points[3].StepS = 0 }), nil},
+		{"no verify time", "positive times", edit(good, func(c *Calibration) { c.Points[5].VerifyS = 0 }), nil},
 		{"9 rows", "want 1 to 8 rows", edit(good, func(c *Calibration) { c.Points[3].Rows = 9 }), nil},
 		{"KV format", "chip \"M4 Max\", model", edit(good, func(c *Calibration) { c.KVBits = 4 }), nil},
 		{"another chip", "measured on M4 Max (Apple M4 Max), not M3 Max", nil, func() *GroupModel { o := *m; o.Chip = m3; return &o }},
@@ -178,7 +188,7 @@ func TestCalibratedRefuses(t *testing.T) {
 			t.Errorf("%s: %v, %v; want the plain model and %q", tc.name, cost, err, tc.want)
 		}
 	}
-	if err := (&Calibration{Version: 1, Chip: "M4 Max", ModelID: m.ID(), KVBits: 16}).Write(filepath.Join(dir, "empty.json")); err == nil {
+	if err := (&Calibration{Version: CalibrationVersion, Chip: "M4 Max", ModelID: m.ID(), KVBits: 16}).Write(filepath.Join(dir, "empty.json")); err == nil {
 		t.Error("a calibration without points written")
 	}
 }

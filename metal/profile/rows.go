@@ -32,8 +32,11 @@ type RowsOptions struct {
 }
 
 // Positions is how many positions a sequence must hold for RunRows: the longest context, the
-// warm-up step and the steps of both ways of timing.
-func (o RowsOptions) Positions() int { return slices.Max(o.Contexts) + o.warm() + 2*o.Steps + 1 }
+// warm-up step and the steps of both ways of timing the generation loop, or the verify steps,
+// which take up to MaxRows positions each.
+func (o RowsOptions) Positions() int {
+	return slices.Max(o.Contexts) + max(o.warm()+2*o.Steps, (o.warm()+o.Steps)*o.MaxRows) + 1
+}
 
 // PromptLen is how many prompt tokens RunRows needs.
 func (o RowsOptions) PromptLen() int { return slices.Max(o.Contexts) }
@@ -73,9 +76,17 @@ type Shape struct {
 	ModeledS float64 `json:"modeled_s"` // the GroupModel's time for Rows groups of one row after Context
 	Ratio    float64 `json:"ratio"`     // StepS / ModeledS
 	// VsOne and ModeledVsOne are the step over the one-row step at the same context, measured
-	// and modeled: c(n)/c(1), what drafting's cost is weighed by.
+	// and modeled: c(n)/c(1).
 	VsOne        float64 `json:"vs_one"`
 	ModeledVsOne float64 `json:"modeled_vs_one"`
+	// VerifyS is a step that verifies drafts as the engine loop runs it (StepRows, then Keep):
+	// one sequence's next token and Rows−1 drafts, every row kept (Rows 1: a host-driven plain
+	// step); VerifyModeledS the model's time for that group, and VerifyVsOne VerifyS over the
+	// one-row step of the generation loop: what a step with drafts costs against a plain one,
+	// which the gate weighs.
+	VerifyS        float64 `json:"verify_s"`
+	VerifyModeledS float64 `json:"verify_modeled_s"`
+	VerifyVsOne    float64 `json:"verify_vs_one"`
 }
 
 // RunRows times g's decode step of 1 to o.MaxRows sequences at each of o.Contexts cached
@@ -143,6 +154,7 @@ func rowsAt(ctx context.Context, g *gpu.GPU, prompt []int, o RowsOptions) ([]Sha
 	for i := range out {
 		out[i].VsOne = significant(out[i].StepS / out[0].StepS)
 		out[i].ModeledVsOne = significant(out[i].ModeledS / out[0].ModeledS)
+		out[i].VerifyVsOne = significant(out[i].VerifyS / out[0].StepS)
 	}
 	return out, nil
 }
@@ -175,13 +187,55 @@ func timeRows(ctx context.Context, g *gpu.GPU, snap backend.Snapshot, R int, o R
 	if err != nil {
 		return Shape{}, err
 	}
+	verify, err := verifySteps(g, snap, R, o)
+	if err != nil {
+		return Shape{}, fmt.Errorf("verify steps: %w", err)
+	}
 	groups := make([]draft.Group, R)
 	for i := range groups {
 		groups[i] = draft.Group{Rows: 1, Ctx: snap.Pos()}
 	}
 	modeled := o.Model.Step(groups)
 	return Shape{Rows: R, Context: snap.Pos(), StepS: significant(wall), KernelsS: significant(kernels),
-		ModeledS: significant(modeled), Ratio: significant(wall / modeled)}, nil
+		ModeledS: significant(modeled), Ratio: significant(wall / modeled),
+		VerifyS: significant(verify), VerifyModeledS: significant(o.Model.Step([]draft.Group{{Rows: R, Ctx: snap.Pos()}}))}, nil
+}
+
+// verifySteps restores one sequence from snap and times its steps as the engine loop runs a
+// step that verifies R−1 drafts: StepRows with its next token and the drafts as one Verify row
+// (the host reads every row's logits), then Keep of all R, which commits them. The ids do not
+// change the time. Rows 1: a plain row through StepRows, which runs it on the host's side.
+func verifySteps(g *gpu.GPU, snap backend.Snapshot, R int, o RowsOptions) (float64, error) {
+	ss, err := restore(snap, 1)
+	defer func() {
+		for _, s := range ss {
+			s.Close()
+		}
+	}()
+	if err != nil {
+		return 0, err
+	}
+	s := ss[0]
+	tokens := slices.Repeat([]int{s.NextToken()}, R)
+	step := func() error {
+		res := g.StepRows([]backend.Row{{Session: s, Tokens: tokens, Verify: R > 1}})
+		if res[0].Err != nil || R == 1 {
+			return res[0].Err
+		}
+		return s.Keep(R)
+	}
+	for range o.warm() {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	for range o.Steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start).Seconds() / float64(o.Steps), nil
 }
 
 // restore starts n sessions from snap (those it started, and why it stopped).
@@ -262,7 +316,8 @@ func perStep(timings []exec.Timing, mode string) (float64, error) {
 func (r *Rows) Calibration(m *decode.GroupModel, model string) *decode.Calibration {
 	points := make([]decode.CalibrationPoint, len(r.Shapes))
 	for i, s := range r.Shapes {
-		points[i] = decode.CalibrationPoint{Rows: s.Rows, Context: s.Context, StepS: s.StepS, ModeledS: s.ModeledS}
+		points[i] = decode.CalibrationPoint{Rows: s.Rows, Context: s.Context, StepS: s.StepS, ModeledS: s.ModeledS,
+			VerifyS: s.VerifyS, VerifyModeledS: s.VerifyModeledS}
 	}
 	return decode.NewCalibration(m, r.Device, model, points)
 }
@@ -271,9 +326,10 @@ func (r *Rows) Calibration(m *decode.GroupModel, model string) *decode.Calibrati
 func (r *Rows) Print(w io.Writer) {
 	fmt.Fprintf(w, "decode step of 1 to N sequences (one row each) on %s against the %s model, %d-bit KV; mean of %d steps (step: wall time as generation runs it; kernels: each dispatch alone, %s time)\n",
 		r.Device, r.Chip, r.KVBits, r.Steps, r.KernelTiming)
-	fmt.Fprintf(w, "%4s %8s %12s %12s %12s %8s %8s %9s\n", "rows", "context", "step ms", "kernels ms", "modeled ms", "ratio", "vs 1", "mod. vs 1")
+	fmt.Fprintf(w, "%4s %8s %12s %12s %12s %8s %8s %9s %12s %10s\n", "rows", "context", "step ms", "kernels ms", "modeled ms", "ratio", "vs 1", "mod. vs 1", "verify ms", "verify/1")
 	for _, s := range r.Shapes {
-		fmt.Fprintf(w, "%4d %8d %12.4f %12.4f %12.4f %8.4g %8.3f %9.3f\n", s.Rows, s.Context, 1e3*s.StepS, 1e3*s.KernelsS, 1e3*s.ModeledS, s.Ratio, s.VsOne, s.ModeledVsOne)
+		fmt.Fprintf(w, "%4d %8d %12.4f %12.4f %12.4f %8.4g %8.3f %9.3f %12.4f %10.3f\n", s.Rows, s.Context, 1e3*s.StepS, 1e3*s.KernelsS, 1e3*s.ModeledS, s.Ratio, s.VsOne, s.ModeledVsOne,
+			1e3*s.VerifyS, s.VerifyVsOne)
 	}
 	if r.CalibrationFile != "" {
 		fmt.Fprintf(w, "calibration written to %s\n", r.CalibrationFile)

@@ -33,7 +33,7 @@ func TestPerStep(t *testing.T) {
 func TestRowsOptions(t *testing.T) {
 	m := &decode.GroupModel{}
 	o := RowsOptions{MaxRows: 8, Contexts: []int{4096, 1, 32768}, Steps: 8, Warmup: true, Model: m}
-	if o.Positions() != 32768+1+16+1 || o.PromptLen() != 32768 {
+	if o.Positions() != 32768+(1+8)*8+1 || o.PromptLen() != 32768 { // the verify steps: 8 positions each
 		t.Errorf("positions %d, prompt %d", o.Positions(), o.PromptLen())
 	}
 	for _, c := range []struct {
@@ -65,13 +65,13 @@ func TestRowsOutput(t *testing.T) {
 	}
 	r := &Rows{Device: "Apple M4 Max", KernelTiming: "gpu", Chip: "M4 Max", KVBits: 16, Steps: 8, CalibrationFile: "/c/m4-max.json", Shapes: []Shape{
 		{Rows: 1, Context: 1, StepS: 0.02, KernelsS: 0.03, ModeledS: 0.01, Ratio: 2, VsOne: 1, ModeledVsOne: 1},
-		{Rows: 2, Context: 1, StepS: 0.03, KernelsS: 0.04, ModeledS: 0.0125, Ratio: 2.4, VsOne: 1.5, ModeledVsOne: 1.25},
+		{Rows: 2, Context: 1, StepS: 0.03, KernelsS: 0.04, ModeledS: 0.0125, Ratio: 2.4, VsOne: 1.5, ModeledVsOne: 1.25, VerifyS: 0.035, VerifyModeledS: 0.0124, VerifyVsOne: 1.75},
 	}}
 	var b bytes.Buffer
 	(&Output{RowsProfile: r}).Print(&b)
 	for _, want := range []string{
 		"on Apple M4 Max against the M4 Max model, 16-bit KV; mean of 8 steps",
-		"   2        1      30.0000      40.0000      12.5000      2.4    1.500     1.250\n",
+		"   2        1      30.0000      40.0000      12.5000      2.4    1.500     1.250      35.0000      1.750\n",
 		"calibration written to /c/m4-max.json\n",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -80,7 +80,7 @@ func TestRowsOutput(t *testing.T) {
 	}
 	c := r.Calibration(m, "Qwen/Qwen3.6-35B-A3B@main")
 	if c.Chip != "M4 Max" || c.Device != "Apple M4 Max" || c.ModelID != m.ID() || c.KVBits != 16 || len(c.Points) != 2 ||
-		c.Points[1] != (decode.CalibrationPoint{Rows: 2, Context: 1, StepS: 0.03, ModeledS: 0.0125}) {
+		c.Points[1] != (decode.CalibrationPoint{Rows: 2, Context: 1, StepS: 0.03, ModeledS: 0.0125, VerifyS: 0.035, VerifyModeledS: 0.0124}) {
 		t.Errorf("calibration %+v", c)
 	}
 }
