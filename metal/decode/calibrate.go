@@ -236,11 +236,6 @@ func (c *CalibratedCost) Ratio(rows int, ctx float64) float64 {
 	return c.interpolate(c.ratio, rows, ctx)
 }
 
-// VerifyRatio is Ratio for a step with a verify group.
-func (c *CalibratedCost) VerifyRatio(rows int, ctx float64) float64 {
-	return c.interpolate(c.verify, rows, ctx)
-}
-
 // interpolate reads the ratio grid ratio at rows and ctx.
 func (c *CalibratedCost) interpolate(ratio []float64, rows int, ctx float64) float64 {
 	i, wi := bracket(c.rows, float64(rows))
