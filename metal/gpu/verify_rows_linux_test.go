@@ -13,9 +13,9 @@ import (
 
 // TestVerifyRowsInSteps: through the backend (StepRows with Verify rows, then Keep), a sequence's
 // next token and K drafts verified as a group of rows of a multi-row step give the one-row
-// decode's logits bit for bit, and after keeping any n of the K+1 rows (every n, K = 1 … 3) the
-// session's whole state — DeltaNet states, conv windows, step entry, KV rows — is plain
-// decoding's after those n tokens, byte for byte. Mixed with plain rows of other sessions, and
+// decode's logits bit for bit, and after keeping any n of the K+1 rows (every n for K = 1 … 3;
+// 1, 5 and 8 for K = 7, the most a step runs) the session's whole state — DeltaNet states, conv
+// windows, step entry, KV rows — is plain decoding's after those n tokens, byte for byte. Mixed with plain rows of other sessions, and
 // lending its draft rows to sessions living in them but not stepping, none of them changes: their
 // next logits are still their own. A Keep after another multi-row step has overwritten the rings
 // replays the kept tokens instead, with the same result.
@@ -36,7 +36,7 @@ func TestVerifyRowsInSteps(t *testing.T) {
 	for i, sq := range seqs {
 		refs[i] = newRefSeq(t, alone, sq)
 	}
-	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: ctx, Parallel: 4}})
+	e := newEmu(t, w, EmuOptions{GPUOptions: GPUOptions{MaxCtx: ctx, Parallel: 8}})
 	defer e.Close()
 	v := &verifyCase{t: t, e: e, seqs: seqs, refs: refs}
 	a, b, c := v.start(0, 6), v.start(1, 4), v.start(2, 9)
@@ -46,6 +46,10 @@ func TestVerifyRowsInSteps(t *testing.T) {
 			v.step(a, K)
 			v.keep(a, n)
 		}
+	}
+	for _, n := range []int{1, 5, 8} { // the most a step runs: 7 drafts
+		v.step(a, 7)
+		v.keep(a, n)
 	}
 	v.step(b, 0, c, 0) // b and c go on as if nothing had run in their rows
 	// Mixed with plain rows, the group first, last or between them.
@@ -69,8 +73,8 @@ func TestVerifyRowsInSteps(t *testing.T) {
 		l.s.Close()
 	}
 	steps, rows := e.Batched()
-	if steps != 16 {
-		t.Fatalf("%d multi-row steps (%d rows), want 16", steps, rows)
+	if steps != 19 {
+		t.Fatalf("%d multi-row steps (%d rows), want 19", steps, rows)
 	}
 	t.Logf("%d rows checked bit for bit, %d states byte for byte; %d multi-row steps of %d rows", v.rows, v.states, steps, rows)
 }
