@@ -764,17 +764,24 @@ func (s *Step) PerRow() []int {
 	return out
 }
 
-// GroupRows is the PerRow buffers a verify group's later rows use (Options.Verify): every one
-// but the DeltaNet layers' states and conv windows, which only a group's first row holds (the
-// group forms read them there and leave the later rows' alone). A backend gives a group's later
-// rows its first row's values of these (the block table, rotary offsets, step entry, sampler
-// rows) for the step and puts back what those rows held afterwards.
-func (s *Step) GroupRows() []int {
-	recurrent := map[int]bool{}
-	for _, r := range s.rings {
-		recurrent[r.window], recurrent[r.state] = true, true
+// GroupRows are the per-row buffers a verify group's later rows use in a step (Options.Verify),
+// by how: Lent they read as the group's, so they must hold its first row's values (the block
+// table and, where the plan takes images, the rotary offsets); Scratch they use as their own,
+// set for the step (the step entry, which the host writes, and the sampler params, cleared: the
+// host picks from the logits, so the selection then reads no bias, penalty or token state and
+// counts nothing). The step leaves every other per-row buffer of those rows alone — the DeltaNet
+// states and conv windows (the group forms use the first row's) and the sampler's state, bias,
+// penalty table and status — so a backend lends the rows of sequences that are not in the step
+// and puts the few bytes of these back afterwards.
+type GroupRows struct{ Lent, Scratch []int }
+
+// GroupRows is the step's GroupRows.
+func (s *Step) GroupRows() GroupRows {
+	g := GroupRows{Lent: []int{s.Table}, Scratch: []int{s.StepBuf, s.Sampler.Params}}
+	if s.Images {
+		g.Lent = append(g.Lent, s.RopeOff)
 	}
-	return slices.DeleteFunc(s.PerRow(), func(b int) bool { return recurrent[b] })
+	return g
 }
 
 func kvBits(b int) int {

@@ -65,11 +65,20 @@ func TestVerifyPlan(t *testing.T) {
 	if got, want := m.PagesBeside(ws, m.PageSize, R), int(room/(m.KVPerPosition*int64(m.PageSize))); got != want {
 		t.Fatalf("%d KV pages beside %d rows and their rings, want %d", got, R, want)
 	}
-	// A group's later rows are lent every per-row buffer but the DeltaNet states and windows.
-	lent := v.GroupRows()
+	// A group's later rows are lent the table and offsets and use the step entry and cleared
+	// params; nothing that runs in the decode modes touches their other per-row buffers but
+	// through the params' flags (the sampler's state, bias and penalties) or the group forms
+	// (the DeltaNet states and windows, only at a group's first row).
+	g := v.GroupRows()
+	if !slices.Equal(g.Lent, []int{v.Table, v.RopeOff}) || !slices.Equal(g.Scratch, []int{v.StepBuf, v.Sampler.Params}) {
+		t.Fatalf("group rows %+v", g)
+	}
 	for _, i := range v.PerRow() {
-		if recurrent := v.Plan.Buffers[i].Kind == plan.State && v.Plan.Buffers[i].Name != "rope.off"; recurrent == slices.Contains(lent, i) {
-			t.Fatalf("per-row buffer %s: lent %v", v.Plan.Buffers[i].Name, !recurrent)
+		name := v.Plan.Buffers[i].Name
+		flagged := slices.Contains([]int{v.Sampler.State, v.Sampler.Bias, v.Sampler.Pen, v.Sampler.Status}, i)
+		recurrent := v.Plan.Buffers[i].Kind == plan.State && i != v.RopeOff
+		if used := slices.Contains(g.Lent, i) || slices.Contains(g.Scratch, i); used == (flagged || recurrent) {
+			t.Fatalf("per-row buffer %s: used by a group's later rows %v", name, used)
 		}
 	}
 	bufs := map[int][]byte{}

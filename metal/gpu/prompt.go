@@ -377,7 +377,9 @@ func (s *Session) Keep(n int) error {
 
 // commit keeps n rows of the session's verify group: one ModeCommit step of the lane that ran it
 // replays them into the row's DeltaNet states and conv windows (every other row keeps 0), and the
-// session's step entry becomes the one its last kept row left, as n plain steps would have.
+// session's step entry becomes the one its last kept row left: the next position, as n plain
+// steps leave it, and that row's greedy token (without the session's penalties, which the later
+// rows do not read; the host writes the entry's token before any step reads it).
 func (s *Session) commit(v *verifying, n int) error {
 	l, st := v.rows.lane, v.rows.lane.st
 	keep := make([]uint32, st.Rows)

@@ -22,12 +22,13 @@ import (
 // (decode.Options.Rows), so a session's logits do not depend on what runs beside it or in which
 // row.
 type rowSet struct {
-	ones  []*lane     // ones[r]: the one-row lane over row r
-	owner []*Session  // owner[r]: the session living in row r; nil: free (GPU.poolMu)
-	multi []*lane     // multi[R]: the R-row plan's lane over rows 0 … R−1, R ≥ 2 (StepRows, ContinueRows)
-	bufs  []rowBuffer // the per-row buffers
-	group []rowBuffer // the per-row buffers a verify group's later rows use (decode.Step.GroupRows)
-	tmp   []byte      // a row of the largest per-row buffer, for swapping two rows
+	ones    []*lane     // ones[r]: the one-row lane over row r
+	owner   []*Session  // owner[r]: the session living in row r; nil: free (GPU.poolMu)
+	multi   []*lane     // multi[R]: the R-row plan's lane over rows 0 … R−1, R ≥ 2 (StepRows, ContinueRows)
+	bufs    []rowBuffer // the per-row buffers
+	lent    []rowBuffer // the per-row buffers a verify group's later rows read as the group's (decode.GroupRows)
+	scratch []rowBuffer // those they use as their own for the step
+	tmp     []byte      // a row of the largest per-row buffer, for swapping two rows
 	// epoch counts the multi-row steps begun (arrangeAt): a verify step's rings are the last
 	// step's, which a Keep replays only while the epoch is still the verify step's.
 	epoch int64
@@ -101,8 +102,12 @@ func (e *GPU) newRowSet(steps []*decode.Step) (*rowSet, error) {
 	}
 	rs.tmp = make([]byte, largest)
 	if n >= 2 {
-		for _, i := range steps[2].GroupRows() {
-			rs.group = append(rs.group, e.dev.rows[steps[2].Plan.Buffers[i].Name])
+		g := steps[2].GroupRows()
+		for _, i := range g.Lent {
+			rs.lent = append(rs.lent, e.dev.rows[steps[2].Plan.Buffers[i].Name])
+		}
+		for _, i := range g.Scratch {
+			rs.scratch = append(rs.scratch, e.dev.rows[steps[2].Plan.Buffers[i].Name])
 		}
 	}
 	for r := range n {
@@ -387,30 +392,31 @@ func (e *GPU) arrangeAt(ss []*Session, at []int) {
 	}
 }
 
-// lend gives rows first+1 … first+n−1 row first's values of the buffers a verify group's later
-// rows use (decode.Step.GroupRows: its block table, rotary offsets, step entry and sampler rows)
-// for a step, and returns a func that puts back what they held, then calls back (when not nil).
-// The rows' DeltaNet states stay those of the sessions living there: the group forms leave them.
+// lend gives rows first+1 … first+n−1 row first's block table and offsets and cleared step
+// entries and sampler params for a step (decode.GroupRows), and returns a func that puts back
+// what they held, then calls back (when not nil): a few kB a row. The rows' other buffers, their
+// DeltaNet states among them, stay those of the sessions living there: the step leaves them.
 func (rs *rowSet) lend(first, n int, back func()) func() {
 	var saved [][]byte
-	for _, b := range rs.group {
-		all := b.mem.Bytes()
-		src := all[int64(first)*b.row : int64(first+1)*b.row]
-		for r := first + 1; r < first+n; r++ {
-			dst := all[int64(r)*b.row : int64(r+1)*b.row]
-			saved = append(saved, slices.Clone(dst))
-			copy(dst, src)
-		}
-	}
-	return func() {
-		i := 0
-		for _, b := range rs.group {
+	each := func(bufs []rowBuffer, f func(dst, src []byte)) {
+		for _, b := range bufs {
 			all := b.mem.Bytes()
+			src := all[int64(first)*b.row : int64(first+1)*b.row]
 			for r := first + 1; r < first+n; r++ {
-				copy(all[int64(r)*b.row:int64(r+1)*b.row], saved[i])
-				i++
+				f(all[int64(r)*b.row:int64(r+1)*b.row], src)
 			}
 		}
+	}
+	save := func(dst, _ []byte) { saved = append(saved, slices.Clone(dst)) }
+	each(rs.lent, save)
+	each(rs.scratch, save)
+	each(rs.lent, func(dst, src []byte) { copy(dst, src) })
+	each(rs.scratch, func(dst, _ []byte) { clear(dst) })
+	return func() {
+		i := 0
+		restore := func(dst, _ []byte) { copy(dst, saved[i]); i++ }
+		each(rs.lent, restore)
+		each(rs.scratch, restore)
 		if back != nil {
 			back()
 		}
