@@ -162,27 +162,33 @@ func longest(q *index, qp int64, c *index, before int64, minLen int) match {
 }
 
 // walk examines bucket b of ch newest first, keeping matches of at least need tokens longer
-// than best. A position outside the window or not older than the last one ends the walk: the
-// link came from a slot the ring has since reused.
+// than best.
 func (c *index) walk(ch *chain, b uint64, q *index, qp, before int64, need int, best match) match {
+	c.candidates(ch, b, before, func(p int64) bool {
+		if n := matchLen(q, qp, c, p); n >= need && n > best.n {
+			best = match{p, n}
+		}
+		return best.n < maxMatch
+	})
+	return best
+}
+
+// candidates calls f with the positions of bucket b of ch, newest first, that are before
+// `before` and followed by a token of their own, until f returns false or the probes run out. A
+// position outside the window or not older than the last one ends the walk: the link came from
+// a slot the ring has since reused.
+func (c *index) candidates(ch *chain, b uint64, before int64, f func(p int64) bool) {
 	last, lo, newer := c.n-1, c.lo(), c.n
 	for v, probes := ch.head[b], 0; v != 0 && probes < maxProbes; probes++ {
 		p := last - int64(uint32(last+1)-v)
 		if p < lo || p >= newer {
-			break
+			return
 		}
 		newer, v = p, c.next(ch, p)
-		if p >= before || c.at(p+1) == sep {
-			continue
-		}
-		if n := matchLen(q, qp, c, p); n >= need && n > best.n {
-			best = match{p, n}
-			if n == maxMatch {
-				break
-			}
+		if p < before && c.at(p+1) != sep && !f(p) {
+			return
 		}
 	}
-	return best
 }
 
 // matchLen counts the tokens equal going back from q's qp and c's cp, inside both windows.
@@ -226,21 +232,14 @@ func agreement(q *index, qp int64, c *index, before int64, m match) (seen, same 
 		return 1, 1
 	}
 	next := c.at(m.pos + 1)
-	b := q.hash(ch.k, qp) >> (64 - ch.bits)
-	last, lo, newer := c.n-1, c.lo(), c.n
-	for v, probes := ch.head[b], 0; v != 0 && probes < maxProbes; probes++ {
-		p := last - int64(uint32(last+1)-v)
-		if p < lo || p >= newer {
-			break
+	c.candidates(ch, q.hash(ch.k, qp)>>(64-ch.bits), before, func(p int64) bool {
+		if matchLen(q, qp, c, p) >= need {
+			seen++
+			if c.at(p+1) == next {
+				same++
+			}
 		}
-		newer, v = p, c.next(ch, p)
-		if p >= before || c.at(p+1) == sep || matchLen(q, qp, c, p) < need {
-			continue
-		}
-		seen++
-		if c.at(p+1) == next {
-			same++
-		}
-	}
+		return true
+	})
 	return max(seen, 1), max(same, 1)
 }
